@@ -1,0 +1,149 @@
+//! Configuration: one TOML file (`--config`), every key overridable by `TIDEMARK_<KEY>` env
+//! vars (nested keys with `__`, e.g. `TIDEMARK_CHAT__HOT_WINDOW=1h`), then by CLI flags.
+//! Defaults give the embedded mode with data under `./data`.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use figment::Figment;
+use figment::providers::{Env, Format, Serialized, Toml};
+use serde::{Deserialize, Serialize};
+use tidemark_chat::ChatConfig;
+
+/// The API key of the default `demo` tenant; refused unless the server listens on loopback.
+pub const DEFAULT_DEV_KEY: &str = "dev-key";
+
+/// One tenant and its API key (`Authorization: Bearer <key>`).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TenantConfig {
+    /// Tenant name; every stored row is keyed by it.
+    pub name: String,
+    /// The tenant's API key.
+    pub key: String,
+}
+
+/// The whole configuration.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Address of the HTTP API (default 127.0.0.1:8080).
+    pub listen: SocketAddr,
+    /// Where the embedded stores keep their files (default `./data`).
+    pub data_dir: PathBuf,
+    /// Tenants and their API keys (default: `demo` with key `dev-key`).
+    pub tenants: Vec<TenantConfig>,
+    /// Chat settings (`[chat]`).
+    pub chat: ChatConfig,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Self {
+            listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
+            data_dir: PathBuf::from("./data"),
+            tenants: vec![TenantConfig {
+                name: "demo".into(),
+                key: DEFAULT_DEV_KEY.into(),
+            }],
+            chat: ChatConfig::default(),
+        }
+    }
+}
+
+/// Configuration problems; the server does not start.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    /// The file or an env var could not be read or has a wrong value.
+    #[error("configuration: {0}")]
+    Invalid(#[from] Box<figment::Error>),
+    /// The default development key is in use on a non-loopback address.
+    #[error(
+        "refusing to start: tenant {tenant:?} uses the default key \"{DEFAULT_DEV_KEY}\" while listening on {listen}, which is not loopback; set a real key"
+    )]
+    DevKeyExposed {
+        /// The tenant with the default key.
+        tenant: String,
+        /// The listen address.
+        listen: SocketAddr,
+    },
+    /// A tenant list that cannot work.
+    #[error("configuration: {0}")]
+    Tenants(String),
+}
+
+impl Config {
+    /// Defaults, then `file` (if any), then `TIDEMARK_…` env vars.
+    pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
+        let mut fig = Figment::from(Serialized::defaults(Config::default()));
+        if let Some(f) = file {
+            fig = fig.merge(Toml::file_exact(f));
+        }
+        fig = fig.merge(Env::prefixed("TIDEMARK_").ignore(&["config"]).split("__"));
+        let cfg: Config = fig.extract().map_err(Box::new)?;
+        Ok(cfg)
+    }
+
+    /// Checks the rules that need the whole configuration (keys unique and non-empty, the
+    /// default key only on loopback).
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let mut keys = std::collections::HashSet::new();
+        for t in &self.tenants {
+            if t.name.is_empty() || t.key.is_empty() {
+                return Err(ConfigError::Tenants(
+                    "tenant name and key must not be empty".into(),
+                ));
+            }
+            if !keys.insert(&t.key) {
+                return Err(ConfigError::Tenants(format!(
+                    "tenant {:?} reuses another tenant's key",
+                    t.name
+                )));
+            }
+            if t.key == DEFAULT_DEV_KEY && !self.listen.ip().is_loopback() {
+                return Err(ConfigError::DevKeyExposed {
+                    tenant: t.name.clone(),
+                    listen: self.listen,
+                });
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dev_key_only_on_loopback() {
+        let mut cfg = Config::default();
+        assert!(cfg.validate().is_ok());
+        cfg.listen = "0.0.0.0:8080".parse().unwrap();
+        assert!(matches!(
+            cfg.validate(),
+            Err(ConfigError::DevKeyExposed { .. })
+        ));
+        cfg.tenants[0].key = "a-real-secret".into();
+        assert!(cfg.validate().is_ok());
+    }
+
+    #[test]
+    fn file_then_env_override() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "t.toml",
+                "listen = \"127.0.0.1:9000\"\n[chat]\nhot_window = \"2h\"\nmode = \"hot-only\"\n",
+            )?;
+            jail.set_env("TIDEMARK_CHAT__HOT_WINDOW", "3h");
+            let cfg = Config::load(Some(Path::new("t.toml"))).expect("loads");
+            assert_eq!(cfg.listen.port(), 9000);
+            assert_eq!(
+                cfg.chat.hot_window,
+                std::time::Duration::from_secs(3 * 3600)
+            );
+            assert_eq!(cfg.chat.mode, tidemark_chat::ChatMode::HotOnly);
+            Ok(())
+        });
+    }
+}

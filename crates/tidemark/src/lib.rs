@@ -1,0 +1,6 @@
+//! The Tidemark server: configuration ([`config`]), wiring and lifecycle ([`server`]), and the
+//! load generators ([`bench`]). The `tidemark` binary is a thin CLI over these.
+
+pub mod bench;
+pub mod config;
+pub mod server;

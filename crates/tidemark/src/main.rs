@@ -1,0 +1,97 @@
+//! The `tidemark` binary: `serve` (HTTP API + every background worker) and the load generators.
+
+use tidemark::{bench, config, server};
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+
+const SERVE_ENV_HELP: &str = "\
+Configuration: defaults < --config TOML file < TIDEMARK_* env vars < flags.
+Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by __.
+
+  listen                       TIDEMARK_LISTEN                 default 127.0.0.1:8080
+  data_dir                     TIDEMARK_DATA_DIR               default ./data
+  tenants = [{name, key}]      TIDEMARK_TENANTS='[{name=\"demo\",key=\"...\"}]'
+                                                               default demo / dev-key (loopback only)
+  [chat] mode                  TIDEMARK_CHAT__MODE             tiered | hot-only | sync-archive
+  [chat] hot_window            TIDEMARK_CHAT__HOT_WINDOW       default 7d
+  [chat] outbox_recovery_window TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW  default 30s
+  [chat] safety_margin         TIDEMARK_CHAT__SAFETY_MARGIN    default 10s
+  [chat] dedup_window          TIDEMARK_CHAT__DEDUP_WINDOW     default 24h
+  [chat] archive_batch_max     TIDEMARK_CHAT__ARCHIVE_BATCH_MAX  default 1000
+  [chat] commit_batch_max      TIDEMARK_CHAT__COMMIT_BATCH_MAX   default 512
+  [chat] max_body_bytes        TIDEMARK_CHAT__MAX_BODY_BYTES   default 65536
+  [chat] trim_batch            TIDEMARK_CHAT__TRIM_BATCH       default 1000
+  [chat] trim_interval         TIDEMARK_CHAT__TRIM_INTERVAL    default 1s
+  [chat] archive_idle          TIDEMARK_CHAT__ARCHIVE_IDLE     default 50ms
+  [chat] outbox_retention      TIDEMARK_CHAT__OUTBOX_RETENTION default 24h
+
+Logging: RUST_LOG (default info).";
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "tidemark",
+    version,
+    about = "Tidemark: chat history, link tracking and listing analytics for a marketplace"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Run the HTTP API and every background worker (archiver, trimmer, recovery).
+    #[command(after_long_help = SERVE_ENV_HELP, after_help = SERVE_ENV_HELP)]
+    Serve {
+        /// TOML configuration file.
+        #[arg(long, env = "TIDEMARK_CONFIG")]
+        config: Option<PathBuf>,
+        /// Address to listen on [env: TIDEMARK_LISTEN; default 127.0.0.1:8080].
+        #[arg(long)]
+        listen: Option<SocketAddr>,
+        /// Directory of the embedded stores [env: TIDEMARK_DATA_DIR; default ./data].
+        #[arg(long)]
+        data_dir: Option<PathBuf>,
+    },
+    /// Load generators that print figures.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
+}
+
+fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()?;
+    rt.block_on(async move {
+        match cli.command {
+            Command::Serve {
+                config,
+                listen,
+                data_dir,
+            } => {
+                let mut cfg = config::Config::load(config.as_deref())?;
+                if let Some(l) = listen {
+                    cfg.listen = l;
+                }
+                if let Some(d) = data_dir {
+                    cfg.data_dir = d;
+                }
+                cfg.validate()?;
+                let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+                server::run(listener, cfg, server::shutdown_signal()).await
+            }
+            Command::Bench(b) => bench::run(b).await,
+        }
+    })
+}

@@ -1,0 +1,114 @@
+//! `tidemark serve`: opens the stores, starts every background worker, serves the HTTP API, and
+//! shuts down in order (stop accepting, finish in-flight requests, stop workers, close stores).
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus::{Encoder, Registry, TextEncoder};
+use tidemark_chat::metrics::ChatMetrics;
+use tidemark_chat::{ChatService, ChatStores};
+use tidemark_core::clock::{SharedClock, SystemClock};
+use tidemark_core::http::{ApiError, ApiKeys, require_tenant};
+use tokio::net::TcpListener;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+
+#[derive(Debug, Clone)]
+struct Ops {
+    registry: Registry,
+    chat: ChatService,
+}
+
+/// Serves until `shutdown` resolves, then stops everything in order.
+pub async fn run(
+    listener: TcpListener,
+    config: Config,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> anyhow::Result<()> {
+    config.validate()?;
+    let clock: SharedClock = Arc::new(SystemClock);
+    let registry = Registry::new();
+    let chat_metrics = ChatMetrics::register(&registry)?;
+    let stores = ChatStores::open_embedded(&config.data_dir, &config.chat)?;
+    let chat = ChatService::new(stores, clock, config.chat.clone(), chat_metrics);
+
+    let cancel = CancellationToken::new();
+    let mut workers = JoinSet::new();
+    chat.spawn_workers(&mut workers, &cancel).await?;
+
+    let keys = Arc::new(ApiKeys::new(
+        config
+            .tenants
+            .iter()
+            .map(|t| (t.name.clone(), t.key.clone())),
+    ));
+    let app = router(chat.clone(), keys, Ops { registry, chat });
+    tracing::info!(listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(shutdown)
+        .await?;
+    tracing::info!("stopped accepting; stopping workers");
+    cancel.cancel();
+    while workers.join_next().await.is_some() {}
+    tracing::info!("workers stopped; stores close as their last handles drop");
+    Ok(())
+}
+
+fn router(chat: ChatService, keys: Arc<ApiKeys>, ops: Ops) -> Router {
+    let v1 = tidemark_chat::http::router(chat)
+        .layer(axum::middleware::from_fn_with_state(keys, require_tenant));
+    let ops_routes = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(ops);
+    Router::new()
+        .merge(v1)
+        .merge(ops_routes)
+        .fallback(|| async { ApiError::not_found("no such route") })
+}
+
+async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {
+    ops.chat
+        .stores()
+        .hot
+        .watermark()
+        .await
+        .map_err(|e| ApiError::unavailable(format!("chat hot store: {e}")))?;
+    Ok("ready\n")
+}
+
+async fn metrics(State(ops): State<Ops>) -> Response {
+    let mut buf = Vec::new();
+    match TextEncoder::new().encode(&ops.registry.gather(), &mut buf) {
+        Ok(()) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], buf).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+/// Resolves on SIGINT or SIGTERM.
+pub async fn shutdown_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    tokio::select! {
+        _ = ctrl_c => {}
+        _ = term => {}
+    }
+    tracing::info!("shutdown signal received");
+}

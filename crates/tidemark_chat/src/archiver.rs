@@ -1,0 +1,181 @@
+//! The archiver (DESIGN.md part A "Archiver", seed 000 decision 2).
+//!
+//! Consumes the outbox with its own position, stored through [`Outbox::store_position`] (for
+//! the embedded default in `hot.db` beside the outbox, as Kafka keeps a consumer group's
+//! offsets beside the log: the position must survive the archiver and move only with the log).
+//!
+//! Start rule: a stored position must lie in `[low, high]`; with none stored the outbox must
+//! start at 0; otherwise the archiver refuses to start (a backfill is needed).
+//!
+//! Per batch (at most `archive_batch_max` records): take `T0, H0` ([`Outbox::watermark_snapshot`]),
+//! write all records, then their index entries, and only when both are acknowledged store the
+//! new position. Any failure stores nothing and the batch is replayed. Once the stored
+//! position is ≥ H0, publish the watermark `T = T0`: every message committed before T is in the
+//! archive.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidemark_core::clock::SharedClock;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ChatError, Result};
+use crate::metrics::ChatMetrics;
+use crate::model::MessageRecord;
+use crate::ports::{Archive, HotStore, Outbox};
+
+/// The consumer name the archiver stores its position under.
+pub const ARCHIVER_CONSUMER: &str = "archiver";
+
+/// The archiver's state: its position and the stores it moves data between.
+#[derive(Debug)]
+pub struct Archiver {
+    outbox: Arc<dyn Outbox>,
+    archive: Arc<dyn Archive>,
+    hot: Arc<dyn HotStore>,
+    clock: SharedClock,
+    batch_max: usize,
+    metrics: ChatMetrics,
+    position: u64,
+}
+
+/// Applies the start rule to a stored position and the outbox's `(low, high)`.
+pub fn start_position(stored: Option<u64>, low: u64, high: u64) -> Result<u64> {
+    match stored {
+        Some(p) if (low..=high).contains(&p) => Ok(p),
+        Some(position) => Err(ChatError::PositionOutOfRange {
+            position,
+            low,
+            high,
+        }),
+        None if low == 0 => Ok(0),
+        None => Err(ChatError::BackfillNeeded { low }),
+    }
+}
+
+/// What one [`Archiver::run_once`] did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BatchOutcome {
+    /// Records archived in this batch.
+    pub archived: usize,
+    /// Whether the watermark was published (the archiver had caught up to H0).
+    pub watermark_published: bool,
+}
+
+impl Archiver {
+    /// Checks the start rule and positions the archiver.
+    pub async fn start(
+        outbox: Arc<dyn Outbox>,
+        archive: Arc<dyn Archive>,
+        hot: Arc<dyn HotStore>,
+        clock: SharedClock,
+        batch_max: usize,
+        metrics: ChatMetrics,
+    ) -> Result<Self> {
+        let stored = outbox.position(ARCHIVER_CONSUMER).await?;
+        let (low, high) = outbox.offsets().await?;
+        let position = start_position(stored, low, high)?;
+        Ok(Self {
+            outbox,
+            archive,
+            hot,
+            clock,
+            batch_max: batch_max.max(1),
+            metrics,
+            position,
+        })
+    }
+
+    /// The next outbox offset to archive.
+    pub fn position(&self) -> u64 {
+        self.position
+    }
+
+    /// Archives one batch. On error nothing was stored and the same batch is read again next time.
+    pub async fn run_once(&mut self) -> Result<BatchOutcome> {
+        let (t0, h0) = self.outbox.watermark_snapshot(&self.clock).await?;
+        let batch = self.outbox.fetch(self.position, self.batch_max).await?;
+        let mut archived = 0;
+        if let Some(&(last_offset, _)) = batch.last() {
+            let records: Vec<MessageRecord> = batch.into_iter().map(|(_, r)| r).collect();
+            // Records first, then the index: an index entry is never visible without its record.
+            self.archive.put_records(&records).await?;
+            let index: Vec<_> = records.iter().map(MessageRecord::index_entry).collect();
+            self.archive.put_index(&index).await?;
+            self.outbox
+                .store_position(ARCHIVER_CONSUMER, last_offset + 1)
+                .await?;
+            self.position = last_offset + 1;
+            archived = records.len();
+            self.metrics.archived.inc_by(archived as u64);
+        }
+        let watermark_published = self.position >= h0;
+        if watermark_published {
+            self.hot.publish_watermark(t0).await?;
+            self.metrics.watermark_ms.set(t0);
+        }
+        Ok(BatchOutcome {
+            archived,
+            watermark_published,
+        })
+    }
+
+    /// Runs until `cancel`: batches back to back while there is work, `idle` sleeps when caught
+    /// up, exponential back-off (up to 5 s) after failures.
+    pub async fn run(mut self, idle: Duration, cancel: CancellationToken) {
+        let mut backoff = Duration::from_millis(100);
+        loop {
+            let pause = match self.run_once().await {
+                Ok(outcome) => {
+                    backoff = Duration::from_millis(100);
+                    if outcome.archived > 0 {
+                        Duration::ZERO
+                    } else {
+                        idle
+                    }
+                }
+                Err(error) => {
+                    self.metrics.archive_failures.inc();
+                    tracing::warn!(%error, position = self.position, "archiver batch failed; replaying");
+                    backoff = (backoff * 2).min(Duration::from_secs(5));
+                    backoff
+                }
+            };
+            if pause.is_zero() {
+                if cancel.is_cancelled() {
+                    return;
+                }
+                continue;
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(pause) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn start_rule() {
+        assert_eq!(start_position(None, 0, 10).unwrap(), 0);
+        assert_eq!(start_position(Some(4), 0, 10).unwrap(), 4);
+        assert_eq!(start_position(Some(10), 3, 10).unwrap(), 10);
+        assert!(matches!(
+            start_position(None, 3, 10),
+            Err(ChatError::BackfillNeeded { low: 3 })
+        ));
+        assert!(matches!(
+            start_position(Some(2), 3, 10),
+            Err(ChatError::PositionOutOfRange {
+                position: 2,
+                low: 3,
+                high: 10
+            })
+        ));
+        assert!(start_position(Some(11), 3, 10).is_err());
+    }
+}

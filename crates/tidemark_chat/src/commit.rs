@@ -1,0 +1,120 @@
+//! The commit path: SEND → SEND_ACK (DESIGN.md part A, seed 000 decision 1).
+//!
+//! Staged (separate hot store and outbox, e.g. Redis + Kafka):
+//! 1. `reserve`: dedup lookup, seq allocation, record RESERVED — atomic in the hot store;
+//! 2. append the committed envelope (the full record) to the outbox and wait until durable;
+//! 3. `mark_committed`: COMMITTED, hot index, trim candidate `now + hot_window`.
+//!
+//! SEND_ACK only after step 2. A crash between the steps leaves a RESERVED record that the
+//! recovery worker ([`crate::recovery`]) finishes with [`publish_and_commit`], the same code.
+//! Fused (the embedded default): all three steps in one group-committed transaction.
+//! `sync-archive` mode additionally writes the archive (records, then index) before the ACK.
+
+use std::sync::Arc;
+
+use tidemark_core::clock::SharedClock;
+
+use crate::error::Result;
+use crate::model::{MessageRecord, Reservation, SendCommand, SendOutcome};
+use crate::ports::{Archive, CommitParams, FusedCommit, HotStore, Outbox};
+
+/// How commits reach the stores.
+#[derive(Debug, Clone)]
+pub enum CommitPath {
+    /// One transaction in a store that holds hot tier and outbox together.
+    Fused {
+        /// The store.
+        store: Arc<dyn FusedCommit>,
+        /// Whether the outbox is written (off in `hot-only` mode).
+        with_outbox: bool,
+    },
+    /// The three steps over separate stores.
+    Staged {
+        /// Hot store.
+        hot: Arc<dyn HotStore>,
+        /// Outbox.
+        outbox: Arc<dyn Outbox>,
+    },
+}
+
+/// Runs SENDs through the commit path.
+#[derive(Debug, Clone)]
+pub struct Committer {
+    path: CommitPath,
+    clock: SharedClock,
+    params: CommitParams,
+    sync_archive: Option<Arc<dyn Archive>>,
+}
+
+impl Committer {
+    /// A committer; `sync_archive` is `Some` only in `sync-archive` mode.
+    pub fn new(
+        path: CommitPath,
+        clock: SharedClock,
+        params: CommitParams,
+        sync_archive: Option<Arc<dyn Archive>>,
+    ) -> Self {
+        Self {
+            path,
+            clock,
+            params,
+            sync_archive,
+        }
+    }
+
+    /// Commits one SEND. Returns once the message is durable (or the original ACK of a retry).
+    pub async fn commit(&self, cmd: SendCommand) -> Result<SendOutcome> {
+        let outcome = match &self.path {
+            CommitPath::Fused { store, with_outbox } => {
+                store
+                    .commit_fused(cmd, &self.clock, self.params, *with_outbox)
+                    .await?
+            }
+            CommitPath::Staged { hot, outbox } => {
+                staged_commit(hot.as_ref(), outbox.as_ref(), &self.clock, self.params, cmd).await?
+            }
+        };
+        if let (Some(archive), SendOutcome::Committed(record)) = (&self.sync_archive, &outcome) {
+            let records = std::slice::from_ref(record);
+            archive.put_records(records).await?;
+            archive.put_index(&[record.index_entry()]).await?;
+        }
+        Ok(outcome)
+    }
+}
+
+/// The staged commit: reserve, then [`publish_and_commit`]. A retry that finds its record still
+/// RESERVED finishes the protocol itself (outbox duplicates are harmless) before answering.
+pub async fn staged_commit(
+    hot: &dyn HotStore,
+    outbox: &dyn Outbox,
+    clock: &SharedClock,
+    params: CommitParams,
+    cmd: SendCommand,
+) -> Result<SendOutcome> {
+    match hot.reserve(cmd, clock.now_ms(), params).await? {
+        Reservation::Committed(ack) => Ok(SendOutcome::Duplicate(ack)),
+        Reservation::Reserved { record, fresh } => {
+            publish_and_commit(hot, outbox, std::slice::from_ref(&record), clock, params).await?;
+            Ok(if fresh {
+                SendOutcome::Committed(record)
+            } else {
+                SendOutcome::Duplicate(record.ack())
+            })
+        }
+    }
+}
+
+/// Steps 2 and 3: append the envelopes to the outbox (durable), then mark them COMMITTED with a
+/// commit time read *after* the append, so the watermark rule holds.
+pub async fn publish_and_commit(
+    hot: &dyn HotStore,
+    outbox: &dyn Outbox,
+    records: &[MessageRecord],
+    clock: &SharedClock,
+    params: CommitParams,
+) -> Result<()> {
+    outbox.append(records).await?;
+    let keys: Vec<_> = records.iter().map(MessageRecord::key).collect();
+    hot.mark_committed(&keys, clock.now_ms(), params).await
+}

@@ -1,0 +1,84 @@
+//! Chat configuration (`[chat]` in the TOML file; env `TIDEMARK_CHAT__<KEY>`).
+
+use std::time::Duration;
+
+use serde::{Deserialize, Serialize};
+
+/// How history is stored (DESIGN.md part A, "Modes").
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[serde(rename_all = "kebab-case")]
+pub enum ChatMode {
+    /// Commit to the hot tier + outbox; archive asynchronously; trim behind the watermark.
+    #[default]
+    Tiered,
+    /// Development: no archive, no outbox; history stays hot forever.
+    HotOnly,
+    /// Writes the archive on the commit path before SEND_ACK; kept only to measure against.
+    SyncArchive,
+}
+
+/// Chat settings. Durations are written like `7d`, `30s`, `250ms`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ChatConfig {
+    /// Storage mode.
+    pub mode: ChatMode,
+    /// How long a committed message stays in the hot tier (default 7 days).
+    #[serde(with = "humantime_serde")]
+    pub hot_window: Duration,
+    /// A record left RESERVED this long is re-published by the recovery worker (default 30 s).
+    #[serde(with = "humantime_serde")]
+    pub outbox_recovery_window: Duration,
+    /// Extra margin in the trim condition (default 10 s).
+    #[serde(with = "humantime_serde")]
+    pub safety_margin: Duration,
+    /// How long `(sender, client_msg_id)` is deduplicated (default 24 h).
+    #[serde(with = "humantime_serde")]
+    pub dedup_window: Duration,
+    /// Most records per archiver batch (default 1,000).
+    pub archive_batch_max: usize,
+    /// Most sends sharing one commit (default 512).
+    pub commit_batch_max: usize,
+    /// Largest message body in bytes (default 64 KiB).
+    pub max_body_bytes: usize,
+    /// Trim candidates removed per store call (default 1,000).
+    pub trim_batch: usize,
+    /// How often the trimmer runs (default 1 s).
+    #[serde(with = "humantime_serde")]
+    pub trim_interval: Duration,
+    /// How long the archiver sleeps when the outbox is drained (default 50 ms).
+    #[serde(with = "humantime_serde")]
+    pub archive_idle: Duration,
+    /// Outbox records already archived are dropped after this long (default 24 h).
+    #[serde(with = "humantime_serde")]
+    pub outbox_retention: Duration,
+}
+
+impl Default for ChatConfig {
+    fn default() -> Self {
+        Self {
+            mode: ChatMode::Tiered,
+            hot_window: Duration::from_secs(7 * 24 * 3600),
+            outbox_recovery_window: Duration::from_secs(30),
+            safety_margin: Duration::from_secs(10),
+            dedup_window: Duration::from_secs(24 * 3600),
+            archive_batch_max: 1000,
+            commit_batch_max: 512,
+            max_body_bytes: 64 * 1024,
+            trim_batch: 1000,
+            trim_interval: Duration::from_secs(1),
+            archive_idle: Duration::from_millis(50),
+            outbox_retention: Duration::from_secs(24 * 3600),
+        }
+    }
+}
+
+impl ChatConfig {
+    /// The commit-path knobs in ms.
+    pub fn commit_params(&self) -> crate::ports::CommitParams {
+        crate::ports::CommitParams {
+            dedup_window_ms: self.dedup_window.as_millis() as i64,
+            hot_window_ms: self.hot_window.as_millis() as i64,
+        }
+    }
+}

@@ -1,0 +1,90 @@
+//! Errors of the chat subsystem and how each maps to HTTP.
+
+use axum::http::StatusCode;
+use tidemark_core::http::ApiError;
+use tidemark_core::sqlite::SqliteError;
+
+/// Everything that can go wrong in chat, from bad input to a corrupt archive.
+#[derive(Debug, thiserror::Error)]
+pub enum ChatError {
+    /// The request is malformed; nothing was written.
+    #[error("{0}")]
+    Invalid(String),
+    /// No such conversation for this tenant.
+    #[error("unknown conversation {0}")]
+    UnknownConversation(String),
+    /// The user is not a member of the conversation.
+    #[error("{user} is not a member of conversation {conversation_id}")]
+    NotMember {
+        /// The user.
+        user: String,
+        /// The conversation.
+        conversation_id: String,
+    },
+    /// Data a read needs is missing or corrupt (e.g. an index entry without its record); the
+    /// whole request fails rather than returning a partial answer (DESIGN principle 7).
+    #[error("corrupt history: {0}")]
+    Corrupt(String),
+    /// A store could not be reached or failed; nothing was acknowledged. Retryable.
+    #[error("store unavailable: {0}")]
+    Unavailable(String),
+    /// Archiver start rule: no stored position and the outbox no longer starts at 0.
+    #[error(
+        "archiver refuses to start: no stored position and the outbox starts at offset {low}, not 0; a backfill is needed"
+    )]
+    BackfillNeeded {
+        /// Earliest offset still in the outbox.
+        low: u64,
+    },
+    /// Archiver start rule: the stored position lies outside `[low, high]` of the outbox.
+    #[error(
+        "archiver refuses to start: stored position {position} is outside the outbox range [{low}, {high}]; a backfill is needed"
+    )]
+    PositionOutOfRange {
+        /// The stored position.
+        position: u64,
+        /// Earliest offset in the outbox.
+        low: u64,
+        /// Next offset to be written.
+        high: u64,
+    },
+}
+
+impl ChatError {
+    /// Whether a worker should simply try again later.
+    pub fn is_retryable(&self) -> bool {
+        matches!(self, ChatError::Unavailable(_))
+    }
+}
+
+impl From<SqliteError> for ChatError {
+    fn from(e: SqliteError) -> Self {
+        ChatError::Unavailable(e.to_string())
+    }
+}
+
+impl From<rusqlite::Error> for ChatError {
+    fn from(e: rusqlite::Error) -> Self {
+        ChatError::Unavailable(format!("sqlite: {e}"))
+    }
+}
+
+impl From<ChatError> for ApiError {
+    fn from(e: ChatError) -> Self {
+        let msg = e.to_string();
+        match e {
+            ChatError::Invalid(_) => ApiError::bad_request(msg),
+            ChatError::UnknownConversation(_) => ApiError::not_found(msg),
+            ChatError::NotMember { .. } => ApiError::forbidden(msg),
+            ChatError::Corrupt(_) => {
+                ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_history", msg)
+            }
+            ChatError::Unavailable(_)
+            | ChatError::BackfillNeeded { .. }
+            | ChatError::PositionOutOfRange { .. } => ApiError::unavailable(msg),
+        }
+    }
+}
+
+/// Chat results.
+pub type Result<T, E = ChatError> = std::result::Result<T, E>;

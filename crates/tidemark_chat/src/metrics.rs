@@ -1,0 +1,94 @@
+//! Chat's Prometheus metrics, registered once into the server's registry and passed in.
+
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
+
+/// Counters and gauges owned by the chat subsystem.
+#[derive(Debug, Clone)]
+pub struct ChatMetrics {
+    /// New messages committed.
+    pub sends: IntCounter,
+    /// Retries answered with the original ACK.
+    pub duplicates: IntCounter,
+    /// SEND latency inside the server (seconds).
+    pub send_seconds: Histogram,
+    /// Records written to the archive (including replays).
+    pub archived: IntCounter,
+    /// Archiver batches that failed and will be replayed.
+    pub archive_failures: IntCounter,
+    /// Age in seconds of the oldest committed message not yet archived (0 when caught up).
+    pub archive_lag_seconds: IntGauge,
+    /// Outbox records not yet archived.
+    pub outbox_backlog: IntGauge,
+    /// The published archive watermark T (Unix ms).
+    pub watermark_ms: IntGauge,
+    /// Records trimmed from the hot tier.
+    pub trimmed: IntCounter,
+    /// RESERVED records re-published by the recovery worker.
+    pub recovered: IntCounter,
+}
+
+impl ChatMetrics {
+    /// Creates the metrics and registers them in `registry`.
+    pub fn register(registry: &Registry) -> prometheus::Result<Self> {
+        let m = Self::unregistered();
+        registry.register(Box::new(m.sends.clone()))?;
+        registry.register(Box::new(m.duplicates.clone()))?;
+        registry.register(Box::new(m.send_seconds.clone()))?;
+        registry.register(Box::new(m.archived.clone()))?;
+        registry.register(Box::new(m.archive_failures.clone()))?;
+        registry.register(Box::new(m.archive_lag_seconds.clone()))?;
+        registry.register(Box::new(m.outbox_backlog.clone()))?;
+        registry.register(Box::new(m.watermark_ms.clone()))?;
+        registry.register(Box::new(m.trimmed.clone()))?;
+        registry.register(Box::new(m.recovered.clone()))?;
+        Ok(m)
+    }
+
+    /// Metrics that are not exported anywhere (tests, tools).
+    pub fn unregistered() -> Self {
+        let c = |n: &str, h: &str| IntCounter::new(n, h).expect("valid metric");
+        let g = |n: &str, h: &str| IntGauge::new(n, h).expect("valid metric");
+        Self {
+            sends: c("tidemark_chat_sends_total", "New messages committed"),
+            duplicates: c(
+                "tidemark_chat_send_duplicates_total",
+                "Retries answered with the original ACK",
+            ),
+            send_seconds: Histogram::with_opts(
+                HistogramOpts::new("tidemark_chat_send_seconds", "SEND latency in the server")
+                    .buckets(vec![
+                        0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 1.0,
+                    ]),
+            )
+            .expect("valid metric"),
+            archived: c(
+                "tidemark_chat_archived_records_total",
+                "Records written to the archive",
+            ),
+            archive_failures: c(
+                "tidemark_chat_archive_failures_total",
+                "Archiver batches replayed after a failure",
+            ),
+            archive_lag_seconds: g(
+                "tidemark_chat_archive_lag_seconds",
+                "Age of the oldest committed message not yet archived",
+            ),
+            outbox_backlog: g(
+                "tidemark_chat_outbox_backlog",
+                "Outbox records not yet archived",
+            ),
+            watermark_ms: g(
+                "tidemark_chat_archive_watermark_ms",
+                "Published archive watermark T (Unix ms)",
+            ),
+            trimmed: c(
+                "tidemark_chat_trimmed_total",
+                "Records trimmed from the hot tier",
+            ),
+            recovered: c(
+                "tidemark_chat_recovered_total",
+                "RESERVED records re-published by recovery",
+            ),
+        }
+    }
+}

@@ -1,0 +1,214 @@
+//! The three ports of chat (DESIGN.md part A, "Backends"): hot store, outbox, archive.
+//!
+//! Each is a small trait used as `Arc<dyn …>`. The rules live in shared code
+//! ([`crate::commit`], [`crate::archiver`], [`crate::trimmer`], [`crate::reads`]); a backend only
+//! stores. The embedded default implements all three on SQLite ([`crate::sqlite`]); production
+//! engines (Redis, Kafka protocol, MariaDB) implement the same traits and pass the same
+//! conformance suite.
+
+use async_trait::async_trait;
+use tidemark_core::clock::SharedClock;
+
+use crate::error::Result;
+use crate::model::{
+    ConversationMeta, HotSlice, HotUnread, IndexEntry, MessageRecord, RecordKey, Reservation,
+    SendCommand, SendOutcome,
+};
+
+/// Commit-path timing knobs passed to the stores (all in ms).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CommitParams {
+    /// How long `(sender, client_msg_id)` stays deduplicated.
+    pub dedup_window_ms: i64,
+    /// The hot window: a trim candidate's score is `commit time + hot_window_ms`.
+    pub hot_window_ms: i64,
+}
+
+/// The hot tier: conversations, seq allocation, client dedup, recent history, floors, the
+/// archive watermark.
+#[async_trait]
+pub trait HotStore: Send + Sync + std::fmt::Debug {
+    /// Creates a conversation; returns its id. Members are validated by the caller.
+    async fn create_conversation(
+        &self,
+        tenant: &str,
+        members: &[String],
+        listing_id: Option<u64>,
+        now_ms: i64,
+    ) -> Result<String>;
+
+    /// The conversation, or `None` if this tenant has no such conversation.
+    async fn conversation(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+    ) -> Result<Option<ConversationMeta>>;
+
+    /// Step 1 of the commit (seed 000 `reserve_and_record`), atomic: client dedup lookup, seq
+    /// allocation, record write in state RESERVED. The conversation exists and the sender is a
+    /// member (checked by the caller; membership never changes).
+    async fn reserve(
+        &self,
+        cmd: SendCommand,
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<Reservation>;
+
+    /// Step 3 of the commit (seed 000 `mark_published_and_committed`), atomic per record: mark
+    /// COMMITTED, add to the hot history index, register a trim candidate with score
+    /// `now_ms + hot_window_ms`. Idempotent: already committed records are left as they are.
+    async fn mark_committed(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()>;
+
+    /// Records still RESERVED whose reserve time is ≤ `reserved_before_ms` (for the recovery
+    /// worker), at most `limit`.
+    async fn stale_reserved(
+        &self,
+        reserved_before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<MessageRecord>>;
+
+    /// Committed, unexpired records with `lo ≤ seq ≤ hi` and `seq > F`, read atomically with
+    /// F and the latest seq.
+    async fn hot_slice(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        lo: u64,
+        hi: u64,
+        now_ms: i64,
+    ) -> Result<HotSlice>;
+
+    /// Unread messages above `max(read_seq, F)` not sent by `user`, read atomically with F.
+    async fn hot_unread(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        user: &str,
+        read_seq: u64,
+        now_ms: i64,
+    ) -> Result<HotUnread>;
+
+    /// Sets `user`'s read pointer (it never moves backwards).
+    async fn set_read(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        user: &str,
+        seq: u64,
+    ) -> Result<()>;
+
+    /// The user's read pointer in a conversation (0 if never set).
+    async fn read_seq(&self, tenant: &str, conversation_id: &str, user: &str) -> Result<u64>;
+
+    /// Every conversation the user is a member of, with the read pointer.
+    async fn memberships(&self, tenant: &str, user: &str) -> Result<Vec<super::model::Membership>>;
+
+    /// The published archive watermark T (Unix ms), if any.
+    async fn watermark(&self) -> Result<Option<i64>>;
+
+    /// Publishes T; it never moves backwards.
+    async fn publish_watermark(&self, t_ms: i64) -> Result<()>;
+
+    /// Deletes up to `batch` trim candidates with score ≤ `cutoff_ms` from the hot tier and
+    /// raises each conversation's floor F to the highest trimmed seq. Returns the records
+    /// trimmed (their keys).
+    async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>>;
+
+    /// Drops client-dedup entries older than the dedup window; returns how many.
+    async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize>;
+
+    /// Number of messages currently held in the hot tier.
+    async fn hot_len(&self) -> Result<u64>;
+}
+
+/// A store that holds the hot tier and the outbox together and can run all three commit steps
+/// as one transaction (the embedded default; DESIGN.md: "all of this is one transaction").
+#[async_trait]
+pub trait FusedCommit: Send + Sync + std::fmt::Debug {
+    /// Dedup lookup, seq allocation, record write, outbox append (if `with_outbox`), COMMITTED,
+    /// hot index and trim candidate, in one durable transaction. The commit time is read from
+    /// `clock` inside the transaction, so that [`Outbox::watermark_snapshot`] taken in the same
+    /// serial order stays exact.
+    async fn commit_fused(
+        &self,
+        cmd: SendCommand,
+        clock: &SharedClock,
+        params: CommitParams,
+        with_outbox: bool,
+    ) -> Result<SendOutcome>;
+}
+
+/// The outbox: a durable, replayable log of committed envelopes (canonical records).
+/// Offsets start at 0; `low` is the earliest retained offset, `high` the next one to be written.
+#[async_trait]
+pub trait Outbox: Send + Sync + std::fmt::Debug {
+    /// Appends envelopes; returns once they are durable. Duplicates are allowed.
+    async fn append(&self, records: &[MessageRecord]) -> Result<()>;
+
+    /// `(low, high)`.
+    async fn offsets(&self) -> Result<(u64, u64)>;
+
+    /// A `(T0, H0)` pair for the watermark rule: every record whose commit completed before
+    /// `T0` (Unix ms, read from `now`) has an offset below `H0`.
+    async fn watermark_snapshot(&self, clock: &SharedClock) -> Result<(i64, u64)>;
+
+    /// Up to `max` records from offset `from` on, with their offsets, ascending.
+    async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>>;
+
+    /// The consumer's stored position (next offset to read), if any.
+    async fn position(&self, consumer: &str) -> Result<Option<u64>>;
+
+    /// Stores the consumer's position.
+    async fn store_position(&self, consumer: &str, position: u64) -> Result<()>;
+
+    /// Drops records below `below` that are older than `older_than_ms` (retention); returns how
+    /// many. Never called with `below` past the archiver's stored position.
+    async fn truncate(&self, below: u64, older_than_ms: i64) -> Result<usize>;
+}
+
+/// The archive: message records and the history index, keyed
+/// `(tenant, conversation, seq_bucket, conversation_seq)`. All writes are plain idempotent
+/// inserts; re-writing the same record is harmless.
+#[async_trait]
+pub trait Archive: Send + Sync + std::fmt::Debug {
+    /// Writes message records (idempotent).
+    async fn put_records(&self, records: &[MessageRecord]) -> Result<()>;
+
+    /// Writes history-index entries (idempotent). Callers write the records first.
+    async fn put_index(&self, entries: &[IndexEntry]) -> Result<()>;
+
+    /// Unexpired index entries with `lo ≤ seq ≤ hi`, ascending.
+    async fn index_range(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        lo: u64,
+        hi: u64,
+        now_ms: i64,
+    ) -> Result<Vec<IndexEntry>>;
+
+    /// The records with these seqs that exist (any order; missing ones are simply absent).
+    async fn records(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<MessageRecord>>;
+
+    /// Lowest unexpired indexed seq of the conversation.
+    async fn earliest_seq(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        now_ms: i64,
+    ) -> Result<Option<u64>>;
+
+    /// Deletes expired ephemeral index entries, then their records, in a batch; returns how many
+    /// records were purged.
+    async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize>;
+}

@@ -1,0 +1,195 @@
+//! Tiered reads (DESIGN.md part A "Reads", seed 000 decision 4).
+//!
+//! The hot store answers atomically with its floor F: seq > F comes from the hot tier, seq ≤ F
+//! from the archive, merged by seq. In the archive, every index entry must have its record
+//! (same message id, unexpired); anything missing fails the whole request with
+//! [`ChatError::Corrupt`] rather than returning a partial page or a low unread count.
+
+use std::collections::HashMap;
+
+use crate::error::{ChatError, Result};
+use crate::model::MessageRecord;
+use crate::ports::{Archive, HotStore};
+
+/// Where a page starts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Anchor {
+    /// The newest page.
+    Latest,
+    /// Seqs strictly below this one.
+    Before(u64),
+    /// Seqs strictly above this one.
+    After(u64),
+}
+
+/// One page of history.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct HistoryPage {
+    /// Messages in ascending seq order.
+    pub messages: Vec<MessageRecord>,
+    /// Lowest seq still readable (`latest_seq + 1` when nothing is).
+    pub earliest_available_seq: u64,
+    /// Highest allocated seq.
+    pub latest_seq: u64,
+}
+
+/// The inclusive seq window `[lo, hi]` a page covers (`limit` seqs wide), or `None` if empty.
+pub fn page_window(anchor: Anchor, limit: u64, latest_seq: u64) -> Option<(u64, u64)> {
+    let (lo, hi) = match anchor {
+        Anchor::Latest => (latest_seq.saturating_sub(limit - 1).max(1), latest_seq),
+        Anchor::Before(b) => (
+            b.saturating_sub(limit).max(1),
+            b.saturating_sub(1).min(latest_seq),
+        ),
+        Anchor::After(a) => (a.saturating_add(1), a.saturating_add(limit).min(latest_seq)),
+    };
+    (lo <= hi).then_some((lo, hi))
+}
+
+/// What page to read.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct PageRequest {
+    /// Where the page starts.
+    pub anchor: Anchor,
+    /// Width of the page in seqs (1..=200 over HTTP).
+    pub limit: u64,
+    /// The conversation's latest seq as last seen (bounds `Latest` and `After` pages).
+    pub latest_seq: u64,
+}
+
+/// PULL_HISTORY over both tiers. `archive` is `None` in `hot-only` mode.
+pub async fn pull_history(
+    hot: &dyn HotStore,
+    archive: Option<&dyn Archive>,
+    tenant: &str,
+    conversation_id: &str,
+    page: PageRequest,
+    now_ms: i64,
+) -> Result<HistoryPage> {
+    let (lo, hi) = page_window(page.anchor, page.limit, page.latest_seq).unwrap_or((1, 0));
+    let slice = hot
+        .hot_slice(tenant, conversation_id, lo, hi, now_ms)
+        .await?;
+    let mut messages = Vec::new();
+    let mut earliest = slice.earliest_seq;
+    if slice.floor > 0 {
+        let archive = archive.ok_or_else(|| {
+            ChatError::Corrupt(format!(
+                "{conversation_id}: floor {} but no archive",
+                slice.floor
+            ))
+        })?;
+        if lo <= slice.floor && lo <= hi {
+            messages = archive_range(
+                archive,
+                tenant,
+                conversation_id,
+                lo,
+                hi.min(slice.floor),
+                now_ms,
+            )
+            .await?;
+        }
+        if let Some(e) = archive
+            .earliest_seq(tenant, conversation_id, now_ms)
+            .await?
+        {
+            earliest = Some(e);
+        }
+    }
+    messages.extend(slice.records);
+    Ok(HistoryPage {
+        messages,
+        earliest_available_seq: earliest.unwrap_or(slice.latest_seq + 1),
+        latest_seq: slice.latest_seq,
+    })
+}
+
+/// Unread count for `user`: messages in `(read_seq, latest]` not sent by `user`, over both tiers.
+pub async fn unread_count(
+    hot: &dyn HotStore,
+    archive: Option<&dyn Archive>,
+    tenant: &str,
+    conversation_id: &str,
+    user: &str,
+    read_seq: u64,
+    now_ms: i64,
+) -> Result<u64> {
+    let h = hot
+        .hot_unread(tenant, conversation_id, user, read_seq, now_ms)
+        .await?;
+    let mut unread = h.unread_above_floor;
+    if read_seq < h.floor {
+        let archive = archive.ok_or_else(|| {
+            ChatError::Corrupt(format!(
+                "{conversation_id}: floor {} but no archive",
+                h.floor
+            ))
+        })?;
+        const CHUNK: u64 = 1000;
+        let mut lo = read_seq + 1;
+        while lo <= h.floor {
+            let hi = (lo + CHUNK - 1).min(h.floor);
+            let records = archive_range(archive, tenant, conversation_id, lo, hi, now_ms).await?;
+            unread += records.iter().filter(|r| r.sender != user).count() as u64;
+            lo = hi + 1;
+        }
+    }
+    Ok(unread)
+}
+
+/// Archive records in `[lo, hi]`, ascending, checked: each index entry must have its record.
+pub async fn archive_range(
+    archive: &dyn Archive,
+    tenant: &str,
+    conversation_id: &str,
+    lo: u64,
+    hi: u64,
+    now_ms: i64,
+) -> Result<Vec<MessageRecord>> {
+    let index = archive
+        .index_range(tenant, conversation_id, lo, hi, now_ms)
+        .await?;
+    if index.is_empty() {
+        return Ok(Vec::new());
+    }
+    let seqs: Vec<u64> = index.iter().map(|e| e.conversation_seq).collect();
+    let mut by_seq: HashMap<u64, MessageRecord> = archive
+        .records(tenant, conversation_id, &seqs)
+        .await?
+        .into_iter()
+        .map(|r| (r.conversation_seq, r))
+        .collect();
+    index
+        .iter()
+        .map(|e| {
+            let seq = e.conversation_seq;
+            match by_seq.remove(&seq) {
+                Some(r) if r.message_id == e.message_id && !r.is_expired(now_ms) => Ok(r),
+                Some(_) => Err(ChatError::Corrupt(format!(
+                    "conversation {conversation_id} seq {seq}: archive record does not match its index entry"
+                ))),
+                None => Err(ChatError::Corrupt(format!(
+                    "conversation {conversation_id} seq {seq}: index entry without its record"
+                ))),
+            }
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn windows() {
+        assert_eq!(page_window(Anchor::Latest, 50, 1000), Some((951, 1000)));
+        assert_eq!(page_window(Anchor::Latest, 50, 10), Some((1, 10)));
+        assert_eq!(page_window(Anchor::Latest, 50, 0), None);
+        assert_eq!(page_window(Anchor::Before(51), 50, 1000), Some((1, 50)));
+        assert_eq!(page_window(Anchor::Before(30), 50, 1000), Some((1, 29)));
+        assert_eq!(page_window(Anchor::Before(1), 50, 1000), None);
+        assert_eq!(page_window(Anchor::After(990), 50, 1000), Some((991, 1000)));
+        assert_eq!(page_window(Anchor::After(1000), 50, 1000), None);
+    }
+}

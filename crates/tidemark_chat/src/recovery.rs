@@ -1,0 +1,85 @@
+//! The recovery worker (DESIGN.md part A "Commit path"): records left RESERVED longer than
+//! `outbox_recovery_window` (a crash between reserve and outbox append) are appended to the
+//! outbox and marked committed with the same code as the commit path
+//! ([`crate::commit::publish_and_commit`]). Outbox duplicates this may cause are harmless.
+//! With the fused embedded store no record is ever left RESERVED, so it finds nothing.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidemark_core::clock::SharedClock;
+use tokio_util::sync::CancellationToken;
+
+use crate::commit::publish_and_commit;
+use crate::error::Result;
+use crate::metrics::ChatMetrics;
+use crate::ports::{CommitParams, HotStore, Outbox};
+
+/// Re-publishes stale RESERVED records.
+#[derive(Debug)]
+pub struct Recovery {
+    hot: Arc<dyn HotStore>,
+    outbox: Arc<dyn Outbox>,
+    clock: SharedClock,
+    params: CommitParams,
+    window: Duration,
+    metrics: ChatMetrics,
+}
+
+impl Recovery {
+    /// A recovery worker for records RESERVED longer than `window`.
+    pub fn new(
+        hot: Arc<dyn HotStore>,
+        outbox: Arc<dyn Outbox>,
+        clock: SharedClock,
+        params: CommitParams,
+        window: Duration,
+        metrics: ChatMetrics,
+    ) -> Self {
+        Self {
+            hot,
+            outbox,
+            clock,
+            params,
+            window,
+            metrics,
+        }
+    }
+
+    /// One pass; returns how many records were recovered.
+    pub async fn run_once(&self) -> Result<usize> {
+        let mut total = 0;
+        loop {
+            let before = self.clock.now_ms() - self.window.as_millis() as i64;
+            let stale = self.hot.stale_reserved(before, 500).await?;
+            if stale.is_empty() {
+                return Ok(total);
+            }
+            publish_and_commit(
+                self.hot.as_ref(),
+                self.outbox.as_ref(),
+                &stale,
+                &self.clock,
+                self.params,
+            )
+            .await?;
+            total += stale.len();
+            self.metrics.recovered.inc_by(stale.len() as u64);
+            tracing::info!(count = stale.len(), "recovered RESERVED records");
+        }
+    }
+
+    /// Runs a pass every quarter of the recovery window (at least every second) until `cancel`.
+    pub async fn run(self, cancel: CancellationToken) {
+        let every = (self.window / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        loop {
+            if let Err(error) = self.run_once().await {
+                tracing::warn!(%error, "recovery pass failed; will retry");
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+}

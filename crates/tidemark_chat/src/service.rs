@@ -1,0 +1,382 @@
+//! The chat service: validates requests, checks membership, and calls the commit path and the
+//! tiered reads. It also wires the embedded backends and owns the background workers.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tidemark_core::clock::SharedClock;
+use tokio::task::JoinSet;
+use tokio_util::sync::CancellationToken;
+
+use crate::archiver::Archiver;
+use crate::commit::{CommitPath, Committer};
+use crate::config::{ChatConfig, ChatMode};
+use crate::error::{ChatError, Result};
+use crate::metrics::ChatMetrics;
+use crate::model::{ConversationMeta, MessageClass, SendCommand, SendOutcome};
+use crate::ports::{Archive, HotStore, Outbox};
+use crate::reads::{self, Anchor, HistoryPage, PageRequest};
+use crate::recovery::Recovery;
+use crate::sqlite::{SqliteArchive, SqliteHot};
+use crate::trimmer::Trimmer;
+
+/// Longest user id, conversation member name or client_msg_id, in bytes.
+pub const MAX_ID_BYTES: usize = 128;
+/// Most members in one conversation.
+pub const MAX_MEMBERS: usize = 100;
+/// Largest page (`limit`) of a history read.
+pub const MAX_PAGE: u64 = 200;
+
+/// The stores chat runs on.
+#[derive(Debug, Clone)]
+pub struct ChatStores {
+    /// Hot store.
+    pub hot: Arc<dyn HotStore>,
+    /// Outbox (`None` in `hot-only` mode).
+    pub outbox: Option<Arc<dyn Outbox>>,
+    /// Archive (`None` in `hot-only` mode).
+    pub archive: Option<Arc<dyn Archive>>,
+    /// How commits reach them.
+    pub commit_path: CommitPath,
+}
+
+impl ChatStores {
+    /// The embedded default: `<dir>/chat/hot.db` (hot store + outbox) and
+    /// `<dir>/chat/archive.db`.
+    pub fn open_embedded(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
+        let dir = dir.join("chat");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| ChatError::Unavailable(format!("creating {}: {e}", dir.display())))?;
+        let hot = Arc::new(SqliteHot::open(&dir.join("hot.db"), cfg.commit_batch_max)?);
+        let tiered = cfg.mode != ChatMode::HotOnly;
+        let archive: Option<Arc<dyn Archive>> = if tiered {
+            Some(Arc::new(SqliteArchive::open(&dir.join("archive.db"))?))
+        } else {
+            None
+        };
+        Ok(Self {
+            commit_path: CommitPath::Fused {
+                store: Arc::clone(&hot) as _,
+                with_outbox: tiered,
+            },
+            outbox: tiered.then(|| Arc::clone(&hot) as Arc<dyn Outbox>),
+            hot,
+            archive,
+        })
+    }
+}
+
+/// A new conversation as asked for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NewConversation {
+    /// Members (2..=100 distinct non-empty ids).
+    pub members: Vec<String>,
+    /// The listing it is about.
+    pub listing_id: Option<u64>,
+}
+
+/// A user's view of one conversation.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationSummary {
+    /// Conversation id.
+    pub conversation_id: String,
+    /// Highest seq.
+    pub latest_seq: u64,
+    /// Messages after the user's read pointer not sent by the user.
+    pub unread: u64,
+}
+
+/// The chat subsystem's API, independent of HTTP.
+#[derive(Debug, Clone)]
+pub struct ChatService {
+    stores: ChatStores,
+    committer: Committer,
+    clock: SharedClock,
+    cfg: ChatConfig,
+    metrics: ChatMetrics,
+}
+
+fn check_id(what: &str, v: &str) -> Result<()> {
+    if v.trim().is_empty() {
+        return Err(ChatError::Invalid(format!("{what} must not be empty")));
+    }
+    if v.len() > MAX_ID_BYTES {
+        return Err(ChatError::Invalid(format!(
+            "{what} is {} bytes; the limit is {MAX_ID_BYTES}",
+            v.len()
+        )));
+    }
+    Ok(())
+}
+
+impl ChatService {
+    /// A service over `stores`.
+    pub fn new(
+        stores: ChatStores,
+        clock: SharedClock,
+        cfg: ChatConfig,
+        metrics: ChatMetrics,
+    ) -> Self {
+        let sync_archive = (cfg.mode == ChatMode::SyncArchive)
+            .then(|| stores.archive.clone())
+            .flatten();
+        let committer = Committer::new(
+            stores.commit_path.clone(),
+            Arc::clone(&clock),
+            cfg.commit_params(),
+            sync_archive,
+        );
+        Self {
+            stores,
+            committer,
+            clock,
+            cfg,
+            metrics,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &ChatConfig {
+        &self.cfg
+    }
+
+    /// The stores.
+    pub fn stores(&self) -> &ChatStores {
+        &self.stores
+    }
+
+    /// Creates a conversation. Errors: [`ChatError::Invalid`] for bad members.
+    pub async fn create_conversation(&self, tenant: &str, new: NewConversation) -> Result<String> {
+        if new.members.len() < 2 || new.members.len() > MAX_MEMBERS {
+            return Err(ChatError::Invalid(format!(
+                "members must list 2 to {MAX_MEMBERS} users, got {}",
+                new.members.len()
+            )));
+        }
+        let mut seen = std::collections::HashSet::new();
+        for m in &new.members {
+            check_id("member", m)?;
+            if !seen.insert(m.as_str()) {
+                return Err(ChatError::Invalid(format!("member {m} is listed twice")));
+            }
+        }
+        self.stores
+            .hot
+            .create_conversation(tenant, &new.members, new.listing_id, self.clock.now_ms())
+            .await
+    }
+
+    /// The conversation, or [`ChatError::UnknownConversation`].
+    pub async fn conversation(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+    ) -> Result<ConversationMeta> {
+        self.stores
+            .hot
+            .conversation(tenant, conversation_id)
+            .await?
+            .ok_or_else(|| ChatError::UnknownConversation(conversation_id.to_owned()))
+    }
+
+    async fn member_conversation(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        user: &str,
+    ) -> Result<ConversationMeta> {
+        let conv = self.conversation(tenant, conversation_id).await?;
+        if !conv.members.iter().any(|m| m == user) {
+            return Err(ChatError::NotMember {
+                user: user.to_owned(),
+                conversation_id: conversation_id.to_owned(),
+            });
+        }
+        Ok(conv)
+    }
+
+    /// SEND. Errors: invalid fields, unknown conversation, sender not a member, store down.
+    pub async fn send(&self, cmd: SendCommand) -> Result<SendOutcome> {
+        check_id("sender", &cmd.sender)?;
+        check_id("client_msg_id", &cmd.client_msg_id)?;
+        if cmd.body.is_empty() {
+            return Err(ChatError::Invalid("body must not be empty".into()));
+        }
+        if cmd.body.len() > self.cfg.max_body_bytes {
+            return Err(ChatError::Invalid(format!(
+                "body is {} bytes; the limit is {} bytes",
+                cmd.body.len(),
+                self.cfg.max_body_bytes
+            )));
+        }
+        self.member_conversation(&cmd.tenant, &cmd.conversation_id, &cmd.sender)
+            .await?;
+        let timer = self.metrics.send_seconds.start_timer();
+        let outcome = self.committer.commit(cmd).await?;
+        timer.observe_duration();
+        match &outcome {
+            SendOutcome::Committed(_) => self.metrics.sends.inc(),
+            SendOutcome::Duplicate(_) => self.metrics.duplicates.inc(),
+        }
+        Ok(outcome)
+    }
+
+    /// PULL_HISTORY. `limit` must be 1..=200.
+    pub async fn history(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        anchor: Anchor,
+        limit: u64,
+    ) -> Result<HistoryPage> {
+        if !(1..=MAX_PAGE).contains(&limit) {
+            return Err(ChatError::Invalid(format!(
+                "limit must be 1..={MAX_PAGE}, got {limit}"
+            )));
+        }
+        let conv = self.conversation(tenant, conversation_id).await?;
+        let page = PageRequest {
+            anchor,
+            limit,
+            latest_seq: conv.latest_seq,
+        };
+        reads::pull_history(
+            self.stores.hot.as_ref(),
+            self.stores.archive.as_deref(),
+            tenant,
+            conversation_id,
+            page,
+            self.clock.now_ms(),
+        )
+        .await
+    }
+
+    /// Moves `user`'s read pointer to `seq` (never backwards). `seq` must be ≤ latest.
+    pub async fn mark_read(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        user: &str,
+        seq: u64,
+    ) -> Result<()> {
+        check_id("user", user)?;
+        let conv = self
+            .member_conversation(tenant, conversation_id, user)
+            .await?;
+        if seq > conv.latest_seq {
+            return Err(ChatError::Invalid(format!(
+                "seq {seq} is beyond the latest seq {}",
+                conv.latest_seq
+            )));
+        }
+        self.stores
+            .hot
+            .set_read(tenant, conversation_id, user, seq)
+            .await
+    }
+
+    /// Unread count of `user` in one conversation, across both tiers.
+    pub async fn unread(&self, tenant: &str, conversation_id: &str, user: &str) -> Result<u64> {
+        let read_seq = self
+            .stores
+            .hot
+            .read_seq(tenant, conversation_id, user)
+            .await?;
+        reads::unread_count(
+            self.stores.hot.as_ref(),
+            self.stores.archive.as_deref(),
+            tenant,
+            conversation_id,
+            user,
+            read_seq,
+            self.clock.now_ms(),
+        )
+        .await
+    }
+
+    /// The user's conversations with latest seq and unread count (fails whole if any count
+    /// cannot be computed).
+    pub async fn user_conversations(
+        &self,
+        tenant: &str,
+        user: &str,
+    ) -> Result<Vec<ConversationSummary>> {
+        check_id("user", user)?;
+        let now = self.clock.now_ms();
+        let mut out = Vec::new();
+        for m in self.stores.hot.memberships(tenant, user).await? {
+            let unread = reads::unread_count(
+                self.stores.hot.as_ref(),
+                self.stores.archive.as_deref(),
+                tenant,
+                &m.conversation_id,
+                user,
+                m.read_seq,
+                now,
+            )
+            .await?;
+            let latest_seq = self
+                .conversation(tenant, &m.conversation_id)
+                .await?
+                .latest_seq;
+            out.push(ConversationSummary {
+                conversation_id: m.conversation_id,
+                latest_seq,
+                unread,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Starts the background workers of the configured mode (archiver, trimmer, recovery) into
+    /// `tasks`; they stop when `cancel` fires. Errors if the archiver's start rule fails.
+    pub async fn spawn_workers(
+        &self,
+        tasks: &mut JoinSet<()>,
+        cancel: &CancellationToken,
+    ) -> Result<()> {
+        let s = &self.stores;
+        if let (Some(outbox), Some(archive)) = (&s.outbox, &s.archive) {
+            let archiver = Archiver::start(
+                Arc::clone(outbox),
+                Arc::clone(archive),
+                Arc::clone(&s.hot),
+                Arc::clone(&self.clock),
+                self.cfg.archive_batch_max,
+                self.metrics.clone(),
+            )
+            .await?;
+            tasks.spawn(archiver.run(self.cfg.archive_idle, cancel.clone()));
+            let recovery = Recovery::new(
+                Arc::clone(&s.hot),
+                Arc::clone(outbox),
+                Arc::clone(&self.clock),
+                self.cfg.commit_params(),
+                self.cfg.outbox_recovery_window,
+                self.metrics.clone(),
+            );
+            tasks.spawn(recovery.run(cancel.clone()));
+        }
+        let trimmer = Trimmer::new(
+            Arc::clone(&s.hot),
+            s.outbox.clone(),
+            s.archive.clone(),
+            Arc::clone(&self.clock),
+            self.cfg.clone(),
+            self.metrics.clone(),
+        );
+        tasks.spawn(trimmer.run(cancel.clone()));
+        Ok(())
+    }
+}
+
+/// Parses a message class from its API name.
+pub fn parse_class(s: Option<&str>) -> Result<MessageClass> {
+    match s {
+        None | Some("standard") => Ok(MessageClass::Standard),
+        Some("ephemeral24h") => Ok(MessageClass::Ephemeral24h),
+        Some(other) => Err(ChatError::Invalid(format!(
+            "class must be \"standard\" or \"ephemeral24h\", got {other:?}"
+        ))),
+    }
+}

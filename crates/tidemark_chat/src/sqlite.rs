@@ -1,0 +1,38 @@
+//! The embedded default backends of chat, on SQLite (DESIGN.md "Backends").
+//!
+//! - [`SqliteHot`] (`hot.db`): hot store *and* outbox in one file, so a SEND is one
+//!   transaction ([`crate::ports::FusedCommit`]) and concurrent sends share one fsync through the
+//!   group-committing writer of `tidemark_core::sqlite`.
+//! - [`SqliteArchive`] (`archive.db`): message records and history index.
+//!
+//! Both only store; every rule (commit order, watermark, trim condition, tiered reads) lives in
+//! the shared modules.
+
+mod archive;
+mod hot;
+
+pub use archive::SqliteArchive;
+pub use hot::SqliteHot;
+
+use rusqlite::Row;
+
+use crate::model::{MessageClass, MessageRecord};
+
+/// Columns of a message record, in the order [`record_from_row`] reads them.
+const RECORD_COLUMNS: &str = "tenant, conversation_id, conversation_seq, message_id, sender, \
+     client_msg_id, body, class, committed_at, expires_at";
+
+fn record_from_row(row: &Row<'_>) -> rusqlite::Result<MessageRecord> {
+    Ok(MessageRecord {
+        tenant: row.get(0)?,
+        conversation_id: row.get(1)?,
+        conversation_seq: row.get::<_, i64>(2)? as u64,
+        message_id: row.get(3)?,
+        sender: row.get(4)?,
+        client_msg_id: row.get(5)?,
+        body: row.get(6)?,
+        class: MessageClass::from_code(row.get(7)?),
+        committed_at_ms: row.get(8)?,
+        expires_at_ms: row.get(9)?,
+    })
+}

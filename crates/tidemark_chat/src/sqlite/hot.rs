@@ -1,0 +1,734 @@
+//! Hot store + outbox on one SQLite file (`hot.db`).
+//!
+//! Tables: `conversation` (members, latest_seq, floor F), `member` (read pointers),
+//! `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed rows are the hot
+//! history index; `trim_score` set on commit), `dedup` (client dedup, own expiry, outlives
+//! trimming), `outbox` (offset = rowid − 1, AUTOINCREMENT so offsets are never reused),
+//! `meta` (consumer positions, the archive watermark).
+
+use std::path::Path;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+use tidemark_core::clock::SharedClock;
+use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw};
+
+use super::{RECORD_COLUMNS, record_from_row};
+use crate::error::{ChatError, Result};
+use crate::model::{
+    ConversationMeta, HotSlice, HotUnread, Membership, MessageRecord, RecordKey, Reservation,
+    SendAck, SendCommand, SendOutcome,
+};
+use crate::ports::{CommitParams, FusedCommit, HotStore, Outbox};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS conversation (
+    tenant TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    members TEXT NOT NULL,
+    listing_id INTEGER,
+    latest_seq INTEGER NOT NULL DEFAULT 0,
+    floor INTEGER NOT NULL DEFAULT 0,
+    created_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, conversation_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS member (
+    tenant TEXT NOT NULL,
+    user TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    read_seq INTEGER NOT NULL DEFAULT 0,
+    PRIMARY KEY (tenant, user, conversation_id)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS message (
+    tenant TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    conversation_seq INTEGER NOT NULL,
+    message_id TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    client_msg_id TEXT NOT NULL,
+    body TEXT NOT NULL,
+    class INTEGER NOT NULL,
+    committed_at INTEGER NOT NULL,
+    expires_at INTEGER,
+    state INTEGER NOT NULL,
+    trim_score INTEGER,
+    UNIQUE (tenant, conversation_id, conversation_seq)
+);
+CREATE INDEX IF NOT EXISTS message_trim ON message (trim_score) WHERE trim_score IS NOT NULL;
+CREATE INDEX IF NOT EXISTS message_reserved ON message (committed_at) WHERE state = 0;
+CREATE TABLE IF NOT EXISTS dedup (
+    tenant TEXT NOT NULL,
+    conversation_id TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    client_msg_id TEXT NOT NULL,
+    conversation_seq INTEGER NOT NULL,
+    message_id TEXT NOT NULL,
+    committed_at INTEGER NOT NULL,
+    expires_at INTEGER NOT NULL,
+    PRIMARY KEY (tenant, conversation_id, sender, client_msg_id)
+) WITHOUT ROWID;
+CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
+CREATE TABLE IF NOT EXISTS outbox (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    appended_at INTEGER NOT NULL,
+    envelope BLOB NOT NULL
+);
+CREATE TABLE IF NOT EXISTS meta (
+    key TEXT PRIMARY KEY,
+    value INTEGER NOT NULL
+) WITHOUT ROWID;
+";
+
+const STATE_RESERVED: i64 = 0;
+const STATE_COMMITTED: i64 = 1;
+const WATERMARK_KEY: &str = "archive_watermark";
+
+/// Hot store and outbox of the embedded default (see the module docs).
+#[derive(Debug)]
+pub struct SqliteHot {
+    writer: GroupWriter,
+    reads: ReadPool,
+}
+
+impl SqliteHot {
+    /// Opens (creating if needed) `path`; `max_batch` bounds how many sends share one commit.
+    pub fn open(path: &Path, max_batch: usize) -> Result<Self> {
+        let conn = open_rw(path)?;
+        conn.execute_batch(SCHEMA)?;
+        let writer = GroupWriter::start("chat-hot", conn, max_batch);
+        let reads = ReadPool::open(path, 8)?;
+        Ok(Self { writer, reads })
+    }
+
+    /// Stops the writer after the queued commits (used at shutdown).
+    pub fn close(&mut self) {
+        self.writer.shutdown();
+    }
+}
+
+fn dedup_lookup(conn: &Connection, cmd: &SendCommand, now_ms: i64) -> Result<Option<SendAck>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT conversation_seq, message_id, committed_at FROM dedup
+         WHERE tenant = ?1 AND conversation_id = ?2 AND sender = ?3 AND client_msg_id = ?4
+           AND expires_at > ?5",
+    )?;
+    Ok(stmt
+        .query_row(
+            params![
+                cmd.tenant,
+                cmd.conversation_id,
+                cmd.sender,
+                cmd.client_msg_id,
+                now_ms
+            ],
+            |r| {
+                Ok(SendAck {
+                    conversation_seq: r.get::<_, i64>(0)? as u64,
+                    message_id: r.get(1)?,
+                    committed_at_ms: r.get(2)?,
+                })
+            },
+        )
+        .optional()?)
+}
+
+/// Allocates the next seq: `latest_seq + 1`, stored in the conversation row, which is never
+/// deleted, so a seq is never reused, also after the whole conversation was trimmed.
+fn allocate_seq(conn: &Connection, tenant: &str, conversation_id: &str) -> Result<u64> {
+    let mut stmt = conn.prepare_cached(
+        "UPDATE conversation SET latest_seq = latest_seq + 1
+         WHERE tenant = ?1 AND conversation_id = ?2 RETURNING latest_seq",
+    )?;
+    stmt.query_row(params![tenant, conversation_id], |r| r.get::<_, i64>(0))
+        .optional()?
+        .map(|s| s as u64)
+        .ok_or_else(|| ChatError::UnknownConversation(conversation_id.to_owned()))
+}
+
+fn insert_message(
+    conn: &Connection,
+    r: &MessageRecord,
+    state: i64,
+    trim_score: Option<i64>,
+) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT INTO message (tenant, conversation_id, conversation_seq, message_id, sender,
+             client_msg_id, body, class, committed_at, expires_at, state, trim_score)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11, ?12)",
+    )?;
+    stmt.execute(params![
+        r.tenant,
+        r.conversation_id,
+        r.conversation_seq as i64,
+        r.message_id,
+        r.sender,
+        r.client_msg_id,
+        r.body,
+        r.class.code(),
+        r.committed_at_ms,
+        r.expires_at_ms,
+        state,
+        trim_score
+    ])?;
+    Ok(())
+}
+
+fn insert_dedup(conn: &Connection, r: &MessageRecord, expires_at_ms: i64) -> Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT OR REPLACE INTO dedup (tenant, conversation_id, sender, client_msg_id,
+             conversation_seq, message_id, committed_at, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
+    )?;
+    stmt.execute(params![
+        r.tenant,
+        r.conversation_id,
+        r.sender,
+        r.client_msg_id,
+        r.conversation_seq as i64,
+        r.message_id,
+        r.committed_at_ms,
+        expires_at_ms
+    ])?;
+    Ok(())
+}
+
+fn append_outbox(conn: &Connection, records: &[MessageRecord], now_ms: i64) -> Result<()> {
+    let mut stmt =
+        conn.prepare_cached("INSERT INTO outbox (appended_at, envelope) VALUES (?1, ?2)")?;
+    for r in records {
+        let envelope = serde_json::to_vec(r)
+            .map_err(|e| ChatError::Unavailable(format!("encoding envelope: {e}")))?;
+        stmt.execute(params![now_ms, envelope])?;
+    }
+    Ok(())
+}
+
+fn outbox_offsets(conn: &Connection) -> Result<(u64, u64)> {
+    let high: i64 = conn
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0);
+    let low: Option<i64> = conn.query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))?;
+    let low = low.map_or(high, |l| l - 1);
+    Ok((low as u64, high as u64))
+}
+
+fn meta_get(conn: &Connection, key: &str) -> Result<Option<i64>> {
+    Ok(conn
+        .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
+        .optional()?)
+}
+
+#[async_trait]
+impl FusedCommit for SqliteHot {
+    async fn commit_fused(
+        &self,
+        cmd: SendCommand,
+        clock: &SharedClock,
+        params: CommitParams,
+        with_outbox: bool,
+    ) -> Result<SendOutcome> {
+        let clock = std::sync::Arc::clone(clock);
+        self.writer
+            .write(move |conn| {
+                let now = clock.now_ms();
+                if let Some(ack) = dedup_lookup(conn, &cmd, now)? {
+                    return Ok(SendOutcome::Duplicate(ack));
+                }
+                let seq = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
+                let record = cmd.into_record(seq, now);
+                insert_message(
+                    conn,
+                    &record,
+                    STATE_COMMITTED,
+                    Some(now + params.hot_window_ms),
+                )?;
+                insert_dedup(conn, &record, now + params.dedup_window_ms)?;
+                if with_outbox {
+                    append_outbox(conn, std::slice::from_ref(&record), now)?;
+                }
+                Ok(SendOutcome::Committed(record))
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl HotStore for SqliteHot {
+    async fn create_conversation(
+        &self,
+        tenant: &str,
+        members: &[String],
+        listing_id: Option<u64>,
+        now_ms: i64,
+    ) -> Result<String> {
+        let id = uuid::Uuid::now_v7().to_string();
+        let (tenant, members) = (tenant.to_owned(), members.to_vec());
+        let members_json = serde_json::to_string(&members)
+            .map_err(|e| ChatError::Invalid(format!("members: {e}")))?;
+        let cid = id.clone();
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO conversation (tenant, conversation_id, members, listing_id, created_at)
+                     VALUES (?1, ?2, ?3, ?4, ?5)",
+                    params![tenant, cid, members_json, listing_id.map(|l| l as i64), now_ms],
+                )?;
+                let mut stmt = conn.prepare_cached(
+                    "INSERT OR IGNORE INTO member (tenant, user, conversation_id) VALUES (?1, ?2, ?3)",
+                )?;
+                for m in &members {
+                    stmt.execute(params![tenant, m, cid])?;
+                }
+                Ok::<_, ChatError>(())
+            })
+            .await?;
+        Ok(id)
+    }
+
+    async fn conversation(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+    ) -> Result<Option<ConversationMeta>> {
+        let (tenant, cid) = (tenant.to_owned(), conversation_id.to_owned());
+        self.reads
+            .read(move |conn| {
+                let row = conn
+                    .prepare_cached(
+                        "SELECT members, listing_id, latest_seq, floor FROM conversation
+                         WHERE tenant = ?1 AND conversation_id = ?2",
+                    )?
+                    .query_row(params![tenant, cid], |r| {
+                        Ok((
+                            r.get::<_, String>(0)?,
+                            r.get::<_, Option<i64>>(1)?,
+                            r.get::<_, i64>(2)?,
+                            r.get::<_, i64>(3)?,
+                        ))
+                    })
+                    .optional()?;
+                let Some((members, listing_id, latest, floor)) = row else {
+                    return Ok(None);
+                };
+                let members: Vec<String> = serde_json::from_str(&members)
+                    .map_err(|e| ChatError::Corrupt(format!("members of {cid}: {e}")))?;
+                Ok(Some(ConversationMeta {
+                    conversation_id: cid,
+                    members,
+                    listing_id: listing_id.map(|l| l as u64),
+                    latest_seq: latest as u64,
+                    floor: floor as u64,
+                }))
+            })
+            .await
+    }
+
+    async fn reserve(
+        &self,
+        cmd: SendCommand,
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<Reservation> {
+        self.writer
+            .write(move |conn| {
+                if let Some(ack) = dedup_lookup(conn, &cmd, now_ms)? {
+                    let pending = conn
+                        .prepare_cached(&format!(
+                            "SELECT {RECORD_COLUMNS} FROM message WHERE tenant = ?1
+                             AND conversation_id = ?2 AND conversation_seq = ?3 AND state = ?4"
+                        ))?
+                        .query_row(
+                            params![
+                                cmd.tenant,
+                                cmd.conversation_id,
+                                ack.conversation_seq as i64,
+                                STATE_RESERVED
+                            ],
+                            record_from_row,
+                        )
+                        .optional()?;
+                    return Ok(match pending {
+                        Some(record) => Reservation::Reserved {
+                            record,
+                            fresh: false,
+                        },
+                        None => Reservation::Committed(ack),
+                    });
+                }
+                let seq = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
+                let record = cmd.into_record(seq, now_ms);
+                insert_message(conn, &record, STATE_RESERVED, None)?;
+                insert_dedup(conn, &record, now_ms + params.dedup_window_ms)?;
+                Ok(Reservation::Reserved {
+                    record,
+                    fresh: true,
+                })
+            })
+            .await
+    }
+
+    async fn mark_committed(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()> {
+        let keys = keys.to_vec();
+        self.writer
+            .write(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "UPDATE message SET state = ?1, trim_score = ?2
+                     WHERE tenant = ?3 AND conversation_id = ?4 AND conversation_seq = ?5
+                       AND state = ?6",
+                )?;
+                for k in &keys {
+                    stmt.execute(params![
+                        STATE_COMMITTED,
+                        now_ms + params.hot_window_ms,
+                        k.tenant,
+                        k.conversation_id,
+                        k.conversation_seq as i64,
+                        STATE_RESERVED
+                    ])?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
+    async fn stale_reserved(
+        &self,
+        reserved_before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<MessageRecord>> {
+        self.reads
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM message
+                     WHERE state = {STATE_RESERVED} AND committed_at <= ?1
+                     ORDER BY committed_at LIMIT ?2"
+                ))?;
+                let rows =
+                    stmt.query_map(params![reserved_before_ms, limit as i64], record_from_row)?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+
+    async fn hot_slice(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        lo: u64,
+        hi: u64,
+        now_ms: i64,
+    ) -> Result<HotSlice> {
+        let (tenant, cid) = (tenant.to_owned(), conversation_id.to_owned());
+        self.reads
+            .read(move |conn| {
+                let tx = conn.unchecked_transaction()?;
+                let (floor, latest) = floor_and_latest(&tx, &tenant, &cid)?;
+                let lo = lo.max(floor + 1);
+                let mut stmt = tx.prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM message
+                     WHERE tenant = ?1 AND conversation_id = ?2
+                       AND conversation_seq BETWEEN ?3 AND ?4 AND state = {STATE_COMMITTED}
+                       AND (expires_at IS NULL OR expires_at > ?5)
+                     ORDER BY conversation_seq"
+                ))?;
+                let records = stmt
+                    .query_map(
+                        params![tenant, cid, lo as i64, hi as i64, now_ms],
+                        record_from_row,
+                    )?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let earliest: Option<i64> = tx
+                    .prepare_cached(&format!(
+                        "SELECT min(conversation_seq) FROM message
+                         WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq > ?3
+                           AND state = {STATE_COMMITTED}
+                           AND (expires_at IS NULL OR expires_at > ?4)"
+                    ))?
+                    .query_row(params![tenant, cid, floor as i64, now_ms], |r| r.get(0))?;
+                Ok(HotSlice {
+                    floor,
+                    latest_seq: latest,
+                    records,
+                    earliest_seq: earliest.map(|s| s as u64),
+                })
+            })
+            .await
+    }
+
+    async fn hot_unread(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        user: &str,
+        read_seq: u64,
+        now_ms: i64,
+    ) -> Result<HotUnread> {
+        let (tenant, cid, user) = (
+            tenant.to_owned(),
+            conversation_id.to_owned(),
+            user.to_owned(),
+        );
+        self.reads
+            .read(move |conn| {
+                let tx = conn.unchecked_transaction()?;
+                let (floor, latest) = floor_and_latest(&tx, &tenant, &cid)?;
+                let from = read_seq.max(floor);
+                let unread: i64 = tx
+                    .prepare_cached(&format!(
+                        "SELECT count(*) FROM message
+                         WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq > ?3
+                           AND state = {STATE_COMMITTED} AND sender <> ?4
+                           AND (expires_at IS NULL OR expires_at > ?5)"
+                    ))?
+                    .query_row(params![tenant, cid, from as i64, user, now_ms], |r| {
+                        r.get(0)
+                    })?;
+                Ok(HotUnread {
+                    floor,
+                    latest_seq: latest,
+                    unread_above_floor: unread as u64,
+                })
+            })
+            .await
+    }
+
+    async fn set_read(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        user: &str,
+        seq: u64,
+    ) -> Result<()> {
+        let (tenant, cid, user) = (
+            tenant.to_owned(),
+            conversation_id.to_owned(),
+            user.to_owned(),
+        );
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "UPDATE member SET read_seq = max(read_seq, ?1)
+                     WHERE tenant = ?2 AND user = ?3 AND conversation_id = ?4",
+                    params![seq as i64, tenant, user, cid],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn read_seq(&self, tenant: &str, conversation_id: &str, user: &str) -> Result<u64> {
+        let (tenant, cid, user) = (
+            tenant.to_owned(),
+            conversation_id.to_owned(),
+            user.to_owned(),
+        );
+        self.reads
+            .read(move |conn| {
+                let v: Option<i64> = conn
+                    .prepare_cached(
+                        "SELECT read_seq FROM member WHERE tenant = ?1 AND user = ?2 AND conversation_id = ?3",
+                    )?
+                    .query_row(params![tenant, user, cid], |r| r.get(0))
+                    .optional()?;
+                Ok(v.unwrap_or(0) as u64)
+            })
+            .await
+    }
+
+    async fn memberships(&self, tenant: &str, user: &str) -> Result<Vec<Membership>> {
+        let (tenant, user) = (tenant.to_owned(), user.to_owned());
+        self.reads
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT conversation_id, read_seq FROM member WHERE tenant = ?1 AND user = ?2
+                     ORDER BY conversation_id",
+                )?;
+                let rows = stmt.query_map(params![tenant, user], |r| {
+                    Ok(Membership {
+                        conversation_id: r.get(0)?,
+                        read_seq: r.get::<_, i64>(1)? as u64,
+                    })
+                })?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+
+    async fn watermark(&self) -> Result<Option<i64>> {
+        self.reads.read(|conn| meta_get(conn, WATERMARK_KEY)).await
+    }
+
+    async fn publish_watermark(&self, t_ms: i64) -> Result<()> {
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
+                    params![WATERMARK_KEY, t_ms],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>> {
+        self.writer
+            .write(move |conn| {
+                let keys = conn
+                    .prepare_cached(
+                        "SELECT tenant, conversation_id, conversation_seq FROM message
+                         WHERE trim_score IS NOT NULL AND trim_score <= ?1
+                         ORDER BY trim_score LIMIT ?2",
+                    )?
+                    .query_map(params![cutoff_ms, batch as i64], |r| {
+                        Ok(RecordKey {
+                            tenant: r.get(0)?,
+                            conversation_id: r.get(1)?,
+                            conversation_seq: r.get::<_, i64>(2)? as u64,
+                        })
+                    })?
+                    .collect::<rusqlite::Result<Vec<_>>>()?;
+                let mut delete = conn.prepare_cached(
+                    "DELETE FROM message
+                     WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq = ?3",
+                )?;
+                let mut raise = conn.prepare_cached(
+                    "UPDATE conversation SET floor = max(floor, ?3)
+                     WHERE tenant = ?1 AND conversation_id = ?2",
+                )?;
+                for k in &keys {
+                    let p = params![k.tenant, k.conversation_id, k.conversation_seq as i64];
+                    delete.execute(p)?;
+                    raise.execute(p)?;
+                }
+                Ok(keys)
+            })
+            .await
+    }
+
+    async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize> {
+        self.writer
+            .write(move |conn| {
+                Ok(conn.execute(
+                    "DELETE FROM dedup
+                     WHERE (tenant, conversation_id, sender, client_msg_id) IN (
+                         SELECT tenant, conversation_id, sender, client_msg_id FROM dedup
+                         WHERE expires_at <= ?1 LIMIT ?2)",
+                    params![now_ms, batch as i64],
+                )?)
+            })
+            .await
+    }
+
+    async fn hot_len(&self) -> Result<u64> {
+        self.reads
+            .read(|conn| {
+                let n: i64 = conn.query_row("SELECT count(*) FROM message", [], |r| r.get(0))?;
+                Ok(n as u64)
+            })
+            .await
+    }
+}
+
+fn floor_and_latest(conn: &Connection, tenant: &str, cid: &str) -> Result<(u64, u64)> {
+    conn.prepare_cached(
+        "SELECT floor, latest_seq FROM conversation WHERE tenant = ?1 AND conversation_id = ?2",
+    )?
+    .query_row(params![tenant, cid], |r| {
+        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
+    })
+    .optional()?
+    .ok_or_else(|| ChatError::UnknownConversation(cid.to_owned()))
+}
+
+#[async_trait]
+impl Outbox for SqliteHot {
+    async fn append(&self, records: &[MessageRecord]) -> Result<()> {
+        let records = records.to_vec();
+        let now = records.first().map_or(0, |r| r.committed_at_ms);
+        self.writer
+            .write(move |conn| append_outbox(conn, &records, now))
+            .await
+    }
+
+    async fn offsets(&self) -> Result<(u64, u64)> {
+        self.reads.read(outbox_offsets).await
+    }
+
+    async fn watermark_snapshot(&self, clock: &SharedClock) -> Result<(i64, u64)> {
+        // Runs on the writer, serialised with commits: every commit job before it is visible
+        // to it (same connection), every commit job after it reads a later clock.
+        let clock = std::sync::Arc::clone(clock);
+        self.writer
+            .write(move |conn| {
+                let t0 = clock.now_ms();
+                let (_, h0) = outbox_offsets(conn)?;
+                Ok((t0, h0))
+            })
+            .await
+    }
+
+    async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>> {
+        self.reads
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT rowid, envelope FROM outbox WHERE rowid > ?1 ORDER BY rowid LIMIT ?2",
+                )?;
+                let rows = stmt.query_map(params![from as i64, max as i64], |r| {
+                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
+                })?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (rowid, bytes) = row?;
+                    let record: MessageRecord = serde_json::from_slice(&bytes).map_err(|e| {
+                        ChatError::Corrupt(format!("outbox offset {}: {e}", rowid - 1))
+                    })?;
+                    out.push(((rowid - 1) as u64, record));
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn position(&self, consumer: &str) -> Result<Option<u64>> {
+        let key = format!("position:{consumer}");
+        self.reads
+            .read(move |conn| Ok(meta_get(conn, &key)?.map(|p| p as u64)))
+            .await
+    }
+
+    async fn store_position(&self, consumer: &str, position: u64) -> Result<()> {
+        let key = format!("position:{consumer}");
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    params![key, position as i64],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn truncate(&self, below: u64, older_than_ms: i64) -> Result<usize> {
+        self.writer
+            .write(move |conn| {
+                Ok(conn.execute(
+                    "DELETE FROM outbox WHERE rowid <= ?1 AND appended_at < ?2",
+                    params![below as i64, older_than_ms],
+                )?)
+            })
+            .await
+    }
+}

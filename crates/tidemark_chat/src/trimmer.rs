@@ -1,0 +1,164 @@
+//! The trimmer (DESIGN.md part A "Trimmer", seed 000 decision 3), and the other expiry chores
+//! of the hot tier, the outbox and the archive.
+//!
+//! A trim candidate (score `commit time + hot_window`) leaves the hot tier when
+//! `score ≤ min(now, T + hot_window − outbox_recovery_window − safety_margin)`, T being the
+//! archive watermark. No watermark, no trimming: a stalled archiver stops deletion and the
+//! archive-lag metric grows. The store raises each conversation's floor F as it trims.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidemark_core::clock::SharedClock;
+use tokio_util::sync::CancellationToken;
+
+use crate::archiver::ARCHIVER_CONSUMER;
+use crate::config::ChatConfig;
+use crate::error::Result;
+use crate::metrics::ChatMetrics;
+use crate::ports::{Archive, HotStore, Outbox};
+
+/// The trim cutoff for `now_ms` and watermark `t_ms`, or `None` if nothing may be trimmed.
+pub fn trim_cutoff(now_ms: i64, watermark_ms: Option<i64>, cfg: &ChatConfig) -> Option<i64> {
+    let t = watermark_ms?;
+    let ms = |d: Duration| d.as_millis() as i64;
+    let by_watermark =
+        t + ms(cfg.hot_window) - ms(cfg.outbox_recovery_window) - ms(cfg.safety_margin);
+    Some(now_ms.min(by_watermark))
+}
+
+/// What one trimmer pass did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TrimOutcome {
+    /// Records trimmed from the hot tier.
+    pub trimmed: usize,
+    /// Expired ephemeral records purged from the archive.
+    pub purged: usize,
+    /// Age (ms) of the oldest committed message not yet archived.
+    pub archive_lag_ms: i64,
+}
+
+/// Trims the hot tier behind the watermark and does the expiry chores.
+#[derive(Debug)]
+pub struct Trimmer {
+    hot: Arc<dyn HotStore>,
+    outbox: Option<Arc<dyn Outbox>>,
+    archive: Option<Arc<dyn Archive>>,
+    clock: SharedClock,
+    cfg: ChatConfig,
+    metrics: ChatMetrics,
+}
+
+impl Trimmer {
+    /// A trimmer; `outbox` and `archive` are `None` in `hot-only` mode.
+    pub fn new(
+        hot: Arc<dyn HotStore>,
+        outbox: Option<Arc<dyn Outbox>>,
+        archive: Option<Arc<dyn Archive>>,
+        clock: SharedClock,
+        cfg: ChatConfig,
+        metrics: ChatMetrics,
+    ) -> Self {
+        Self {
+            hot,
+            outbox,
+            archive,
+            clock,
+            cfg,
+            metrics,
+        }
+    }
+
+    /// One pass: measure archive lag, trim every eligible candidate (in batches), purge expired
+    /// dedup entries and archived ephemerals, drop archived outbox records past retention.
+    pub async fn run_once(&self) -> Result<TrimOutcome> {
+        let now = self.clock.now_ms();
+        let mut out = TrimOutcome {
+            archive_lag_ms: self.archive_lag_ms(now).await?,
+            ..TrimOutcome::default()
+        };
+        self.metrics
+            .archive_lag_seconds
+            .set(out.archive_lag_ms / 1000);
+        let batch = self.cfg.trim_batch.max(1);
+        if let Some(cutoff) = trim_cutoff(now, self.hot.watermark().await?, &self.cfg) {
+            loop {
+                let n = self.hot.trim(cutoff, batch).await?.len();
+                out.trimmed += n;
+                self.metrics.trimmed.inc_by(n as u64);
+                if n < batch {
+                    break;
+                }
+            }
+        }
+        while self.hot.purge_dedup(now, batch).await? == batch {}
+        if let Some(archive) = &self.archive {
+            loop {
+                let n = archive.purge_expired(now, batch).await?;
+                out.purged += n;
+                if n < batch {
+                    break;
+                }
+            }
+        }
+        if let Some(outbox) = &self.outbox
+            && let Some(position) = outbox.position(ARCHIVER_CONSUMER).await?
+        {
+            let retention = self.cfg.outbox_retention.as_millis() as i64;
+            outbox.truncate(position, now - retention).await?;
+        }
+        Ok(out)
+    }
+
+    /// Age of the oldest committed message the archiver has not archived yet (0 if caught up).
+    async fn archive_lag_ms(&self, now: i64) -> Result<i64> {
+        let Some(outbox) = &self.outbox else {
+            return Ok(0);
+        };
+        let (low, high) = outbox.offsets().await?;
+        let position = outbox
+            .position(ARCHIVER_CONSUMER)
+            .await?
+            .unwrap_or(low)
+            .max(low);
+        self.metrics
+            .outbox_backlog
+            .set(high.saturating_sub(position) as i64);
+        Ok(match outbox.fetch(position, 1).await?.first() {
+            Some((_, oldest)) => (now - oldest.committed_at_ms).max(0),
+            None => 0,
+        })
+    }
+
+    /// Runs a pass every `trim_interval` until `cancel`.
+    pub async fn run(self, cancel: CancellationToken) {
+        loop {
+            if let Err(error) = self.run_once().await {
+                tracing::warn!(%error, "trimmer pass failed; will retry");
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(self.cfg.trim_interval) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cutoff_needs_a_watermark_and_keeps_the_margins() {
+        let cfg = ChatConfig {
+            hot_window: Duration::from_secs(100),
+            outbox_recovery_window: Duration::from_secs(10),
+            safety_margin: Duration::from_secs(5),
+            ..ChatConfig::default()
+        };
+        assert_eq!(trim_cutoff(1_000_000, None, &cfg), None);
+        // T + 100 s − 10 s − 5 s = T + 85 s.
+        assert_eq!(trim_cutoff(1_000_000, Some(500_000), &cfg), Some(585_000));
+        assert_eq!(trim_cutoff(550_000, Some(500_000), &cfg), Some(550_000));
+    }
+}

@@ -1,0 +1,224 @@
+//! HTTP pieces shared by every subsystem's routes.
+//!
+//! - [`ApiError`]: every 4xx/5xx answer is `{"error": {"code": "…", "message": "…"}}`.
+//! - [`ApiJson`] and [`ApiQuery`]: body and query extractors whose rejections (bad JSON, wrong shape, too
+//!   large, wrong content type, bad query) become [`ApiError`]s instead of axum's plain-text answers.
+//! - [`ApiKeys`] + [`require_tenant`]: `Authorization: Bearer <key>` (or `Token <key>`) maps to
+//!   one tenant; handlers take the [`Tenant`] extractor. Tenants never see each other's data
+//!   because every store call is keyed by the tenant name.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use axum::Json;
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Request, State};
+use axum::http::StatusCode;
+use axum::http::request::Parts;
+use axum::middleware::Next;
+use axum::response::{IntoResponse, Response};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+/// An API error: HTTP status, a stable machine-readable `code`, and a human `message`.
+#[derive(Debug, Clone)]
+pub struct ApiError {
+    /// HTTP status of the answer.
+    pub status: StatusCode,
+    /// Stable code, e.g. `bad_request`, `not_found`, `forbidden`, `unavailable`.
+    pub code: &'static str,
+    /// What was wrong, for a person.
+    pub message: String,
+}
+
+impl ApiError {
+    /// An error with the given status, code and message.
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        Self {
+            status,
+            code,
+            message: message.into(),
+        }
+    }
+    /// 400 `bad_request`.
+    pub fn bad_request(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "bad_request", message)
+    }
+    /// 404 `not_found`.
+    pub fn not_found(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "not_found", message)
+    }
+    /// 403 `forbidden`.
+    pub fn forbidden(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "forbidden", message)
+    }
+    /// 401 `unauthorized`.
+    pub fn unauthorized(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::UNAUTHORIZED, "unauthorized", message)
+    }
+    /// 503 `unavailable`: a store could not be reached; nothing was acknowledged.
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::SERVICE_UNAVAILABLE, "unavailable", message)
+    }
+    /// 500 `internal`: e.g. corrupt data found while reading (never a partial answer).
+    pub fn internal(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+}
+
+#[derive(Serialize)]
+struct ErrorBody<'a> {
+    error: ErrorInner<'a>,
+}
+
+#[derive(Serialize)]
+struct ErrorInner<'a> {
+    code: &'a str,
+    message: &'a str,
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        if self.status.is_server_error() {
+            tracing::warn!(status = %self.status, code = self.code, message = %self.message, "request failed");
+        }
+        let body = ErrorBody {
+            error: ErrorInner {
+                code: self.code,
+                message: &self.message,
+            },
+        };
+        (self.status, Json(body)).into_response()
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(r: JsonRejection) -> Self {
+        let status = r.status();
+        let code = match status {
+            StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+            StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            _ => "bad_request",
+        };
+        let status = if status.is_client_error() {
+            status
+        } else {
+            StatusCode::BAD_REQUEST
+        };
+        ApiError::new(status, code, r.body_text())
+    }
+}
+
+/// A JSON request body; any rejection becomes an [`ApiError`] with a JSON body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiJson<T>(pub T);
+
+impl<T, S> FromRequest<S> for ApiJson<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(v) = Json::<T>::from_request(req, state).await?;
+        Ok(ApiJson(v))
+    }
+}
+
+/// A query string; any rejection becomes a 400 [`ApiError`] with a JSON body.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ApiQuery<T>(pub T);
+
+impl<T, S> FromRequestParts<S> for ApiQuery<T>
+where
+    T: DeserializeOwned,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let axum::extract::Query(v) = axum::extract::Query::<T>::from_request_parts(parts, state)
+            .await
+            .map_err(|r| ApiError::bad_request(r.body_text()))?;
+        Ok(ApiQuery(v))
+    }
+}
+
+/// The tenant an authenticated request acts for.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Tenant(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for Tenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        parts
+            .extensions
+            .get::<Tenant>()
+            .cloned()
+            .ok_or_else(|| ApiError::unauthorized("missing API key"))
+    }
+}
+
+/// API key → tenant name.
+#[derive(Debug, Clone, Default)]
+pub struct ApiKeys {
+    by_key: HashMap<String, String>,
+}
+
+impl ApiKeys {
+    /// Builds the map from `(tenant, key)` pairs.
+    pub fn new<I: IntoIterator<Item = (String, String)>>(tenants: I) -> Self {
+        Self {
+            by_key: tenants.into_iter().map(|(t, k)| (k, t)).collect(),
+        }
+    }
+
+    /// The tenant for an `Authorization` header value (`Bearer <key>` or `Token <key>`).
+    pub fn tenant_for(&self, authorization: &str) -> Option<Tenant> {
+        let key = authorization
+            .strip_prefix("Bearer ")
+            .or_else(|| authorization.strip_prefix("Token "))?
+            .trim();
+        self.by_key.get(key).map(|t| Tenant(t.clone()))
+    }
+}
+
+/// Middleware: rejects requests without a valid key (401 JSON) and attaches the [`Tenant`].
+pub async fn require_tenant(
+    State(keys): State<Arc<ApiKeys>>,
+    mut req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    let header = req
+        .headers()
+        .get(axum::http::header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <key> header"))?;
+    let tenant = keys
+        .tenant_for(header)
+        .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
+    req.extensions_mut().insert(tenant);
+    Ok(next.run(req).await)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_map_to_tenants() {
+        let keys = ApiKeys::new([("demo".to_owned(), "dev-key".to_owned())]);
+        assert_eq!(
+            keys.tenant_for("Bearer dev-key"),
+            Some(Tenant("demo".into()))
+        );
+        assert_eq!(
+            keys.tenant_for("Token dev-key"),
+            Some(Tenant("demo".into()))
+        );
+        assert_eq!(keys.tenant_for("Bearer other"), None);
+        assert_eq!(keys.tenant_for("dev-key"), None);
+    }
+}

@@ -1,0 +1,17 @@
+//! What Tidemark's three subsystems truly share.
+//!
+//! - [`clock`]: injected time (`Arc<dyn Clock>`), so hot windows, TTLs and day boundaries are
+//!   tested without sleeping.
+//! - [`sqlite`]: the embedded engine. Every write goes through one [`sqlite::GroupWriter`]
+//!   thread that runs many callers' jobs in one transaction and one fsync (group commit) and
+//!   answers each caller only after that fsync; reads use a pool of read-only connections.
+//! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, the JSON body extractor that
+//!   turns every bad body into such a 4xx, and per-tenant API-key auth.
+//! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
+
+pub mod clock;
+pub mod http;
+pub mod sqlite;
+pub mod timefmt;
+
+pub use clock::{Clock, ManualClock, SystemClock};

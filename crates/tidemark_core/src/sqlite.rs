@@ -1,0 +1,261 @@
+//! The embedded engine: SQLite in WAL mode with fsync on every commit.
+//!
+//! Writes: one [`GroupWriter`] thread per database file owns the only write connection. Callers
+//! hand it jobs (closures over a `&Connection`); the thread takes every job that is waiting (up
+//! to `max_batch`), runs each inside its own savepoint of one `BEGIN IMMEDIATE` transaction,
+//! commits once (one fsync, `synchronous = FULL`), and only then answers each caller. A job that
+//! fails is rolled back to its savepoint alone; the others still commit. This is group commit:
+//! many acknowledgements share one fsync, and no caller is answered before its data is durable.
+//!
+//! Reads: a [`ReadPool`] of read-only connections; WAL lets them read a consistent snapshot while
+//! the writer works.
+
+use std::path::Path;
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use rusqlite::{Connection, OpenFlags};
+use tokio::sync::oneshot;
+
+/// Errors of the embedded engine itself (not of a job's own logic).
+#[derive(Debug, thiserror::Error)]
+pub enum SqliteError {
+    /// SQLite reported an error.
+    #[error("sqlite: {0}")]
+    Sqlite(#[from] rusqlite::Error),
+    /// The transaction that held this job failed to commit; nothing of it was written.
+    #[error("sqlite commit failed: {0}")]
+    CommitFailed(String),
+    /// The writer thread has stopped (shutdown or a fatal error).
+    #[error("sqlite writer stopped")]
+    WriterStopped,
+    /// The read pool could not hand out a connection.
+    #[error("sqlite read pool: {0}")]
+    Pool(#[from] r2d2::Error),
+    /// A blocking task panicked or was cancelled.
+    #[error("sqlite task failed: {0}")]
+    Task(String),
+}
+
+/// Opens a read-write connection with Tidemark's pragmas: WAL, `synchronous = FULL` (fsync of
+/// the WAL on every commit), foreign keys on, a 5 s busy timeout.
+pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
+    let conn = Connection::open(path)?;
+    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.pragma_update(None, "journal_mode", "WAL")?;
+    conn.pragma_update(None, "synchronous", "FULL")?;
+    conn.pragma_update(None, "foreign_keys", "ON")?;
+    Ok(conn)
+}
+
+type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
+type Job = Box<dyn FnOnce(&Connection) -> Completion + Send>;
+
+/// The single writer of one SQLite file, with group commit (see the module docs).
+#[derive(Debug)]
+pub struct GroupWriter {
+    tx: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl GroupWriter {
+    /// Starts the writer thread on `conn`; `max_batch` bounds how many jobs share a transaction.
+    pub fn start(name: &str, conn: Connection, max_batch: usize) -> Self {
+        let (tx, rx) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name(format!("sqlite-writer-{name}"))
+            .spawn(move || writer_loop(conn, rx, max_batch.max(1)))
+            .expect("spawning the sqlite writer thread");
+        Self {
+            tx: Some(tx),
+            thread: Some(thread),
+        }
+    }
+
+    /// Runs `job` in the next group transaction and returns its result once that transaction is
+    /// durable. If the job returns `Err`, its writes are rolled back (alone) and the error is
+    /// returned; if the commit fails, nothing of the job was written and
+    /// [`SqliteError::CommitFailed`] is returned (converted into `E`).
+    pub async fn write<R, E, F>(&self, job: F) -> Result<R, E>
+    where
+        F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
+        R: Send + 'static,
+        E: From<SqliteError> + Send + 'static,
+    {
+        let (done_tx, done_rx) = oneshot::channel::<Result<R, E>>();
+        let boxed: Job = Box::new(move |conn: &Connection| {
+            let outcome = run_in_savepoint(conn, job);
+            Box::new(move |commit: Result<(), String>| {
+                let answer = match commit {
+                    Ok(()) => outcome,
+                    Err(e) => Err(E::from(SqliteError::CommitFailed(e))),
+                };
+                let _ = done_tx.send(answer);
+            }) as Completion
+        });
+        let sender = self.tx.as_ref().ok_or(SqliteError::WriterStopped)?;
+        sender.send(boxed).map_err(|_| SqliteError::WriterStopped)?;
+        done_rx.await.map_err(|_| SqliteError::WriterStopped)?
+    }
+
+    /// Stops accepting jobs, finishes the ones queued, and joins the thread.
+    pub fn shutdown(&mut self) {
+        self.tx.take();
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for GroupWriter {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn run_in_savepoint<R, E, F>(conn: &Connection, job: F) -> Result<R, E>
+where
+    F: FnOnce(&Connection) -> Result<R, E>,
+    E: From<SqliteError>,
+{
+    conn.execute_batch("SAVEPOINT job")
+        .map_err(|e| E::from(e.into()))?;
+    let out = job(conn);
+    let end = if out.is_ok() {
+        "RELEASE job"
+    } else {
+        "ROLLBACK TO job; RELEASE job"
+    };
+    conn.execute_batch(end).map_err(|e| E::from(e.into()))?;
+    out
+}
+
+fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_batch: usize) {
+    let mut completions: Vec<Completion> = Vec::with_capacity(max_batch);
+    while let Ok(first) = rx.recv() {
+        let began = conn.execute_batch("BEGIN IMMEDIATE");
+        if let Err(e) = began {
+            tracing::error!(error = %e, "sqlite writer could not begin a transaction");
+            first(&conn)(Err(e.to_string()));
+            continue;
+        }
+        completions.push(first(&conn));
+        while completions.len() < max_batch {
+            match rx.try_recv() {
+                Ok(job) => completions.push(job(&conn)),
+                Err(_) => break,
+            }
+        }
+        let commit = conn.execute_batch("COMMIT").map_err(|e| {
+            tracing::error!(error = %e, "sqlite group commit failed");
+            let _ = conn.execute_batch("ROLLBACK");
+            e.to_string()
+        });
+        for done in completions.drain(..) {
+            done(commit.clone());
+        }
+    }
+}
+
+/// A pool of read-only connections to one SQLite file (WAL snapshot reads).
+#[derive(Debug, Clone)]
+pub struct ReadPool {
+    pool: r2d2::Pool<r2d2_sqlite::SqliteConnectionManager>,
+}
+
+impl ReadPool {
+    /// Opens up to `size` read-only connections to `path` (the file must exist).
+    pub fn open(path: &Path, size: u32) -> Result<Self, SqliteError> {
+        let manager = r2d2_sqlite::SqliteConnectionManager::file(path)
+            .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
+            .with_init(|c| c.busy_timeout(Duration::from_secs(5)));
+        let pool = r2d2::Pool::builder()
+            .max_size(size.max(1))
+            .min_idle(Some(1))
+            .build(manager)?;
+        Ok(Self { pool })
+    }
+
+    /// Runs `f` on a pooled read connection in a blocking task.
+    pub async fn read<R, E, F>(&self, f: F) -> Result<R, E>
+    where
+        F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
+        R: Send + 'static,
+        E: From<SqliteError> + Send + 'static,
+    {
+        let pool = self.pool.clone();
+        tokio::task::spawn_blocking(move || {
+            let conn = pool.get().map_err(|e| E::from(SqliteError::Pool(e)))?;
+            f(&conn)
+        })
+        .await
+        .map_err(|e| E::from(SqliteError::Task(e.to_string())))?
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[derive(Debug)]
+    enum TestError {
+        Db(SqliteError),
+        Refused,
+    }
+    impl From<SqliteError> for TestError {
+        fn from(e: SqliteError) -> Self {
+            TestError::Db(e)
+        }
+    }
+    impl From<rusqlite::Error> for TestError {
+        fn from(e: rusqlite::Error) -> Self {
+            TestError::Db(e.into())
+        }
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn concurrent_jobs_commit_and_a_failing_job_rolls_back_alone() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let conn = open_rw(&path).unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
+            .unwrap();
+        let writer = std::sync::Arc::new(GroupWriter::start("t", conn, 64));
+        let mut tasks = Vec::new();
+        for i in 0..200i64 {
+            let w = std::sync::Arc::clone(&writer);
+            tasks.push(tokio::spawn(async move {
+                w.write(move |c| {
+                    c.execute("INSERT INTO t (v) VALUES (?1)", [i])?;
+                    if i % 10 == 0 {
+                        return Err(TestError::Refused);
+                    }
+                    Ok(i)
+                })
+                .await
+            }));
+        }
+        let mut ok = 0;
+        for t in tasks {
+            match t.await.unwrap() {
+                Ok(_) => ok += 1,
+                Err(TestError::Refused) => {}
+                Err(TestError::Db(e)) => panic!("db error {e}"),
+            }
+        }
+        assert_eq!(ok, 180);
+        let pool = ReadPool::open(&path, 2).unwrap();
+        let (count, refused): (i64, i64) = pool
+            .read(|c| {
+                Ok::<_, TestError>(c.query_row(
+                    "SELECT count(*), sum(v % 10 = 0) FROM t",
+                    [],
+                    |r| Ok((r.get(0)?, r.get(1)?)),
+                )?)
+            })
+            .await
+            .unwrap();
+        assert_eq!((count, refused), (180, 0));
+    }
+}
