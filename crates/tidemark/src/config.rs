@@ -129,6 +129,7 @@ mod tests {
     }
 
     #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's own signature
     fn file_then_env_override() {
         figment::Jail::expect_with(|jail| {
             jail.create_file(
