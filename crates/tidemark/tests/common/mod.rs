@@ -1,0 +1,184 @@
+//! A real `tidemark serve` process for end-to-end tests: a temp data dir, a free loopback
+//! port, killed on drop (influxdb3's `TestServer` pattern).
+
+#![allow(dead_code, missing_docs, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+pub const KEY: &str = "dev-key";
+
+pub struct TestServer {
+    pub child: Option<Child>,
+    pub base: String,
+    pub dir: PathBuf,
+    pub env: Vec<(String, String)>,
+    _tmp: Option<tempfile::TempDir>,
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+impl TestServer {
+    /// Starts a server on a fresh temp dir.
+    pub async fn start(env: &[(&str, &str)]) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().to_path_buf();
+        let mut s = Self {
+            child: None,
+            base: String::new(),
+            dir,
+            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            _tmp: Some(tmp),
+        };
+        s.spawn().await;
+        s
+    }
+
+    pub fn command(dir: &Path, port: u16, env: &[(String, String)]) -> Command {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidemark"));
+        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
+            .arg(dir)
+            .env("RUST_LOG", "warn")
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd
+    }
+
+    /// (Re)starts the process on the same data dir and a new port; waits for /readyz.
+    pub async fn spawn(&mut self) {
+        let port = free_port();
+        self.base = format!("http://127.0.0.1:{port}");
+        self.child = Some(Self::command(&self.dir, port, &self.env).spawn().unwrap());
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            if let Ok(r) = reqwest::get(format!("{}/readyz", self.base)).await
+                && r.status().is_success()
+            {
+                return;
+            }
+            assert!(Instant::now() < deadline, "server did not become ready");
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// SIGKILL: no chance to flush anything.
+    pub fn kill9(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            c.kill().unwrap();
+            c.wait().unwrap();
+        }
+    }
+
+    /// SIGTERM and wait; returns the exit status.
+    pub fn terminate(&mut self) -> std::process::ExitStatus {
+        let mut c = self.child.take().expect("running");
+        let pid = c.id().to_string();
+        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        c.wait().unwrap()
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("{}{}", self.base, path)
+    }
+}
+
+impl Drop for TestServer {
+    fn drop(&mut self) {
+        self.kill9();
+    }
+}
+
+pub fn client() -> reqwest::Client {
+    reqwest::Client::builder()
+        .pool_max_idle_per_host(64)
+        .build()
+        .unwrap()
+}
+
+/// Sends a request with the dev key; returns (status, JSON body or Null).
+pub async fn call(
+    c: &reqwest::Client,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = c.request(method, url).bearer_auth(KEY);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    let text = resp.text().await.unwrap();
+    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+}
+
+pub async fn create_conversation(c: &reqwest::Client, s: &TestServer, members: &[&str]) -> String {
+    let (st, v) = call(
+        c,
+        reqwest::Method::POST,
+        &s.url("/v1/conversations"),
+        Some(json!({ "members": members })),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    v["conversation_id"].as_str().unwrap().to_owned()
+}
+
+pub async fn send(
+    c: &reqwest::Client,
+    s: &TestServer,
+    cid: &str,
+    sender: &str,
+    client_msg_id: &str,
+    body: &str,
+) -> (u16, Value) {
+    call(
+        c,
+        reqwest::Method::POST,
+        &s.url(&format!("/v1/conversations/{cid}/messages")),
+        Some(json!({ "client_msg_id": client_msg_id, "sender": sender, "body": body })),
+    )
+    .await
+}
+
+/// Every message of a conversation, paging backwards from the newest.
+pub async fn all_messages(c: &reqwest::Client, s: &TestServer, cid: &str) -> (u64, Vec<Value>) {
+    let (st, first) = call(
+        c,
+        reqwest::Method::GET,
+        &s.url(&format!("/v1/conversations/{cid}/messages?limit=200")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{first}");
+    let latest = first["latest_seq"].as_u64().unwrap();
+    let mut out: Vec<Value> = first["messages"].as_array().unwrap().clone();
+    let mut before = latest.saturating_sub(199).max(1);
+    while before > 1 {
+        let (st, page) = call(
+            c,
+            reqwest::Method::GET,
+            &s.url(&format!("/v1/conversations/{cid}/messages?before={before}&limit=200")),
+            None,
+        )
+        .await;
+        assert_eq!(st, 200, "{page}");
+        let mut msgs = page["messages"].as_array().unwrap().clone();
+        msgs.extend(out);
+        out = msgs;
+        before = before.saturating_sub(200).max(1);
+    }
+    (latest, out)
+}
