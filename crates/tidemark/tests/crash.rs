@@ -66,24 +66,52 @@ async fn acknowledged_messages_survive_kill_9() {
         s.await.unwrap();
     }
     let acked = acked.lock().await.clone();
-    assert!(acked.len() > 100, "only {} sends were acknowledged before the kill", acked.len());
+    assert!(
+        acked.len() > 100,
+        "only {} sends were acknowledged before the kill",
+        acked.len()
+    );
 
     server.spawn().await;
     let mut by_conv: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
     for a in &acked {
-        let prev = by_conv.entry(a.cid.clone()).or_default().insert(a.seq, a.message_id.clone());
-        assert!(prev.is_none(), "seq {} acknowledged twice in {}", a.seq, a.cid);
+        let prev = by_conv
+            .entry(a.cid.clone())
+            .or_default()
+            .insert(a.seq, a.message_id.clone());
+        assert!(
+            prev.is_none(),
+            "seq {} acknowledged twice in {}",
+            a.seq,
+            a.cid
+        );
     }
     for cid in &cids {
         let (latest, msgs) = all_messages(&c, &server, cid).await;
-        let seqs: Vec<u64> = msgs.iter().map(|m| m["conversation_seq"].as_u64().unwrap()).collect();
-        assert_eq!(seqs, (1..=latest).collect::<Vec<_>>(), "seqs of {cid} are dense");
+        let seqs: Vec<u64> = msgs
+            .iter()
+            .map(|m| m["conversation_seq"].as_u64().unwrap())
+            .collect();
+        assert_eq!(
+            seqs,
+            (1..=latest).collect::<Vec<_>>(),
+            "seqs of {cid} are dense"
+        );
         let stored: BTreeMap<u64, String> = msgs
             .iter()
-            .map(|m| (m["conversation_seq"].as_u64().unwrap(), m["message_id"].as_str().unwrap().to_owned()))
+            .map(|m| {
+                (
+                    m["conversation_seq"].as_u64().unwrap(),
+                    m["message_id"].as_str().unwrap().to_owned(),
+                )
+            })
             .collect();
         for (seq, id) in by_conv.get(cid).cloned().unwrap_or_default() {
-            assert_eq!(stored.get(&seq), Some(&id), "acknowledged seq {seq} of {cid} is readable");
+            assert_eq!(
+                stored.get(&seq),
+                Some(&id),
+                "acknowledged seq {seq} of {cid} is readable"
+            );
         }
     }
     // A retry of an acknowledged send after the crash returns the original ACK.

@@ -8,7 +8,9 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 fn error_code(v: &Value) -> &str {
-    v["error"]["code"].as_str().unwrap_or("<no JSON error body>")
+    v["error"]["code"]
+        .as_str()
+        .unwrap_or("<no JSON error body>")
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -24,51 +26,201 @@ async fn contract_and_bad_inputs() {
     assert_eq!(ack["conversation_seq"], 1);
     assert!(ack["committed_at"].as_str().unwrap().ends_with('Z'));
     let (st, again) = send(&c, &server, &cid, "u1", "m1", "hello").await;
-    assert_eq!((st, &again), (200, &ack), "a retry returns the identical body");
+    assert_eq!(
+        (st, &again),
+        (200, &ack),
+        "a retry returns the identical body"
+    );
     let (st, _) = send(&c, &server, &cid, "u2", "m1", "same key, other sender").await;
     assert_eq!(st, 201, "dedup is per (sender, client_msg_id)");
 
     // Bad inputs: each gets its status and code, and nothing is written.
     let big = "x".repeat(64 * 1024 + 1);
     let cases: Vec<(Method, String, Option<Value>, u16, &str)> = vec![
-        (Method::POST, msgs_url.clone(), Some(json!({"client_msg_id": "b1", "sender": "u3", "body": "hi"})), 403, "forbidden"),
-        (Method::POST, msgs_url.clone(), Some(json!({"client_msg_id": "b2", "sender": "u1"})), 422, "bad_request"),
-        (Method::POST, msgs_url.clone(), Some(json!({"client_msg_id": "", "sender": "u1", "body": "hi"})), 400, "bad_request"),
-        (Method::POST, msgs_url.clone(), Some(json!({"client_msg_id": "b3", "sender": "u1", "body": ""})), 400, "bad_request"),
-        (Method::POST, msgs_url.clone(), Some(json!({"client_msg_id": "b4", "sender": "u1", "body": big})), 413, "payload_too_large"),
-        (Method::POST, msgs_url.clone(), Some(json!({"client_msg_id": "b5", "sender": "u1", "body": "hi", "class": "forever"})), 400, "bad_request"),
-        (Method::POST, msgs_url.clone(), Some(json!({"client_msg_id": "b6", "sender": "u1", "body": "hi", "extra": 1})), 422, "bad_request"),
-        (Method::POST, server.url("/v1/conversations/nope/messages"), Some(json!({"client_msg_id": "b7", "sender": "u1", "body": "hi"})), 404, "not_found"),
-        (Method::POST, server.url("/v1/conversations"), Some(json!({"members": ["solo"]})), 400, "bad_request"),
-        (Method::POST, server.url("/v1/conversations"), Some(json!({"members": ["a", "a"]})), 400, "bad_request"),
-        (Method::POST, server.url("/v1/conversations"), Some(json!({"members": ["a", ""]})), 400, "bad_request"),
-        (Method::POST, server.url("/v1/conversations"), Some(json!({"members": "a,b"})), 422, "bad_request"),
-        (Method::GET, format!("{msgs_url}?limit=0"), None, 400, "bad_request"),
-        (Method::GET, format!("{msgs_url}?limit=201"), None, 400, "bad_request"),
-        (Method::GET, format!("{msgs_url}?limit=ten"), None, 400, "bad_request"),
-        (Method::GET, format!("{msgs_url}?before=5&after=1"), None, 400, "bad_request"),
-        (Method::GET, server.url("/v1/conversations/nope/messages"), None, 404, "not_found"),
-        (Method::PUT, server.url(&format!("/v1/conversations/{cid}/read")), Some(json!({"user": "u2", "seq": 99})), 400, "bad_request"),
-        (Method::PUT, server.url(&format!("/v1/conversations/{cid}/read")), Some(json!({"user": "u3", "seq": 1})), 403, "forbidden"),
-        (Method::GET, server.url("/v1/nothing-here"), None, 404, "not_found"),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "b1", "sender": "u3", "body": "hi"})),
+            403,
+            "forbidden",
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "b2", "sender": "u1"})),
+            422,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "", "sender": "u1", "body": "hi"})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "b3", "sender": "u1", "body": ""})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "b4", "sender": "u1", "body": big})),
+            413,
+            "payload_too_large",
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "b5", "sender": "u1", "body": "hi", "class": "forever"})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "b6", "sender": "u1", "body": "hi", "extra": 1})),
+            422,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations/nope/messages"),
+            Some(json!({"client_msg_id": "b7", "sender": "u1", "body": "hi"})),
+            404,
+            "not_found",
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["solo"]})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["a", "a"]})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["a", ""]})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": "a,b"})),
+            422,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            format!("{msgs_url}?limit=0"),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            format!("{msgs_url}?limit=201"),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            format!("{msgs_url}?limit=ten"),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            format!("{msgs_url}?before=5&after=1"),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            server.url("/v1/conversations/nope/messages"),
+            None,
+            404,
+            "not_found",
+        ),
+        (
+            Method::PUT,
+            server.url(&format!("/v1/conversations/{cid}/read")),
+            Some(json!({"user": "u2", "seq": 99})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::PUT,
+            server.url(&format!("/v1/conversations/{cid}/read")),
+            Some(json!({"user": "u3", "seq": 1})),
+            403,
+            "forbidden",
+        ),
+        (
+            Method::GET,
+            server.url("/v1/nothing-here"),
+            None,
+            404,
+            "not_found",
+        ),
     ];
     for (method, url, body, status, code) in cases {
         let (st, v) = call(&c, method.clone(), &url, body.clone()).await;
         assert_eq!(st, status, "{method} {url} {body:?} → {v}");
         assert_eq!(error_code(&v), code, "{method} {url} {body:?} → {v}");
-        assert!(v["error"]["message"].as_str().is_some_and(|m| !m.is_empty()));
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .is_some_and(|m| !m.is_empty())
+        );
     }
     // Malformed JSON and a wrong content type.
-    let resp = c.post(&msgs_url).bearer_auth(KEY).header("content-type", "application/json").body("{\"client_msg_id\": ").send().await.unwrap();
+    let resp = c
+        .post(&msgs_url)
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .body("{\"client_msg_id\": ")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 400);
-    assert_eq!(error_code(&resp.json::<Value>().await.unwrap()), "bad_request");
-    let resp = c.post(&msgs_url).bearer_auth(KEY).body("{}").send().await.unwrap();
+    assert_eq!(
+        error_code(&resp.json::<Value>().await.unwrap()),
+        "bad_request"
+    );
+    let resp = c
+        .post(&msgs_url)
+        .bearer_auth(KEY)
+        .body("{}")
+        .send()
+        .await
+        .unwrap();
     assert_eq!(resp.status().as_u16(), 415);
-    assert_eq!(error_code(&resp.json::<Value>().await.unwrap()), "unsupported_media_type");
+    assert_eq!(
+        error_code(&resp.json::<Value>().await.unwrap()),
+        "unsupported_media_type"
+    );
     // No key, wrong key.
     let resp = c.get(&msgs_url).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 401);
-    assert_eq!(error_code(&resp.json::<Value>().await.unwrap()), "unauthorized");
+    assert_eq!(
+        error_code(&resp.json::<Value>().await.unwrap()),
+        "unauthorized"
+    );
     let resp = c.get(&msgs_url).bearer_auth("wrong").send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 401);
 
@@ -78,10 +230,20 @@ async fn contract_and_bad_inputs() {
     let bodies: Vec<&str> = msgs.iter().map(|m| m["body"].as_str().unwrap()).collect();
     assert_eq!(bodies, ["hello", "same key, other sender"]);
     for user in ["u1", "a", "solo"] {
-        let (st, v) = call(&c, Method::GET, &server.url(&format!("/v1/users/{user}/conversations")), None).await;
+        let (st, v) = call(
+            &c,
+            Method::GET,
+            &server.url(&format!("/v1/users/{user}/conversations")),
+            None,
+        )
+        .await;
         assert_eq!(st, 200);
         let expected = if user == "u1" { 1 } else { 0 };
-        assert_eq!(v["conversations"].as_array().unwrap().len(), expected, "{user}: {v}");
+        assert_eq!(
+            v["conversations"].as_array().unwrap().len(),
+            expected,
+            "{user}: {v}"
+        );
     }
 }
 
@@ -92,28 +254,57 @@ async fn paging_read_pointer_and_unread() {
     let cid = create_conversation(&c, &server, &["buyer", "seller"]).await;
     for i in 1..=120 {
         let sender = if i % 3 == 0 { "buyer" } else { "seller" };
-        let (st, v) = send(&c, &server, &cid, sender, &format!("m{i}"), &format!("text {i}")).await;
+        let (st, v) = send(
+            &c,
+            &server,
+            &cid,
+            sender,
+            &format!("m{i}"),
+            &format!("text {i}"),
+        )
+        .await;
         assert_eq!(st, 201);
         assert_eq!(v["conversation_seq"], i);
     }
     let url = |q: &str| server.url(&format!("/v1/conversations/{cid}/messages?{q}"));
     let (_, newest) = call(&c, Method::GET, &url("limit=10"), None).await;
-    let seqs: Vec<u64> = newest["messages"].as_array().unwrap().iter().map(|m| m["conversation_seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = newest["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["conversation_seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, (111..=120).collect::<Vec<_>>());
     assert_eq!(newest["earliest_available_seq"], 1);
     assert_eq!(newest["latest_seq"], 120);
     let (_, before) = call(&c, Method::GET, &url("before=11&limit=5"), None).await;
-    let seqs: Vec<u64> = before["messages"].as_array().unwrap().iter().map(|m| m["conversation_seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = before["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["conversation_seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, [6, 7, 8, 9, 10]);
     let (_, after) = call(&c, Method::GET, &url("after=117&limit=50"), None).await;
-    let seqs: Vec<u64> = after["messages"].as_array().unwrap().iter().map(|m| m["conversation_seq"].as_u64().unwrap()).collect();
+    let seqs: Vec<u64> = after["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["conversation_seq"].as_u64().unwrap())
+        .collect();
     assert_eq!(seqs, [118, 119, 120]);
 
     // Unread excludes the user's own messages: buyer sent 40 (every third), seller 80.
     let unread = |user: &'static str| {
         let (c, server) = (c.clone(), &server);
         async move {
-            let (st, v) = call(&c, Method::GET, &server.url(&format!("/v1/users/{user}/conversations")), None).await;
+            let (st, v) = call(
+                &c,
+                Method::GET,
+                &server.url(&format!("/v1/users/{user}/conversations")),
+                None,
+            )
+            .await;
             assert_eq!(st, 200);
             assert_eq!(v["conversations"][0]["latest_seq"], 120);
             v["conversations"][0]["unread"].as_u64().unwrap()
@@ -121,12 +312,24 @@ async fn paging_read_pointer_and_unread() {
     };
     assert_eq!(unread("buyer").await, 80);
     assert_eq!(unread("seller").await, 40);
-    let (st, _) = call(&c, Method::PUT, &server.url(&format!("/v1/conversations/{cid}/read")), Some(json!({"user": "buyer", "seq": 60}))).await;
+    let (st, _) = call(
+        &c,
+        Method::PUT,
+        &server.url(&format!("/v1/conversations/{cid}/read")),
+        Some(json!({"user": "buyer", "seq": 60})),
+    )
+    .await;
     assert_eq!(st, 204);
     // Seqs 61..=120 not by buyer: 60 − 20 = 40.
     assert_eq!(unread("buyer").await, 40);
     // The pointer never moves backwards.
-    let (st, _) = call(&c, Method::PUT, &server.url(&format!("/v1/conversations/{cid}/read")), Some(json!({"user": "buyer", "seq": 10}))).await;
+    let (st, _) = call(
+        &c,
+        Method::PUT,
+        &server.url(&format!("/v1/conversations/{cid}/read")),
+        Some(json!({"user": "buyer", "seq": 10})),
+    )
+    .await;
     assert_eq!(st, 204);
     assert_eq!(unread("buyer").await, 40);
 }
@@ -135,11 +338,34 @@ async fn paging_read_pointer_and_unread() {
 async fn ops_endpoints() {
     let server = TestServer::start(&[]).await;
     let c = client();
-    assert_eq!(c.get(server.url("/healthz")).send().await.unwrap().status().as_u16(), 200);
-    assert_eq!(c.get(server.url("/readyz")).send().await.unwrap().status().as_u16(), 200);
+    assert_eq!(
+        c.get(server.url("/healthz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
+    assert_eq!(
+        c.get(server.url("/readyz"))
+            .send()
+            .await
+            .unwrap()
+            .status()
+            .as_u16(),
+        200
+    );
     let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
     send(&c, &server, &cid, "u1", "m", "x").await;
-    let text = c.get(server.url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = c
+        .get(server.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     assert!(text.contains("tidemark_chat_sends_total 1"), "{text}");
     assert!(text.contains("tidemark_chat_archive_lag_seconds"));
 }

@@ -36,7 +36,10 @@ impl TestServer {
             child: None,
             base: String::new(),
             dir,
-            env: env.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+                .collect(),
             _tmp: Some(tmp),
         };
         s.spawn().await;
@@ -45,11 +48,16 @@ impl TestServer {
 
     pub fn command(dir: &Path, port: u16, env: &[(String, String)]) -> Command {
         let mut cmd = Command::new(env!("CARGO_BIN_EXE_tidemark"));
-        cmd.args(["serve", "--listen", &format!("127.0.0.1:{port}"), "--data-dir"])
-            .arg(dir)
-            .env("RUST_LOG", "warn")
-            .stdout(Stdio::null())
-            .stderr(Stdio::inherit());
+        cmd.args([
+            "serve",
+            "--listen",
+            &format!("127.0.0.1:{port}"),
+            "--data-dir",
+        ])
+        .arg(dir)
+        .env("RUST_LOG", "warn")
+        .stdout(Stdio::null())
+        .stderr(Stdio::inherit());
         for (k, v) in env {
             cmd.env(k, v);
         }
@@ -170,7 +178,9 @@ pub async fn all_messages(c: &reqwest::Client, s: &TestServer, cid: &str) -> (u6
         let (st, page) = call(
             c,
             reqwest::Method::GET,
-            &s.url(&format!("/v1/conversations/{cid}/messages?before={before}&limit=200")),
+            &s.url(&format!(
+                "/v1/conversations/{cid}/messages?before={before}&limit=200"
+            )),
             None,
         )
         .await;

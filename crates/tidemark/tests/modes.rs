@@ -1,0 +1,160 @@
+//! The three chat modes of DESIGN.md part A, end to end: `tiered` archives asynchronously,
+//! `hot-only` has no archive at all, `sync-archive` has every message in the archive by the
+//! time its ACK arrives.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::*;
+
+fn archived_count(dir: &std::path::Path) -> Option<i64> {
+    let path = dir.join("chat").join("archive.db");
+    if !path.exists() {
+        return None;
+    }
+    let conn =
+        rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
+            .unwrap();
+    Some(
+        conn.query_row("SELECT count(*) FROM history_index", [], |r| r.get(0))
+            .unwrap(),
+    )
+}
+
+async fn send_three(server: &TestServer) {
+    let c = client();
+    let cid = create_conversation(&c, server, &["u1", "u2"]).await;
+    for i in 1..=3 {
+        let (st, v) = send(&c, server, &cid, "u1", &format!("m{i}"), "hi").await;
+        assert_eq!(st, 201, "{v}");
+        assert_eq!(v["conversation_seq"], i);
+    }
+    let (latest, msgs) = all_messages(&c, server, &cid).await;
+    assert_eq!((latest, msgs.len()), (3, 3));
+}
+
+#[tokio::test]
+async fn sync_archive_has_every_message_at_ack_time() {
+    let server = TestServer::start(&[
+        ("TIDEMARK_CHAT__MODE", "sync-archive"),
+        ("TIDEMARK_CHAT__ARCHIVE_IDLE", "1h"),
+    ])
+    .await;
+    send_three(&server).await;
+    assert_eq!(archived_count(&server.dir), Some(3));
+}
+
+#[tokio::test]
+async fn hot_only_has_no_archive() {
+    let server = TestServer::start(&[("TIDEMARK_CHAT__MODE", "hot-only")]).await;
+    send_three(&server).await;
+    assert_eq!(archived_count(&server.dir), None);
+}
+
+#[tokio::test]
+async fn tiered_archives_in_the_background() {
+    let server = TestServer::start(&[]).await;
+    send_three(&server).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while archived_count(&server.dir) != Some(3) {
+        assert!(
+            Instant::now() < deadline,
+            "archiver did not catch up: {:?}",
+            archived_count(&server.dir)
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn hot_state(dir: &std::path::Path) -> (i64, i64) {
+    let conn = rusqlite::Connection::open_with_flags(
+        dir.join("chat").join("hot.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    let hot: i64 = conn
+        .query_row("SELECT count(*) FROM message", [], |r| r.get(0))
+        .unwrap();
+    let floor: i64 = conn
+        .query_row("SELECT max(floor) FROM conversation", [], |r| r.get(0))
+        .unwrap();
+    (hot, floor)
+}
+
+/// With a short hot window the real workers archive and trim everything; history, retries
+/// and seq allocation keep working from the archive, also across a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tiered_trims_behind_the_watermark_and_reads_from_the_archive() {
+    let env = [
+        ("TIDEMARK_CHAT__HOT_WINDOW", "1s"),
+        ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "100ms"),
+        ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms"),
+        ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms"),
+    ];
+    let mut server = TestServer::start(&env).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let mut acks = Vec::new();
+    for i in 1..=50 {
+        let (st, v) = send(
+            &c,
+            &server,
+            &cid,
+            if i % 2 == 0 { "u1" } else { "u2" },
+            &format!("m{i}"),
+            &format!("b{i}"),
+        )
+        .await;
+        assert_eq!(st, 201);
+        acks.push(v);
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while hot_state(&server.dir) != (0, 50) {
+        assert!(
+            Instant::now() < deadline,
+            "not trimmed: {:?}",
+            hot_state(&server.dir)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    assert_eq!(latest, 50);
+    let bodies: Vec<String> = msgs
+        .iter()
+        .map(|m| m["body"].as_str().unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        bodies,
+        (1..=50).map(|i| format!("b{i}")).collect::<Vec<_>>()
+    );
+    let (st, v) = send(&c, &server, &cid, "u2", "m1", "again").await;
+    assert_eq!(
+        (st, &v),
+        (200, &acks[0]),
+        "retry after archive + trim returns the original ACK"
+    );
+    let (st, v) = call(
+        &c,
+        reqwest::Method::GET,
+        &server.url("/v1/users/u1/conversations"),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        v["conversations"][0]["unread"], 25,
+        "unread from the archive: u2's 25 messages"
+    );
+
+    server.kill9();
+    server.spawn().await;
+    let (st, v) = send(&c, &server, &cid, "u2", "m1", "again").await;
+    assert_eq!((st, &v), (200, &acks[0]), "retry after a restart");
+    let (st, v) = send(&c, &server, &cid, "u1", "m51", "b51").await;
+    assert_eq!(st, 201);
+    assert_eq!(
+        v["conversation_seq"], 51,
+        "seqs are never reused after a full trim"
+    );
+}
