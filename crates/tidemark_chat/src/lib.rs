@@ -18,6 +18,7 @@
 pub mod archiver;
 pub mod commit;
 pub mod config;
+pub mod conformance;
 pub mod error;
 pub mod http;
 pub mod metrics;

@@ -1,0 +1,333 @@
+//! One conformance suite per port (STYLE.md, object_store's `integration.rs`): each function
+//! takes a fresh, empty store and checks the port's contract with exact values. Every backend's
+//! tests call these unchanged — SQLite now, Redis / Kafka protocol / MariaDB as they are added.
+//! They panic (assert) on a violation.
+
+use std::sync::Arc;
+
+use tidemark_core::clock::{ManualClock, SharedClock};
+
+use crate::error::ChatError;
+use crate::model::{IndexEntry, MessageClass, MessageRecord, Reservation, SendCommand};
+use crate::ports::{Archive, CommitParams, HotStore, Outbox};
+
+const T0: i64 = 1_800_000_000_000;
+const PARAMS: CommitParams = CommitParams {
+    dedup_window_ms: 60_000,
+    hot_window_ms: 10_000,
+};
+
+fn cmd(tenant: &str, cid: &str, sender: &str, key: &str) -> SendCommand {
+    SendCommand {
+        tenant: tenant.into(),
+        conversation_id: cid.into(),
+        sender: sender.into(),
+        client_msg_id: key.into(),
+        body: format!("body of {key}"),
+        class: MessageClass::Standard,
+    }
+}
+
+fn reserved(r: Reservation) -> (MessageRecord, bool) {
+    match r {
+        Reservation::Reserved { record, fresh } => (record, fresh),
+        other => panic!("expected a reservation, got {other:?}"),
+    }
+}
+
+/// The hot-store contract: conversations, reserve/commit with dedup, reads with the floor,
+/// trimming, watermark, read pointers, dedup expiry.
+pub async fn hot_store(hot: Arc<dyn HotStore>) {
+    let members = vec!["u1".to_string(), "u2".to_string()];
+    let cid = hot
+        .create_conversation("t1", &members, Some(7), T0)
+        .await
+        .unwrap();
+    let meta = hot
+        .conversation("t1", &cid)
+        .await
+        .unwrap()
+        .expect("created");
+    assert_eq!(
+        (meta.members, meta.listing_id, meta.latest_seq, meta.floor),
+        (members.clone(), Some(7), 0, 0)
+    );
+    assert!(
+        hot.conversation("t2", &cid).await.unwrap().is_none(),
+        "tenants are apart"
+    );
+
+    // Reserve: dense seqs; a retry of a RESERVED send finds the same record.
+    let (r1, fresh) = reserved(
+        hot.reserve(cmd("t1", &cid, "u1", "k1"), T0, PARAMS)
+            .await
+            .unwrap(),
+    );
+    assert!(fresh);
+    assert_eq!(
+        (r1.conversation_seq, r1.committed_at_ms, r1.body.as_str()),
+        (1, T0, "body of k1")
+    );
+    let (again, fresh) = reserved(
+        hot.reserve(cmd("t1", &cid, "u1", "k1"), T0 + 1, PARAMS)
+            .await
+            .unwrap(),
+    );
+    assert!(!fresh);
+    assert_eq!(again, r1);
+    let (r2, _) = reserved(
+        hot.reserve(cmd("t1", &cid, "u2", "k1"), T0 + 2, PARAMS)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(r2.conversation_seq, 2, "dedup is per sender");
+    assert!(matches!(
+        hot.reserve(cmd("t1", "missing", "u1", "k"), T0, PARAMS)
+            .await,
+        Err(ChatError::UnknownConversation(_))
+    ));
+
+    // RESERVED records are invisible to reads and listed as stale after their time.
+    let slice = hot.hot_slice("t1", &cid, 1, 10, T0 + 3).await.unwrap();
+    assert!(slice.records.is_empty());
+    assert_eq!(slice.latest_seq, 2);
+    assert_eq!(hot.stale_reserved(T0 - 1, 10).await.unwrap(), vec![]);
+    assert_eq!(
+        hot.stale_reserved(T0 + 2, 10).await.unwrap(),
+        vec![r1.clone(), r2.clone()]
+    );
+
+    // Commit: visible, deduplicated as committed, no longer stale; idempotent.
+    hot.mark_committed(&[r1.key(), r2.key()], T0 + 5, PARAMS)
+        .await
+        .unwrap();
+    hot.mark_committed(&[r1.key()], T0 + 9, PARAMS)
+        .await
+        .unwrap();
+    assert_eq!(
+        hot.reserve(cmd("t1", &cid, "u1", "k1"), T0 + 6, PARAMS)
+            .await
+            .unwrap(),
+        Reservation::Committed(r1.ack())
+    );
+    assert!(hot.stale_reserved(T0 + 100, 10).await.unwrap().is_empty());
+    let slice = hot.hot_slice("t1", &cid, 1, 10, T0 + 6).await.unwrap();
+    assert_eq!(slice.records, vec![r1.clone(), r2.clone()]);
+    assert_eq!((slice.floor, slice.earliest_seq), (0, Some(1)));
+    assert_eq!(
+        hot.hot_slice("t1", &cid, 2, 2, T0 + 6)
+            .await
+            .unwrap()
+            .records,
+        vec![r2.clone()]
+    );
+
+    // Unread and read pointers (never backwards).
+    assert_eq!(
+        hot.hot_unread("t1", &cid, "u1", 0, T0 + 6)
+            .await
+            .unwrap()
+            .unread_above_floor,
+        1
+    );
+    assert_eq!(
+        hot.hot_unread("t1", &cid, "u2", 0, T0 + 6)
+            .await
+            .unwrap()
+            .unread_above_floor,
+        1
+    );
+    assert_eq!(
+        hot.hot_unread("t1", &cid, "u1", 2, T0 + 6)
+            .await
+            .unwrap()
+            .unread_above_floor,
+        0
+    );
+    hot.set_read("t1", &cid, "u2", 2).await.unwrap();
+    hot.set_read("t1", &cid, "u2", 1).await.unwrap();
+    assert_eq!(hot.read_seq("t1", &cid, "u2").await.unwrap(), 2);
+    assert_eq!(hot.read_seq("t1", &cid, "u1").await.unwrap(), 0);
+    let m = hot.memberships("t1", "u2").await.unwrap();
+    assert_eq!(
+        (m.len(), m[0].conversation_id.as_str(), m[0].read_seq),
+        (1, cid.as_str(), 2)
+    );
+    assert!(hot.memberships("t2", "u2").await.unwrap().is_empty());
+
+    // Watermark only moves forward.
+    assert_eq!(hot.watermark().await.unwrap(), None);
+    hot.publish_watermark(T0 + 50).await.unwrap();
+    hot.publish_watermark(T0 + 40).await.unwrap();
+    assert_eq!(hot.watermark().await.unwrap(), Some(T0 + 50));
+
+    // Trim: score = commit time + hot window = T0 + 5 + 10_000.
+    assert_eq!(hot.hot_len().await.unwrap(), 2);
+    assert!(hot.trim(T0 + 10_004, 100).await.unwrap().is_empty());
+    let trimmed = hot.trim(T0 + 10_005, 1).await.unwrap();
+    assert_eq!(trimmed.len(), 1, "batches are bounded");
+    let trimmed2 = hot.trim(T0 + 10_005, 100).await.unwrap();
+    let mut all: Vec<u64> = trimmed
+        .iter()
+        .chain(&trimmed2)
+        .map(|k| k.conversation_seq)
+        .collect();
+    all.sort_unstable();
+    assert_eq!(all, vec![1, 2]);
+    assert_eq!(hot.hot_len().await.unwrap(), 0);
+    let meta = hot.conversation("t1", &cid).await.unwrap().unwrap();
+    assert_eq!((meta.latest_seq, meta.floor), (2, 2));
+    let slice = hot.hot_slice("t1", &cid, 1, 10, T0 + 6).await.unwrap();
+    assert_eq!(
+        (slice.floor, slice.records.len(), slice.earliest_seq),
+        (2, 0, None)
+    );
+
+    // Dedup outlives trimming, then expires; seqs are never reused.
+    assert_eq!(
+        hot.reserve(cmd("t1", &cid, "u1", "k1"), T0 + 20_000, PARAMS)
+            .await
+            .unwrap(),
+        Reservation::Committed(r1.ack())
+    );
+    assert_eq!(hot.purge_dedup(T0 + 59_999, 100).await.unwrap(), 0);
+    assert_eq!(hot.purge_dedup(T0 + 60_002, 100).await.unwrap(), 2);
+    let (r3, fresh) = reserved(
+        hot.reserve(cmd("t1", &cid, "u1", "k1"), T0 + 60_003, PARAMS)
+            .await
+            .unwrap(),
+    );
+    assert!(fresh);
+    assert_eq!(r3.conversation_seq, 3);
+}
+
+/// The outbox contract: offsets from 0, ordered fetch, consumer positions, retention, and the
+/// watermark snapshot.
+pub async fn outbox(outbox: Arc<dyn Outbox>) {
+    assert_eq!(outbox.offsets().await.unwrap(), (0, 0));
+    assert_eq!(outbox.position("archiver").await.unwrap(), None);
+    let recs: Vec<MessageRecord> = (1..=3)
+        .map(|s| cmd("t1", "c1", "u1", &format!("k{s}")).into_record(s, T0 + s as i64))
+        .collect();
+    outbox.append(&recs[..2]).await.unwrap();
+    outbox.append(&recs[2..]).await.unwrap();
+    outbox.append(&recs[..1]).await.unwrap(); // duplicates are allowed
+    assert_eq!(outbox.offsets().await.unwrap(), (0, 4));
+    let all = outbox.fetch(0, 10).await.unwrap();
+    let offsets: Vec<u64> = all.iter().map(|(o, _)| *o).collect();
+    assert_eq!(offsets, vec![0, 1, 2, 3]);
+    assert_eq!(all[1].1, recs[1]);
+    assert_eq!(all[3].1, recs[0]);
+    assert_eq!(
+        outbox.fetch(2, 1).await.unwrap(),
+        vec![(2, recs[2].clone())]
+    );
+    assert!(outbox.fetch(4, 10).await.unwrap().is_empty());
+
+    outbox.store_position("archiver", 3).await.unwrap();
+    outbox.store_position("other", 1).await.unwrap();
+    assert_eq!(outbox.position("archiver").await.unwrap(), Some(3));
+    assert_eq!(outbox.position("other").await.unwrap(), Some(1));
+
+    let clock: SharedClock = Arc::new(ManualClock::new(T0 + 500));
+    assert_eq!(
+        outbox.watermark_snapshot(&clock).await.unwrap(),
+        (T0 + 500, 4)
+    );
+
+    // Retention: only records below the bound and old enough go.
+    assert_eq!(outbox.truncate(3, T0).await.unwrap(), 0);
+    assert_eq!(outbox.truncate(2, T0 + 1_000).await.unwrap(), 2);
+    assert_eq!(outbox.offsets().await.unwrap(), (2, 4));
+    assert_eq!(
+        outbox.fetch(0, 10).await.unwrap().first().map(|(o, _)| *o),
+        Some(2)
+    );
+}
+
+/// The archive contract: idempotent writes, index ranges across buckets, record lookup,
+/// ephemeral expiry and purge.
+pub async fn archive(archive: Arc<dyn Archive>) {
+    let rec = |seq: u64, class: MessageClass| {
+        let mut c = cmd("t1", "c1", "u1", &format!("k{seq}"));
+        c.class = class;
+        c.into_record(seq, T0)
+    };
+    let recs: Vec<MessageRecord> = [998, 999, 1000, 1001]
+        .into_iter()
+        .map(|s| rec(s, MessageClass::Standard))
+        .chain([rec(1002, MessageClass::Ephemeral24h)])
+        .collect();
+    archive.put_records(&recs).await.unwrap();
+    // A record without its index entry is not visible through the index.
+    assert!(
+        archive
+            .index_range("t1", "c1", 1, 2000, T0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
+    archive.put_index(&index).await.unwrap();
+    archive.put_records(&recs).await.unwrap();
+    archive.put_index(&index).await.unwrap();
+    let got = archive
+        .index_range("t1", "c1", 999, 1002, T0)
+        .await
+        .unwrap();
+    assert_eq!(
+        got,
+        index[1..].to_vec(),
+        "ascending across seq buckets, no duplicates"
+    );
+    assert!(
+        archive
+            .index_range("t2", "c1", 1, 2000, T0)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let mut found = archive.records("t1", "c1", &[1001, 998, 5]).await.unwrap();
+    found.sort_by_key(|r| r.conversation_seq);
+    assert_eq!(found, vec![recs[0].clone(), recs[3].clone()]);
+    assert_eq!(
+        archive.earliest_seq("t1", "c1", T0).await.unwrap(),
+        Some(998)
+    );
+    assert_eq!(archive.earliest_seq("t1", "zz", T0).await.unwrap(), None);
+
+    // The ephemeral message vanishes from reads at expiry and is purged after it.
+    let expiry = T0 + crate::model::EPHEMERAL_TTL_MS;
+    assert_eq!(
+        archive
+            .index_range("t1", "c1", 1002, 1002, expiry - 1)
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    assert!(
+        archive
+            .index_range("t1", "c1", 1002, 1002, expiry)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(archive.purge_expired(expiry - 1, 100).await.unwrap(), 0);
+    assert_eq!(archive.purge_expired(expiry, 100).await.unwrap(), 1);
+    assert!(
+        archive
+            .records("t1", "c1", &[1002])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        archive
+            .records("t1", "c1", &[998, 999, 1000, 1001])
+            .await
+            .unwrap()
+            .len(),
+        4
+    );
+}

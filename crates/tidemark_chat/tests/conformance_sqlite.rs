@@ -1,0 +1,33 @@
+//! The port conformance suites (`tidemark_chat::conformance`) on the embedded SQLite backends.
+
+use std::sync::Arc;
+
+use tidemark_chat::conformance;
+use tidemark_chat::sqlite::{SqliteArchive, SqliteHot};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_hot_store() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::hot_store(Arc::new(
+        SqliteHot::open(&dir.path().join("hot.db"), 64).unwrap(),
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_outbox() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::outbox(Arc::new(
+        SqliteHot::open(&dir.path().join("hot.db"), 64).unwrap(),
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_archive() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::archive(Arc::new(
+        SqliteArchive::open(&dir.path().join("archive.db")).unwrap(),
+    ))
+    .await;
+}
