@@ -2,6 +2,8 @@
 //! embedded stores: a crash between reserve and outbox append leaves a RESERVED record that is
 //! invisible until recovery (or a retry) publishes and commits it, exactly once.
 
+#![allow(clippy::clone_on_ref_ptr)] // test wiring: Arc clones of concrete stores into trait objects
+
 use std::sync::Arc;
 use std::time::Duration;
 
