@@ -241,12 +241,11 @@ impl FusedCommit for SqliteHot {
                 }
                 let seq = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
                 let record = cmd.into_record(seq, now);
-                insert_message(
-                    conn,
-                    &record,
-                    STATE_COMMITTED,
-                    Some(now + params.hot_window_ms),
-                )?;
+                // Without an outbox (hot-only mode) nothing will ever be archived, so no trim
+                // candidate is registered: history stays hot, and a later switch to tiered
+                // mode can never trim a message that was not archived.
+                let trim_score = with_outbox.then_some(now + params.hot_window_ms);
+                insert_message(conn, &record, STATE_COMMITTED, trim_score)?;
                 insert_dedup(conn, &record, now + params.dedup_window_ms)?;
                 if with_outbox {
                     append_outbox(conn, std::slice::from_ref(&record), now)?;
