@@ -158,3 +158,73 @@ async fn tiered_trims_behind_the_watermark_and_reads_from_the_archive() {
         "seqs are never reused after a full trim"
     );
 }
+
+/// History written in `hot-only` mode (no outbox, no trim candidates) is backfilled into the
+/// outbox when the data dir is restarted in `tiered` mode, then archived and trimmed like any
+/// other: nothing goes missing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switching_from_hot_only_to_tiered_backfills_before_trimming() {
+    let mut server = TestServer::start(&[("TIDEMARK_CHAT__MODE", "hot-only")]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    for i in 1..=5 {
+        assert_eq!(
+            send(
+                &c,
+                &server,
+                &cid,
+                "u1",
+                &format!("h{i}"),
+                &format!("hot-only {i}")
+            )
+            .await
+            .0,
+            201
+        );
+    }
+    assert!(server.terminate().success());
+    server.env = [
+        ("TIDEMARK_CHAT__MODE", "tiered"),
+        ("TIDEMARK_CHAT__HOT_WINDOW", "1s"),
+        ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "100ms"),
+        ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms"),
+        ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    server.spawn().await;
+    for i in 6..=8 {
+        assert_eq!(
+            send(
+                &c,
+                &server,
+                &cid,
+                "u2",
+                &format!("t{i}"),
+                &format!("tiered {i}")
+            )
+            .await
+            .0,
+            201
+        );
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while hot_state(&server.dir) != (0, 8) {
+        assert!(
+            Instant::now() < deadline,
+            "not trimmed: {:?}",
+            hot_state(&server.dir)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(archived_count(&server.dir), Some(8));
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    assert_eq!(latest, 8);
+    let seqs: Vec<u64> = msgs
+        .iter()
+        .map(|m| m["conversation_seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!(seqs, (1..=8).collect::<Vec<_>>());
+    assert_eq!(msgs[0]["body"], "hot-only 1");
+}

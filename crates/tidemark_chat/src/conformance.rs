@@ -111,6 +111,10 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
         Reservation::Committed(r1.ack())
     );
     assert!(hot.stale_reserved(T0 + 100, 10).await.unwrap().is_empty());
+    assert!(
+        hot.untracked_committed(10).await.unwrap().is_empty(),
+        "mark_committed registers trim candidates"
+    );
     let slice = hot.hot_slice("t1", &cid, 1, 10, T0 + 6).await.unwrap();
     assert_eq!(slice.records, vec![r1.clone(), r2.clone()]);
     assert_eq!((slice.floor, slice.earliest_seq), (0, Some(1)));

@@ -122,6 +122,13 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// Drops client-dedup entries older than the dedup window; returns how many.
     async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize>;
 
+    /// Committed records that have no trim candidate (written in `hot-only` mode, so never
+    /// sent to the outbox), at most `limit`.
+    async fn untracked_committed(&self, limit: usize) -> Result<Vec<MessageRecord>>;
+
+    /// Registers trim candidates with `score_ms` for committed records that have none.
+    async fn register_trim_candidates(&self, keys: &[RecordKey], score_ms: i64) -> Result<()>;
+
     /// Number of messages currently held in the hot tier.
     async fn hot_len(&self) -> Result<u64>;
 }

@@ -3,6 +3,11 @@
 //! outbox and marked committed with the same code as the commit path
 //! ([`crate::commit::publish_and_commit`]). Outbox duplicates this may cause are harmless.
 //! With the fused embedded store no record is ever left RESERVED, so it finds nothing.
+//!
+//! [`backfill_untracked`] is the one-time counterpart for history committed in `hot-only`
+//! mode (no outbox, no trim candidate): before an archiving mode starts, such records are
+//! appended to the outbox and only then registered for trimming (seed 000: history that is not
+//! in the outbox is backfilled before it may be trimmed).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,6 +18,7 @@ use tokio_util::sync::CancellationToken;
 use crate::commit::publish_and_commit;
 use crate::error::Result;
 use crate::metrics::ChatMetrics;
+use crate::model::MessageRecord;
 use crate::ports::{CommitParams, HotStore, Outbox};
 
 /// Re-publishes stale RESERVED records.
@@ -81,5 +87,28 @@ impl Recovery {
                 _ = tokio::time::sleep(every) => {}
             }
         }
+    }
+}
+
+/// Appends committed records that have no trim candidate to the outbox, then registers them
+/// as candidates (score `now + hot_window`), 1,000 at a time. A crash in between only leaves
+/// outbox duplicates. Returns how many records were backfilled.
+pub async fn backfill_untracked(
+    hot: &dyn HotStore,
+    outbox: &dyn Outbox,
+    clock: &SharedClock,
+    params: CommitParams,
+) -> Result<usize> {
+    let mut total = 0;
+    loop {
+        let records = hot.untracked_committed(1000).await?;
+        if records.is_empty() {
+            return Ok(total);
+        }
+        outbox.append(&records).await?;
+        let keys: Vec<_> = records.iter().map(MessageRecord::key).collect();
+        hot.register_trim_candidates(&keys, clock.now_ms() + params.hot_window_ms)
+            .await?;
+        total += records.len();
     }
 }

@@ -16,7 +16,7 @@ use crate::metrics::ChatMetrics;
 use crate::model::{ConversationMeta, MessageClass, SendCommand, SendOutcome};
 use crate::ports::{Archive, HotStore, Outbox};
 use crate::reads::{self, Anchor, HistoryPage, PageRequest};
-use crate::recovery::Recovery;
+use crate::recovery::{Recovery, backfill_untracked};
 use crate::sqlite::{SqliteArchive, SqliteHot};
 use crate::trimmer::Trimmer;
 
@@ -337,6 +337,12 @@ impl ChatService {
     ) -> Result<()> {
         let s = &self.stores;
         if let (Some(outbox), Some(archive)) = (&s.outbox, &s.archive) {
+            let params = self.cfg.commit_params();
+            let n =
+                backfill_untracked(s.hot.as_ref(), outbox.as_ref(), &self.clock, params).await?;
+            if n > 0 {
+                tracing::info!(messages = n, "backfilled hot-only history into the outbox");
+            }
             let archiver = Archiver::start(
                 Arc::clone(outbox),
                 Arc::clone(archive),

@@ -629,6 +629,42 @@ impl HotStore for SqliteHot {
             .await
     }
 
+    async fn untracked_committed(&self, limit: usize) -> Result<Vec<MessageRecord>> {
+        self.reads
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM message
+                     WHERE state = {STATE_COMMITTED} AND trim_score IS NULL LIMIT ?1"
+                ))?;
+                let rows = stmt.query_map([limit as i64], record_from_row)?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+
+    async fn register_trim_candidates(&self, keys: &[RecordKey], score_ms: i64) -> Result<()> {
+        let keys = keys.to_vec();
+        self.writer
+            .write(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "UPDATE message SET trim_score = ?1
+                     WHERE tenant = ?2 AND conversation_id = ?3 AND conversation_seq = ?4
+                       AND state = ?5 AND trim_score IS NULL",
+                )?;
+                for k in &keys {
+                    stmt.execute(params![
+                        score_ms,
+                        k.tenant,
+                        k.conversation_id,
+                        k.conversation_seq as i64,
+                        STATE_COMMITTED
+                    ])?;
+                }
+                Ok(())
+            })
+            .await
+    }
+
     async fn hot_len(&self) -> Result<u64> {
         self.reads
             .read(|conn| {
