@@ -2,6 +2,7 @@
 //!
 //! - [`clock`]: injected time (`Arc<dyn Clock>`), so hot windows, TTLs and day boundaries are
 //!   tested without sleeping.
+//! - [`day`]: UTC days, the partition unit of link records and raw events.
 //! - [`sqlite`]: the embedded engine. Every write goes through one [`sqlite::GroupWriter`]
 //!   thread that runs many callers' jobs in one transaction and one fsync (group commit) and
 //!   answers each caller only after that fsync; reads use a pool of read-only connections.
@@ -10,6 +11,7 @@
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
 
 pub mod clock;
+pub mod day;
 pub mod http;
 pub mod sqlite;
 pub mod timefmt;
