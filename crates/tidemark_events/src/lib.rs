@@ -1,0 +1,1 @@
+//! Tidemark events (seed 002): being built.

@@ -1,0 +1,203 @@
+//! The link rewriter (DESIGN.md part B "Rewriting rules").
+//!
+//! Two steps, so that every byte that is not a rewritten attribute value stays as it was
+//! (Outlook conditional comments, VML, whitespace, quoting, entities elsewhere):
+//! 1. [`find_links`] runs lol_html's streaming tokenizer over the rendered message and records
+//!    the byte span of each candidate attribute value: `<a href>`, `<area href>`, `<img src>`
+//!    (only with image tracking), and every `href` inside `<!--[if …]>` conditional comments
+//!    (VML buttons such as `<v:roundrect href>`), which are tokenized again on their own.
+//!    [`crate::rules::classify`] decides per value.
+//! 2. [`splice`] copies the input and replaces exactly those spans, then inserts the open pixel
+//!    before the last `</body>` (or at the end).
+
+use std::cell::RefCell;
+use std::ops::Range;
+
+use lol_html::html_content::Element;
+use lol_html::{HtmlRewriter, Settings, doc_comments, element};
+
+use crate::rules::{Decision, RuleConfig, classify};
+
+/// What a tracked attribute points at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkKind {
+    /// A clickable link (`<a>`, `<area>`, VML `href`): a click is an `email_click` event.
+    Link,
+    /// A tracked image: redirected to the original, no click counted.
+    Image,
+    /// The open pixel: an `email_open` event.
+    Open,
+}
+
+impl LinkKind {
+    /// Storage code.
+    pub fn code(self) -> i64 {
+        match self {
+            LinkKind::Link => 0,
+            LinkKind::Image => 1,
+            LinkKind::Open => 2,
+        }
+    }
+    /// From the storage code (unknown codes read as links).
+    pub fn from_code(c: i64) -> Self {
+        match c {
+            1 => LinkKind::Image,
+            2 => LinkKind::Open,
+            _ => LinkKind::Link,
+        }
+    }
+}
+
+/// A trackable attribute value found in a message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FoundLink {
+    /// Byte span of the attribute value in the message (without quotes).
+    pub span: Range<usize>,
+    /// The URL to store: entities decoded, whitespace trimmed, never re-encoded.
+    pub url: String,
+    /// Link or image.
+    pub kind: LinkKind,
+}
+
+/// The rewriter's settings.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub struct RewriteConfig {
+    /// The tracking rules.
+    pub rules: RuleConfig,
+    /// Also track `<img src>` (images then redirect to the original).
+    pub track_images: bool,
+}
+
+/// The HTML could not be tokenized.
+#[derive(Debug, thiserror::Error)]
+#[error("html rewriting failed: {0}")]
+pub struct RewriteError(String);
+
+fn opted_out(el: &Element<'_, '_>) -> bool {
+    el.has_attribute("data-no-track")
+        || el
+            .get_attribute("clicktracking")
+            .is_some_and(|v| v.trim().eq_ignore_ascii_case("off"))
+}
+
+fn attr_span(el: &Element<'_, '_>, name: &str) -> Option<(Range<usize>, String)> {
+    el.attributes()
+        .iter()
+        .find(|a| a.name() == name)
+        .and_then(|a| Some((a.value_source_location()?.bytes(), a.value())))
+}
+
+/// Finds every trackable attribute value of `html`, in document order.
+pub fn find_links(html: &str, cfg: &RewriteConfig) -> Result<Vec<FoundLink>, RewriteError> {
+    let found = RefCell::new(Vec::new());
+    let comments = RefCell::new(Vec::<(usize, String)>::new());
+    let push = |el: &Element<'_, '_>, attr: &str, kind: LinkKind, base: usize| {
+        if let Some((span, raw)) = attr_span(el, attr)
+            && let Decision::Track(url) = classify(&raw, opted_out(el), &cfg.rules)
+        {
+            let span = span.start + base..span.end + base;
+            found.borrow_mut().push(FoundLink { span, url, kind });
+        }
+    };
+    {
+        let mut settings = Settings::new()
+            .append_element_content_handler(element!("a[href], area[href]", |el| {
+                push(el, "href", LinkKind::Link, 0);
+                Ok(())
+            }))
+            .append_document_content_handler(doc_comments!(|c| {
+                let text = c.text();
+                if text.trim_start().starts_with("[if") {
+                    // `<!--` precedes the text.
+                    comments
+                        .borrow_mut()
+                        .push((c.source_location().bytes().start + 4, text));
+                }
+                Ok(())
+            }));
+        if cfg.track_images {
+            settings = settings.append_element_content_handler(element!("img[src]", |el| {
+                push(el, "src", LinkKind::Image, 0);
+                Ok(())
+            }));
+        }
+        let mut rewriter = HtmlRewriter::new(settings, |_: &[u8]| {});
+        rewriter
+            .write(html.as_bytes())
+            .map_err(|e| RewriteError(e.to_string()))?;
+        rewriter.end().map_err(|e| RewriteError(e.to_string()))?;
+    }
+    // Conditional comments hold markup only Outlook renders (VML buttons): tokenize it too.
+    for (base, text) in comments.take() {
+        let settings = Settings::new().append_element_content_handler(element!("*[href]", |el| {
+            let tag = el.tag_name();
+            if tag != "link" && tag != "base" {
+                push(el, "href", LinkKind::Link, base);
+            }
+            Ok(())
+        }));
+        let mut rewriter = HtmlRewriter::new(settings, |_: &[u8]| {});
+        rewriter
+            .write(text.as_bytes())
+            .map_err(|e| RewriteError(e.to_string()))?;
+        rewriter.end().map_err(|e| RewriteError(e.to_string()))?;
+    }
+    let mut found = found.into_inner();
+    found.sort_by_key(|f| f.span.start);
+    Ok(found)
+}
+
+/// Copies `html`, replacing each span of `found` by `replacement[i]` and inserting `pixel`
+/// (if any) before the last `</body>`, or at the end when there is none.
+pub fn splice(
+    html: &str,
+    found: &[FoundLink],
+    replacements: &[String],
+    pixel: Option<&str>,
+) -> String {
+    let extra: usize =
+        replacements.iter().map(String::len).sum::<usize>() + pixel.map_or(0, str::len);
+    let mut out = String::with_capacity(html.len() + extra);
+    let pixel_at = pixel.map(|_| last_body_close(html).unwrap_or(html.len()));
+    let mut pos = 0;
+    let mut pixel_done = false;
+    for (f, rep) in found.iter().zip(replacements) {
+        if let (Some(at), Some(p)) = (pixel_at, pixel)
+            && !pixel_done
+            && at <= f.span.start
+        {
+            out.push_str(&html[pos..at]);
+            out.push_str(p);
+            pos = at;
+            pixel_done = true;
+        }
+        out.push_str(&html[pos..f.span.start]);
+        out.push_str(rep);
+        pos = f.span.end;
+    }
+    if let (Some(at), Some(p)) = (pixel_at, pixel)
+        && !pixel_done
+    {
+        let at = at.max(pos);
+        out.push_str(&html[pos..at]);
+        out.push_str(p);
+        pos = at;
+    }
+    out.push_str(&html[pos..]);
+    out
+}
+
+fn last_body_close(html: &str) -> Option<usize> {
+    let bytes = html.as_bytes();
+    (0..bytes.len().saturating_sub(6))
+        .rev()
+        .find(|&i| bytes[i] == b'<' && bytes[i..i + 7].eq_ignore_ascii_case(b"</body>"))
+}
+
+/// The open pixel: a 1×1 image pointing at `url`.
+pub fn pixel_html(url: &str) -> String {
+    format!(
+        "<img src=\"{url}\" width=\"1\" height=\"1\" alt=\"\" border=\"0\" style=\"display:block;width:1px;height:1px;border:0\" />"
+    )
+}
