@@ -1,1 +1,19 @@
-//! Tidemark events (seed 002): being built.
+//! Tidemark events: listing analytics (DESIGN.md part C, seed 002).
+//!
+//! Data flow so far: producers (the link redirector; later `POST /v1/events` and line
+//! protocol) hand [`Event`]s to [`Ingest::record`], which checks them against the schema
+//! (the `event` tag is a closed set; identifiers are fields, never tags) and appends them to
+//! the raw tier ([`RawStore`]): on the embedded default one SQLite table per UTC day in
+//! `data/events/raw.db`, group-committed, so an acknowledged event is durable. Two events with
+//! the same timestamp are two rows: nothing is merged.
+//!
+//! Bot traffic (HEAD requests, known scanners) is recorded with the field `bot = true` so it
+//! can be shown, and is excluded from every count of clicks and opens.
+
+pub mod ingest;
+pub mod model;
+pub mod raw;
+
+pub use ingest::{EventsConfig, Ingest, IngestError};
+pub use model::Event;
+pub use raw::{RawStore, SqliteRaw};

@@ -1,0 +1,48 @@
+//! An analytics event: a time, a kind (the only tag) and fields.
+
+use serde::{Deserialize, Serialize};
+
+/// One event (DESIGN.md part C "Schema"). Identifiers are fields, never tags.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Event {
+    /// When it happened (Unix ms, UTC).
+    pub time_ms: i64,
+    /// The kind: the `event` tag, one of the configured closed set.
+    pub kind: String,
+    /// The listing it concerns.
+    pub listing_id: Option<i64>,
+    /// The user (for email events: none; the email is in `fields`).
+    pub user_id: Option<String>,
+    /// The device.
+    pub device_id: Option<String>,
+    /// The session.
+    pub session_id: Option<String>,
+    /// The page.
+    pub page_url: Option<String>,
+    /// How many occurrences this row stands for (default 1).
+    pub count: i64,
+    /// Other declared fields (e.g. `email`, `mailing_id`, `position`, `ua_class`, `bot`).
+    pub fields: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Event {
+    /// An event of `kind` at `time_ms` with no fields set and `count = 1`.
+    pub fn new(kind: &str, time_ms: i64) -> Self {
+        Self {
+            time_ms,
+            kind: kind.to_owned(),
+            listing_id: None,
+            user_id: None,
+            device_id: None,
+            session_id: None,
+            page_url: None,
+            count: 1,
+            fields: serde_json::Map::new(),
+        }
+    }
+
+    /// Whether the event was flagged as bot traffic (`bot = true`).
+    pub fn is_bot(&self) -> bool {
+        self.fields.get("bot").and_then(serde_json::Value::as_bool) == Some(true)
+    }
+}
