@@ -58,7 +58,7 @@ impl Ingest {
     /// Validates every event, then appends them all durably (or none). `now_ms` is arrival time.
     pub async fn record(&self, events: Vec<Event>, now_ms: i64) -> Result<usize, IngestError> {
         for (index, e) in events.iter().enumerate() {
-            if !self.cfg.kinds.iter().any(|k| *k == e.kind) {
+            if !self.cfg.kinds.contains(&e.kind) {
                 return Err(IngestError::Invalid {
                     index,
                     message: format!(
@@ -85,7 +85,7 @@ mod tests {
     async fn same_millisecond_events_are_two_rows_and_bad_kinds_store_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
-        let ingest = Ingest::new(raw.clone(), EventsConfig::default());
+        let ingest = Ingest::new(Arc::clone(&raw) as _, EventsConfig::default());
         let t = 1_795_999_534_123;
         let mut a = Event::new("view", t);
         a.listing_id = Some(7);
