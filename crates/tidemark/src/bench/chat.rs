@@ -1,10 +1,677 @@
-//! `tidemark bench chat` (being written).
+//! `tidemark bench chat`: SEND_ACK latency and throughput at constant offered rates, for each
+//! chat mode, against a fresh `tidemark serve` child per mode (same executable, free loopback
+//! port, temp data dir).
+//!
+//! Per mode: start the server, create the conversations (members `b<i>`, `s<i>`), then for each
+//! rate drive `POST /v1/conversations/{cid}/messages` open loop (see [`load`]): conversations
+//! drawn Zipf-like, senders either member, 1 KiB bodies, unique `client_msg_id`s. After the
+//! rates: scrape `/metrics`, stop the server with SIGTERM, and size its hot tier.
+//! Also measured in the same run: the fsync rate of the disk that holds the data dirs.
+//! It prints figures and whether the bars of the chat issue were met; it asserts nothing.
+
+mod fsync;
+mod load;
+mod process;
+mod zipf;
+
+use std::fmt::Write as _;
+use std::io::Write as _;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, bail};
+use futures::{StreamExt, TryStreamExt};
+use http_body_util::Full;
+use hyper::body::Bytes;
+use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
+use hyper::{Request, StatusCode, Uri};
+use rand::{Rng, SeedableRng};
+
+use load::{Failure, HttpClient, LoadResult, OpenLoop, call};
+use process::ServerProcess;
+use zipf::Zipf;
+
+/// The API key of the default `demo` tenant the spawned servers use.
+const BEARER: &str = "Bearer dev-key";
+/// Concurrency of the conversation setup.
+const SETUP_CONCURRENCY: usize = 128;
+/// The bar: `tiered` must sustain this rate…
+const BAR_RATE: u64 = 10_000;
+/// …with a p99 at most this (ms)…
+const BAR_P99_MS: f64 = 20.0;
+/// …and at this rate its p99 within this factor of `hot-only`'s.
+const BAR_RATIO_RATE: u64 = 5_000;
+/// The factor.
+const BAR_RATIO: f64 = 1.25;
+
+/// A chat storage mode, as `TIDEMARK_CHAT__MODE` spells it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BenchMode {
+    /// Hot tier + outbox on the commit path, asynchronous archive (the default).
+    Tiered,
+    /// Hot tier only.
+    HotOnly,
+    /// Archive written on the commit path.
+    SyncArchive,
+}
+
+impl BenchMode {
+    fn as_str(self) -> &'static str {
+        match self {
+            BenchMode::Tiered => "tiered",
+            BenchMode::HotOnly => "hot-only",
+            BenchMode::SyncArchive => "sync-archive",
+        }
+    }
+}
 
 /// Arguments of `tidemark bench chat`.
-#[derive(Debug, clap::Args)]
-pub struct ChatBenchArgs {}
+#[derive(Debug, Clone, clap::Args)]
+pub struct ChatBenchArgs {
+    /// Chat modes to measure, each against its own fresh server.
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "tiered,hot-only,sync-archive"
+    )]
+    pub modes: Vec<BenchMode>,
+    /// Offered rates in messages per second, each run in turn against the same server.
+    #[arg(long, value_delimiter = ',', default_value = "1000,5000,10000,20000")]
+    pub rates: Vec<u64>,
+    /// Measured seconds per rate.
+    #[arg(long, default_value_t = 10.0)]
+    pub duration: f64,
+    /// Seconds at each rate before the measured window (sent, not recorded).
+    #[arg(long, default_value_t = 2.0)]
+    pub warmup: f64,
+    /// Conversations to create and draw from.
+    #[arg(long, default_value_t = 10_000)]
+    pub conversations: usize,
+    /// Size of each message body in bytes.
+    #[arg(long, default_value_t = 1024)]
+    pub body_bytes: usize,
+    /// Exponent of the Zipf draw of conversations (1.0: the top one gets ~10 % of 10,000's
+    /// traffic; 0: uniform).
+    #[arg(long, default_value_t = 1.0)]
+    pub zipf_s: f64,
+    /// Most requests (and so keep-alive connections) outstanding at once; a request due while
+    /// this many are outstanding is not sent and counts as an error.
+    #[arg(long, default_value_t = 512)]
+    pub max_in_flight: usize,
+    /// Seconds of the fsync probe of the data disk.
+    #[arg(long, default_value_t = 2.0)]
+    pub fsync_seconds: f64,
+    /// Directory under which the temporary data dirs (and the fsync probe) go [default: the
+    /// system temp dir]. Removed afterwards.
+    #[arg(long)]
+    pub dir: Option<PathBuf>,
+}
+
+/// One printed row.
+#[derive(Debug)]
+struct Row {
+    mode: BenchMode,
+    load: LoadResult,
+    /// Mean in-server SEND time over the run (from `tidemark_chat_send_seconds`), ms.
+    server_mean_ms: Option<f64>,
+    /// CPU used by the server and by the generator, in cores (1.0 = one core busy).
+    server_cpu: Option<f64>,
+    gen_cpu: Option<f64>,
+}
+
+/// Per-mode storage figures.
+#[derive(Debug)]
+struct ModeStorage {
+    mode: BenchMode,
+    messages: u64,
+    hot_db: u64,
+    hot_wal: u64,
+    archive_db: u64,
+    archived: Option<u64>,
+    backlog: Option<u64>,
+    lag_s: Option<u64>,
+    clean_stop: bool,
+}
 
 /// Runs the chat benchmark.
-pub async fn run(_args: ChatBenchArgs) -> anyhow::Result<()> {
-    anyhow::bail!("tidemark bench chat is not built yet")
+pub async fn run(args: ChatBenchArgs) -> anyhow::Result<()> {
+    if args.modes.is_empty() || args.rates.is_empty() || args.rates.contains(&0) {
+        bail!("--modes and --rates must be non-empty, and every rate positive");
+    }
+    if !(args.duration > 0.0 && args.warmup >= 0.0 && args.fsync_seconds > 0.0) {
+        bail!("--duration and --fsync-seconds must be positive, --warmup not negative");
+    }
+    if args.conversations == 0 || args.max_in_flight == 0 || args.body_bytes == 0 {
+        bail!("--conversations, --max-in-flight and --body-bytes must be positive");
+    }
+    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
+    let root = tempfile::Builder::new()
+        .prefix("tidemark-bench-chat-")
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
+
+    let fs = {
+        let dir = root.path().to_owned();
+        let secs = Duration::from_secs_f64(args.fsync_seconds);
+        eprintln!("measuring the data disk's fsync rate for {secs:?} …");
+        tokio::task::spawn_blocking(move || fsync::measure(&dir, secs)).await??
+    };
+
+    let body_tail = body_tail(args.body_bytes);
+    let zipf = Zipf::new(args.conversations, args.zipf_s);
+    let mut out = String::new();
+    writeln!(
+        out,
+        "tidemark bench chat — open loop over loopback HTTP/1.1, {} B bodies, {} conversations \
+         (Zipf s={}, top one {:.1} % of sends), per rate {} s warmup + {} s measured, ≤{} \
+         requests in flight",
+        args.body_bytes,
+        args.conversations,
+        args.zipf_s,
+        zipf.probability(0) * 100.0,
+        args.warmup,
+        args.duration,
+        args.max_in_flight
+    )?;
+    writeln!(
+        out,
+        "data disk ({}): 4 KiB write in place + fdatasync, one thread: {:.0} fsync/s, p50 {:.2} ms, \
+         p99 {:.2} ms ({} in {:.1} s)",
+        root.path().display(),
+        fs.per_sec(),
+        ms(fs.hist.value_at_quantile(0.5)),
+        ms(fs.hist.value_at_quantile(0.99)),
+        fs.count,
+        fs.elapsed.as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "latency = intended send time → response read (includes client queueing); errors = \
+         not sent on time + failed; cpu in cores (machine: {})\n",
+        std::thread::available_parallelism().map_or(0, |n| n.get())
+    )?;
+    writeln!(out, "{}", row_header())?;
+    print_now(&out);
+
+    let mut rows = Vec::new();
+    let mut storage = Vec::new();
+    for &mode in &args.modes {
+        let (mode_rows, st) = run_mode(&args, mode, root.path(), &zipf, &body_tail).await?;
+        rows.extend(mode_rows);
+        storage.push(st);
+    }
+
+    let mut out = String::new();
+    writeln!(
+        out,
+        "\nhot-tier bytes per message (files sized after a graceful stop):"
+    )?;
+    writeln!(
+        out,
+        "{:<13} {:>10} {:>12} {:>12} {:>10} {:>12}  archiver at stop",
+        "mode", "messages", "hot.db", "hot.db-wal", "B/msg", "archive.db"
+    )?;
+    for s in &storage {
+        let per_msg = if s.messages > 0 {
+            format!("{:.0}", (s.hot_db + s.hot_wal) as f64 / s.messages as f64)
+        } else {
+            "-".into()
+        };
+        let archiver = match (s.archived, s.backlog, s.lag_s) {
+            (Some(a), Some(b), Some(l)) if s.mode != BenchMode::HotOnly => {
+                format!("archived {a}, outbox backlog {b}, lag {l} s")
+            }
+            _ => "-".into(),
+        };
+        writeln!(
+            out,
+            "{:<13} {:>10} {:>12} {:>12} {:>10} {:>12}  {}{}",
+            s.mode.as_str(),
+            s.messages,
+            s.hot_db,
+            s.hot_wal,
+            per_msg,
+            s.archive_db,
+            archiver,
+            if s.clean_stop {
+                ""
+            } else {
+                " (server did not stop cleanly)"
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "(messages = tidemark_chat_sends_total; hot.db also holds the conversations, members, \
+         dedup keys and, in tiered/sync-archive, the outbox copy of each message)"
+    )?;
+    write_bars(&mut out, &rows)?;
+    print_now(&out);
+    drop(root);
+    Ok(())
+}
+
+fn print_now(s: &str) {
+    let mut o = std::io::stdout().lock();
+    let _ = o.write_all(s.as_bytes());
+    let _ = o.flush();
+}
+
+fn ms(us: u64) -> f64 {
+    us as f64 / 1000.0
+}
+
+/// `,"body":"<n bytes>"}`: the constant tail of every send request.
+fn body_tail(n: usize) -> Vec<u8> {
+    let mut v = Vec::with_capacity(n + 16);
+    v.extend_from_slice(br#","body":""#);
+    let alphabet = b"abcdefghijklmnopqrstuvwxyz0123456789 ";
+    v.extend((0..n).map(|i| alphabet[i % alphabet.len()]));
+    v.extend_from_slice(br#""}"#);
+    v
+}
+
+async fn run_mode(
+    args: &ChatBenchArgs,
+    mode: BenchMode,
+    root: &Path,
+    zipf: &Zipf,
+    body_tail: &[u8],
+) -> anyhow::Result<(Vec<Row>, ModeStorage)> {
+    let client = load::http_client(args.max_in_flight);
+    let data_dir = root.join(mode.as_str());
+    let log = root.join(format!("{}-server.log", mode.as_str()));
+    let t = Instant::now();
+    let server = ServerProcess::start(&client, mode.as_str(), &data_dir, &log).await?;
+    eprintln!(
+        "{}: server on {} ready in {:.1} s; creating {} conversations …",
+        mode.as_str(),
+        server.addr,
+        t.elapsed().as_secs_f64(),
+        args.conversations
+    );
+    let t = Instant::now();
+    let uris = create_conversations(&client, server.addr, args.conversations).await?;
+    eprintln!(
+        "{}: {} conversations in {:.1} s",
+        mode.as_str(),
+        uris.len(),
+        t.elapsed().as_secs_f64()
+    );
+
+    let server_pid = server.pid();
+    let mut rows = Vec::new();
+    for (ri, &rate) in args.rates.iter().enumerate() {
+        eprintln!(
+            "{}: {rate} msg/s, {} s warmup + {} s measured …",
+            mode.as_str(),
+            args.warmup,
+            args.duration
+        );
+        let before = scrape(&client, server.addr).await.ok();
+        let cpu_before = (
+            server_pid.and_then(cpu_ticks),
+            cpu_ticks(std::process::id()),
+        );
+        let wall = Instant::now();
+        let cfg = OpenLoop {
+            rate,
+            warmup: Duration::from_secs_f64(args.warmup),
+            duration: Duration::from_secs_f64(args.duration),
+            max_in_flight: args.max_in_flight,
+            drain: Duration::from_secs(10),
+        };
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(0x7117_e3a4 ^ rate ^ ((ri as u64) << 40));
+        let auth = HeaderValue::from_static(BEARER);
+        let json = HeaderValue::from_static("application/json");
+        let client_ref = &client;
+        let result = load::run(cfg, |i| {
+            let k = zipf.sample(rng.random::<f64>());
+            let side = if rng.random::<bool>() { 'b' } else { 's' };
+            let mut body = Vec::with_capacity(body_tail.len() + 64);
+            let _ = write!(
+                body,
+                r#"{{"client_msg_id":"r{ri}-{i}","sender":"{side}{k}""#
+            );
+            body.extend_from_slice(body_tail);
+            let req = Request::post(uris[k].clone())
+                .header(AUTHORIZATION, auth.clone())
+                .header(CONTENT_TYPE, json.clone())
+                .body(Full::new(Bytes::from(body)))
+                .expect("a valid request");
+            async move {
+                match call(client_ref, req).await {
+                    Ok((StatusCode::CREATED, _)) => Ok(()),
+                    Ok((s, b)) => Err(Failure::Status(
+                        s.as_u16(),
+                        String::from_utf8_lossy(&b[..b.len().min(300)]).into_owned(),
+                    )),
+                    Err(f) => Err(f),
+                }
+            }
+        })
+        .await?;
+        let wall = wall.elapsed().as_secs_f64();
+        let cpu_after = (
+            server_pid.and_then(cpu_ticks),
+            cpu_ticks(std::process::id()),
+        );
+        let after = scrape(&client, server.addr).await.ok();
+        let server_mean_ms = match (&before, &after) {
+            (Some(b), Some(a)) => {
+                let n = a.send_count - b.send_count;
+                (n > 0.0).then(|| (a.send_sum - b.send_sum) / n * 1000.0)
+            }
+            _ => None,
+        };
+        let per_core =
+            |b: Option<u64>, a: Option<u64>| Some((a? - b?) as f64 / clock_ticks_per_sec() / wall);
+        let row = Row {
+            mode,
+            load: result,
+            server_mean_ms,
+            server_cpu: per_core(cpu_before.0, cpu_after.0),
+            gen_cpu: per_core(cpu_before.1, cpu_after.1),
+        };
+        print_now(&format_row(&row));
+        rows.push(row);
+    }
+
+    let last = scrape(&client, server.addr).await.ok();
+    drop(client);
+    let stopped = server.stop(Duration::from_secs(60)).await;
+    if let Err(e) = &stopped {
+        eprintln!("{}: {e:#}", mode.as_str());
+    }
+    let clean_stop = matches!(&stopped, Ok(s) if s.success());
+    let size =
+        |name: &str| std::fs::metadata(data_dir.join("chat").join(name)).map_or(0, |m| m.len());
+    let st = ModeStorage {
+        mode,
+        messages: last.as_ref().map_or(0, |m| m.sends as u64),
+        hot_db: size("hot.db"),
+        hot_wal: size("hot.db-wal"),
+        archive_db: size("archive.db") + size("archive.db-wal"),
+        archived: last.as_ref().map(|m| m.archived as u64),
+        backlog: last.as_ref().map(|m| m.backlog as u64),
+        lag_s: last.as_ref().map(|m| m.lag_s as u64),
+        clean_stop,
+    };
+    // The data of a mode is no longer needed; free the disk for the next one.
+    let _ = std::fs::remove_dir_all(&data_dir);
+    Ok((rows, st))
+}
+
+async fn create_conversations(
+    client: &HttpClient,
+    addr: SocketAddr,
+    n: usize,
+) -> anyhow::Result<Vec<Uri>> {
+    let create: Uri = format!("http://{addr}/v1/conversations").parse()?;
+    let ids: Vec<String> = futures::stream::iter(0..n)
+        .map(|i| {
+            let req = Request::post(create.clone())
+                .header(AUTHORIZATION, BEARER)
+                .header(CONTENT_TYPE, "application/json")
+                .body(Full::new(Bytes::from(format!(
+                    r#"{{"members":["b{i}","s{i}"]}}"#
+                ))));
+            async move {
+                let (status, body) = call(client, req?)
+                    .await
+                    .map_err(|f| anyhow::anyhow!("creating conversation {i}: {f:?}"))?;
+                if status != StatusCode::CREATED {
+                    bail!(
+                        "creating conversation {i}: {status} {}",
+                        String::from_utf8_lossy(&body)
+                    );
+                }
+                let v: serde_json::Value = serde_json::from_slice(&body)?;
+                v["conversation_id"]
+                    .as_str()
+                    .map(str::to_owned)
+                    .context("no conversation_id in the answer")
+            }
+        })
+        .buffered(SETUP_CONCURRENCY)
+        .try_collect()
+        .await?;
+    ids.iter()
+        .map(|cid| {
+            format!("http://{addr}/v1/conversations/{cid}/messages")
+                .parse::<Uri>()
+                .map_err(Into::into)
+        })
+        .collect()
+}
+
+/// The few server metrics the benchmark reads.
+#[derive(Debug, Default)]
+struct Scrape {
+    sends: f64,
+    send_sum: f64,
+    send_count: f64,
+    archived: f64,
+    backlog: f64,
+    lag_s: f64,
+}
+
+async fn scrape(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<Scrape> {
+    let req = Request::get(format!("http://{addr}/metrics")).body(Full::default())?;
+    let (status, body) = call(client, req)
+        .await
+        .map_err(|f| anyhow::anyhow!("GET /metrics: {f:?}"))?;
+    if !status.is_success() {
+        bail!("GET /metrics: {status}");
+    }
+    let text = String::from_utf8_lossy(&body);
+    let mut s = Scrape::default();
+    for line in text.lines().filter(|l| !l.starts_with('#')) {
+        let Some((name, value)) = line.rsplit_once(' ') else {
+            continue;
+        };
+        let Ok(v) = value.parse::<f64>() else {
+            continue;
+        };
+        match name {
+            "tidemark_chat_sends_total" => s.sends = v,
+            "tidemark_chat_send_seconds_sum" => s.send_sum = v,
+            "tidemark_chat_send_seconds_count" => s.send_count = v,
+            "tidemark_chat_archived_records_total" => s.archived = v,
+            "tidemark_chat_outbox_backlog" => s.backlog = v,
+            "tidemark_chat_archive_lag_seconds" => s.lag_s = v,
+            _ => {}
+        }
+    }
+    Ok(s)
+}
+
+/// utime + stime of a process, in clock ticks.
+fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+fn clock_ticks_per_sec() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+fn row_header() -> String {
+    format!(
+        "{:<13} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "mode",
+        "offered",
+        "achieved",
+        "p50 ms",
+        "p99 ms",
+        "p99.9 ms",
+        "max ms",
+        "errors",
+        "lag p99",
+        "srv ms",
+        "srv cpu",
+        "gen cpu"
+    )
+}
+
+fn opt(v: Option<f64>, prec: usize) -> String {
+    v.map_or_else(|| "-".into(), |v| format!("{v:.prec$}"))
+}
+
+fn format_row(r: &Row) -> String {
+    let l = &r.load;
+    let q = |p: f64| {
+        if l.latency.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.2}", ms(l.latency.value_at_quantile(p)))
+        }
+    };
+    let mut s = format!(
+        "{:<13} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>8} {:>8} {:>8}\n",
+        r.mode.as_str(),
+        l.cfg.rate,
+        l.achieved(),
+        q(0.5),
+        q(0.99),
+        q(0.999),
+        if l.latency.is_empty() {
+            "-".to_string()
+        } else {
+            format!("{:.1}", ms(l.latency.max()))
+        },
+        l.errors(),
+        ms(l.lag.value_at_quantile(0.99)),
+        opt(r.server_mean_ms, 2),
+        opt(r.server_cpu, 2),
+        opt(r.gen_cpu, 2),
+    );
+    if l.errors() > 0 {
+        let _ = writeln!(
+            s,
+            "{:<13}   of {} scheduled: {} not sent (≥{} in flight), {} bad status, {} transport, \
+             {} unanswered; first: {}",
+            "",
+            l.scheduled,
+            l.dropped,
+            l.cfg.max_in_flight,
+            l.status_errors,
+            l.transport_errors,
+            l.timeouts,
+            match &l.first_failure {
+                Some(Failure::Status(c, b)) => format!("HTTP {c} {b}"),
+                Some(Failure::Transport(e)) => e.clone(),
+                None => "-".into(),
+            }
+        );
+    }
+    s
+}
+
+/// Sustained: achieved ≥ 99 % of offered, errors ≤ 0.1 % of the scheduled requests.
+fn sustained(l: &LoadResult) -> bool {
+    l.achieved() >= 0.99 * l.cfg.rate as f64 && (l.errors() as f64) <= 0.001 * l.scheduled as f64
+}
+
+fn p99_ms(l: &LoadResult) -> Option<f64> {
+    (!l.latency.is_empty()).then(|| ms(l.latency.value_at_quantile(0.99)))
+}
+
+fn write_bars(out: &mut String, rows: &[Row]) -> std::fmt::Result {
+    let find = |mode: BenchMode, rate: u64| {
+        rows.iter()
+            .find(|r| r.mode == mode && r.load.cfg.rate == rate)
+            .map(|r| &r.load)
+    };
+    writeln!(
+        out,
+        "\nbars (sustained = achieved ≥ 99 % of offered and errors ≤ 0.1 %):"
+    )?;
+
+    // Bar 1: tiered sustains ≥ 10,000 msg/s with p99 ≤ 20 ms (at any offered rate ≥ 10,000).
+    let candidates: Vec<&LoadResult> = rows
+        .iter()
+        .filter(|r| r.mode == BenchMode::Tiered && r.load.cfg.rate >= BAR_RATE)
+        .map(|r| &r.load)
+        .collect();
+    let passing = candidates
+        .iter()
+        .copied()
+        .filter(|l| {
+            sustained(l)
+                && l.achieved() >= 0.99 * BAR_RATE as f64
+                && p99_ms(l).is_some_and(|p| p <= BAR_P99_MS)
+        })
+        .max_by_key(|l| l.cfg.rate);
+    let verdict1 = if candidates.is_empty() {
+        "NOT MEASURED (tiered was not run at ≥ 10,000 msg/s)".to_string()
+    } else if let Some(l) = passing {
+        format!(
+            "MET — at {} msg/s offered: achieved {:.0}/s, p99 {:.2} ms, {} errors",
+            l.cfg.rate,
+            l.achieved(),
+            p99_ms(l).unwrap_or(f64::NAN),
+            l.errors()
+        )
+    } else {
+        let detail: Vec<String> = candidates
+            .iter()
+            .map(|l| {
+                format!(
+                    "{} offered → {:.0}/s, p99 {} ms, {} errors",
+                    l.cfg.rate,
+                    l.achieved(),
+                    opt(p99_ms(l), 2),
+                    l.errors()
+                )
+            })
+            .collect();
+        format!("NOT MET — {}", detail.join("; "))
+    };
+    writeln!(
+        out,
+        "  1. tiered sustains ≥ {BAR_RATE} msg/s with p99 ≤ {BAR_P99_MS} ms: {verdict1}"
+    )?;
+
+    // Bar 2: tiered p99 at 5k within 1.25× of hot-only p99 at 5k.
+    let verdict2 = match (
+        find(BenchMode::Tiered, BAR_RATIO_RATE),
+        find(BenchMode::HotOnly, BAR_RATIO_RATE),
+    ) {
+        (Some(t), Some(h)) => match (p99_ms(t), p99_ms(h)) {
+            (Some(pt), Some(ph)) => {
+                let ratio = pt / ph;
+                format!(
+                    "{} — tiered p99 {pt:.2} ms / hot-only p99 {ph:.2} ms = {ratio:.2}×{}",
+                    if ratio <= BAR_RATIO { "MET" } else { "NOT MET" },
+                    if sustained(t) && sustained(h) {
+                        ""
+                    } else {
+                        " (but a run was not sustained: see its errors)"
+                    }
+                )
+            }
+            _ => "NOT MET — no successful requests to compare".into(),
+        },
+        _ => format!("NOT MEASURED (needs tiered and hot-only at {BAR_RATIO_RATE} msg/s)"),
+    };
+    writeln!(
+        out,
+        "  2. tiered p99 at {BAR_RATIO_RATE} msg/s within {BAR_RATIO}× of hot-only: {verdict2}"
+    )
 }

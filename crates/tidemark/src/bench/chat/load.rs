@@ -1,0 +1,375 @@
+//! The open-loop driver and the HTTP client it uses.
+//!
+//! Request `i` has the intended send time `start + i / rate`, fixed before the run and
+//! independent of how fast the server answers. Latency is measured from that intended time to
+//! the end of the response, so time a request spends waiting — for the generator's timer, for a
+//! connection, or in the server's queue — is counted, not hidden (no coordinated omission).
+//! One task issues every request and polls every response (a `FuturesUnordered`), so the
+//! histograms need no locking and each request costs one future. A pacer thread wakes that task
+//! at the intended times (the tokio timer only ticks in milliseconds); at high rates it wakes it
+//! every 200 µs for a batch. Any lateness of a send is in its latency, and is also reported on
+//! its own as "send lag".
+//!
+//! Nothing here is chat-specific: the caller passes a closure that builds request `i`.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+use std::time::Instant;
+
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use hdrhistogram::Histogram;
+use http_body_util::{BodyExt, Full};
+use hyper::body::Bytes;
+use hyper::{Request, StatusCode};
+use hyper_util::client::legacy::Client;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
+use tokio::sync::Notify;
+
+/// The pooled HTTP/1.1 keep-alive client.
+pub(super) type HttpClient = Client<HttpConnector, Full<Bytes>>;
+
+/// A keep-alive client with `TCP_NODELAY`. The legacy pool opens a connection whenever no idle
+/// one is free, so the number of connections is bounded by the caller's in-flight cap.
+pub(super) fn http_client(max_idle: usize) -> HttpClient {
+    let mut connector = HttpConnector::new();
+    connector.set_nodelay(true);
+    connector.set_connect_timeout(Some(Duration::from_secs(5)));
+    Client::builder(TokioExecutor::new())
+        .pool_max_idle_per_host(max_idle)
+        .retry_canceled_requests(false)
+        .build(connector)
+}
+
+/// Sends `req` and reads the whole answer.
+pub(super) async fn call(
+    client: &HttpClient,
+    req: Request<Full<Bytes>>,
+) -> Result<(StatusCode, Bytes), Failure> {
+    let resp = client
+        .request(req)
+        .await
+        .map_err(|e| Failure::Transport(error_chain(&e)))?;
+    let status = resp.status();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| Failure::Transport(error_chain(&e)))?
+        .to_bytes();
+    Ok((status, body))
+}
+
+fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut s = e.to_string();
+    let mut src = e.source();
+    while let Some(inner) = src {
+        s.push_str(": ");
+        s.push_str(&inner.to_string());
+        src = inner.source();
+    }
+    s
+}
+
+/// Why one request did not succeed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(super) enum Failure {
+    /// The server answered with a status other than the expected one.
+    Status(u16, String),
+    /// Connecting, writing or reading failed.
+    Transport(String),
+}
+
+/// The outcome of one request.
+pub(super) type Outcome = Result<(), Failure>;
+
+/// One constant-rate run.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct OpenLoop {
+    /// Offered rate, requests per second.
+    pub(super) rate: u64,
+    /// Leading time whose requests are sent but not recorded.
+    pub(super) warmup: Duration,
+    /// The measured window after the warmup.
+    pub(super) duration: Duration,
+    /// Most requests outstanding at once; a request due while the cap is reached is not sent
+    /// and counts as an error ("not sent on time").
+    pub(super) max_in_flight: usize,
+    /// How long to wait for stragglers after the last request was sent; those still
+    /// outstanding then count as errors.
+    pub(super) drain: Duration,
+}
+
+/// The figures of one run. Only requests whose intended time lies in the measured window are
+/// recorded; `ok_in_window` counts successes that *completed* in the window.
+#[derive(Debug)]
+pub(super) struct LoadResult {
+    /// The configuration.
+    pub(super) cfg: OpenLoop,
+    /// Recorded requests (intended in the window), sent or not.
+    pub(super) scheduled: u64,
+    /// Successful responses that completed inside the window (any intended time).
+    pub(super) ok_in_window: u64,
+    /// Recorded successes' latency, intended send time → response read, µs.
+    pub(super) latency: Histogram<u64>,
+    /// Recorded requests' send lag, intended send time → handed to the client, µs.
+    pub(super) lag: Histogram<u64>,
+    /// Recorded requests not sent because `max_in_flight` were outstanding.
+    pub(super) dropped: u64,
+    /// Recorded requests answered with an unexpected status.
+    pub(super) status_errors: u64,
+    /// Recorded requests that failed in transport.
+    pub(super) transport_errors: u64,
+    /// Recorded requests still outstanding after the drain time.
+    pub(super) timeouts: u64,
+    /// The first failure seen, for diagnosis.
+    pub(super) first_failure: Option<Failure>,
+    /// Most requests outstanding at once.
+    pub(super) peak_in_flight: usize,
+}
+
+impl LoadResult {
+    /// All recorded requests that did not succeed.
+    pub(super) fn errors(&self) -> u64 {
+        self.dropped + self.status_errors + self.transport_errors + self.timeouts
+    }
+
+    /// Successful completions per second over the window.
+    pub(super) fn achieved(&self) -> f64 {
+        self.ok_in_window as f64 / self.cfg.duration.as_secs_f64()
+    }
+}
+
+fn new_hist() -> Histogram<u64> {
+    Histogram::<u64>::new_with_bounds(1, 3_600_000_000, 3).expect("valid histogram bounds")
+}
+
+type Completion = (Instant, bool, Outcome, Instant);
+
+async fn timed<F: Future<Output = Outcome>>(
+    intended: Instant,
+    recorded: bool,
+    fut: F,
+) -> Completion {
+    let outcome = fut.await;
+    (intended, recorded, outcome, Instant::now())
+}
+
+/// Wakes the driver at intended send times, more precisely than the tokio timer (1 ms ticks):
+/// a thread that sleeps until the next intended time (or [`MIN_TICK`] after its last wake,
+/// whichever is later, so at high rates it wakes in batches) and then notifies.
+#[derive(Debug)]
+struct Pacer {
+    notify: Arc<Notify>,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Shortest interval between two pacer wakes.
+const MIN_TICK: Duration = Duration::from_micros(200);
+
+impl Pacer {
+    fn start(start: Instant, rate: u64, total: u64) -> std::io::Result<Self> {
+        let notify = Arc::new(Notify::new());
+        let stop = Arc::new(AtomicBool::new(false));
+        let (n, st) = (Arc::clone(&notify), Arc::clone(&stop));
+        let thread = std::thread::Builder::new()
+            .name("bench-pacer".into())
+            .spawn(move || {
+                let mut i = 0u64;
+                let mut last_wake = start - MIN_TICK;
+                while i < total && !st.load(Ordering::Relaxed) {
+                    let target = intended(start, rate, i).max(last_wake + MIN_TICK);
+                    let now = Instant::now();
+                    if target > now {
+                        std::thread::sleep(target - now);
+                    }
+                    last_wake = Instant::now();
+                    n.notify_one();
+                    // The first request not yet due.
+                    let elapsed = last_wake.saturating_duration_since(start).as_nanos();
+                    i = (elapsed * u128::from(rate) / 1_000_000_000) as u64 + 1;
+                }
+            })?;
+        Ok(Self {
+            notify,
+            stop,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Pacer {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+fn intended(start: Instant, rate: u64, i: u64) -> Instant {
+    start + Duration::from_nanos((u128::from(i) * 1_000_000_000 / u128::from(rate)) as u64)
+}
+
+fn record(res: &mut LoadResult, window: (Instant, Instant), c: Completion) {
+    let (t, recorded, outcome, done) = c;
+    if outcome.is_ok() && done >= window.0 && done <= window.1 {
+        res.ok_in_window += 1;
+    }
+    if recorded {
+        match outcome {
+            Ok(()) => {
+                res.latency
+                    .saturating_record((done - t).as_micros().max(1) as u64);
+            }
+            Err(f) => {
+                match f {
+                    Failure::Status(..) => res.status_errors += 1,
+                    Failure::Transport(_) => res.transport_errors += 1,
+                }
+                res.first_failure.get_or_insert(f);
+            }
+        }
+    }
+}
+
+/// Runs `cfg`: calls `make(i)` at request `i`'s intended time and drives the futures.
+pub(super) async fn run<F, Fut>(cfg: OpenLoop, mut make: F) -> std::io::Result<LoadResult>
+where
+    F: FnMut(u64) -> Fut,
+    Fut: Future<Output = Outcome>,
+{
+    assert!(cfg.rate > 0, "rate must be positive");
+    let mut res = LoadResult {
+        cfg,
+        scheduled: 0,
+        ok_in_window: 0,
+        latency: new_hist(),
+        lag: new_hist(),
+        dropped: 0,
+        status_errors: 0,
+        transport_errors: 0,
+        timeouts: 0,
+        first_failure: None,
+        peak_in_flight: 0,
+    };
+    let total = ((cfg.warmup + cfg.duration).as_secs_f64() * cfg.rate as f64).round() as u64;
+    let start = Instant::now() + Duration::from_millis(5);
+    let window_start = start + cfg.warmup;
+    let window = (window_start, window_start + cfg.duration);
+    let pacer = Pacer::start(start, cfg.rate, total)?;
+
+    let mut in_flight = FuturesUnordered::new();
+    let mut next = 0u64;
+    let mut drain_deadline: Option<Instant> = None;
+    loop {
+        let now = Instant::now();
+        while next < total {
+            let t = intended(start, cfg.rate, next);
+            if t > now {
+                break;
+            }
+            let recorded = t >= window_start;
+            if recorded {
+                res.scheduled += 1;
+            }
+            if in_flight.len() >= cfg.max_in_flight {
+                if recorded {
+                    res.dropped += 1;
+                }
+            } else {
+                if recorded {
+                    res.lag
+                        .saturating_record((now - t).as_micros().max(1) as u64);
+                }
+                in_flight.push(timed(t, recorded, make(next)));
+                res.peak_in_flight = res.peak_in_flight.max(in_flight.len());
+            }
+            next += 1;
+        }
+        if next < total {
+            tokio::select! {
+                biased;
+                Some(c) = in_flight.next(), if !in_flight.is_empty() => record(&mut res, window, c),
+                _ = pacer.notify.notified() => {}
+            }
+        } else {
+            if in_flight.is_empty() {
+                break;
+            }
+            let deadline = *drain_deadline.get_or_insert(now + cfg.drain);
+            tokio::select! {
+                biased;
+                Some(c) = in_flight.next() => record(&mut res, window, c),
+                _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
+                    // Stragglers (all intended near the end, so in the window) count as
+                    // errors; dropping their futures closes their connections.
+                    res.timeouts += in_flight.len() as u64;
+                    res.first_failure.get_or_insert(Failure::Transport(format!(
+                        "{} requests still unanswered {:?} after the last was sent",
+                        in_flight.len(),
+                        cfg.drain
+                    )));
+                    break;
+                }
+            }
+        }
+    }
+    drop(pacer);
+    Ok(res)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cfg(rate: u64, max_in_flight: usize) -> OpenLoop {
+        OpenLoop {
+            rate,
+            warmup: Duration::from_millis(100),
+            duration: Duration::from_millis(400),
+            max_in_flight,
+            drain: Duration::from_secs(2),
+        }
+    }
+
+    #[tokio::test]
+    async fn schedules_at_the_offered_rate_and_measures_from_the_intended_time() {
+        let res = run(cfg(1000, 64), |_| async {
+            tokio::time::sleep(Duration::from_millis(3)).await;
+            Ok(())
+        })
+        .await
+        .unwrap();
+        assert_eq!(res.scheduled, 400);
+        assert_eq!(res.errors(), 0);
+        assert_eq!(res.latency.len(), 400);
+        assert!(res.latency.min() >= 3000, "latency includes the 3 ms");
+        let achieved = res.achieved();
+        assert!((900.0..=1100.0).contains(&achieved), "achieved {achieved}");
+    }
+
+    #[tokio::test]
+    async fn a_slow_server_shows_as_drops_and_failures_not_as_a_lower_rate() {
+        // Each request takes 50 ms, at most 5 in flight: about 100/s can be served of 1000/s.
+        let res = run(cfg(1000, 5), |i| async move {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            if i % 2 == 0 {
+                Ok(())
+            } else {
+                Err(Failure::Status(500, String::new()))
+            }
+        })
+        .await
+        .unwrap();
+        assert_eq!(res.scheduled, 400);
+        assert!(res.dropped > 300, "dropped {}", res.dropped);
+        assert!(res.status_errors > 0);
+        assert_eq!(res.errors(), res.scheduled - res.latency.len());
+        assert!(res.peak_in_flight <= 5);
+    }
+}
