@@ -3,7 +3,8 @@
 //!
 //! A trim candidate (score `commit time + hot_window`) leaves the hot tier when
 //! `score ≤ min(now, T + hot_window − outbox_recovery_window − safety_margin)`, T being the
-//! archive watermark. No watermark, no trimming: a stalled archiver stops deletion and the
+//! archive watermark (taken as exclusive: the watermark bound is strict, see [`trim_cutoff`]).
+//! No watermark, no trimming: a stalled archiver stops deletion and the
 //! archive-lag metric grows. The store raises each conversation's floor F as it trims.
 
 use std::sync::Arc;
@@ -19,11 +20,16 @@ use crate::metrics::ChatMetrics;
 use crate::ports::{Archive, HotStore, Outbox};
 
 /// The trim cutoff for `now_ms` and watermark `t_ms`, or `None` if nothing may be trimmed.
+///
+/// T is exclusive: only messages committed *before* T are known to be archived (one committed
+/// in T's own millisecond, after the archiver's snapshot, may not be), so the watermark bound
+/// is `T − 1 ms + hot_window − outbox_recovery_window − safety_margin`. Without the 1 ms, zero
+/// margins would trim such a message unarchived.
 pub fn trim_cutoff(now_ms: i64, watermark_ms: Option<i64>, cfg: &ChatConfig) -> Option<i64> {
     let t = watermark_ms?;
     let ms = |d: Duration| d.as_millis() as i64;
     let by_watermark =
-        t + ms(cfg.hot_window) - ms(cfg.outbox_recovery_window) - ms(cfg.safety_margin);
+        t - 1 + ms(cfg.hot_window) - ms(cfg.outbox_recovery_window) - ms(cfg.safety_margin);
     Some(now_ms.min(by_watermark))
 }
 
@@ -157,8 +163,8 @@ mod tests {
             ..ChatConfig::default()
         };
         assert_eq!(trim_cutoff(1_000_000, None, &cfg), None);
-        // T + 100 s − 10 s − 5 s = T + 85 s.
-        assert_eq!(trim_cutoff(1_000_000, Some(500_000), &cfg), Some(585_000));
+        // T − 1 ms + 100 s − 10 s − 5 s = T + 85 s − 1 ms.
+        assert_eq!(trim_cutoff(1_000_000, Some(500_000), &cfg), Some(584_999));
         assert_eq!(trim_cutoff(550_000, Some(500_000), &cfg), Some(550_000));
     }
 }

@@ -1,0 +1,473 @@
+//! Shared harness of the chat integration tests.
+//!
+//! A [`Harness`] runs the real SQLite backends (`hot.db` + `archive.db` in a fresh temporary
+//! directory) under an injected [`ManualClock`], so hot windows, watermarks and TTLs are tested
+//! by moving the clock, never by sleeping. Workers are driven by hand: [`Harness::archiver`] and
+//! [`Harness::trimmer`] build the real [`Archiver`] and [`Trimmer`], and the tests call their
+//! `run_once` directly. Raw SQL helpers look at the files behind the server's back.
+
+// Every test binary compiles this module but uses only part of it; items are `pub` for the
+// test files, not for export.
+#![allow(dead_code, unreachable_pub)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use rusqlite::{Connection, params};
+use tempfile::TempDir;
+use tidemark_chat::archiver::Archiver;
+use tidemark_chat::commit::CommitPath;
+use tidemark_chat::metrics::ChatMetrics;
+use tidemark_chat::model::{MessageClass, MessageRecord, SendAck, SendCommand, SendOutcome};
+use tidemark_chat::ports::{Archive, HotStore, Outbox};
+use tidemark_chat::reads::Anchor;
+use tidemark_chat::service::NewConversation;
+use tidemark_chat::sqlite::{SqliteArchive, SqliteHot};
+use tidemark_chat::testing::FaultyArchive;
+use tidemark_chat::trimmer::{TrimOutcome, Trimmer};
+use tidemark_chat::{ChatConfig, ChatService, ChatStores};
+use tidemark_core::clock::{ManualClock, SharedClock};
+
+/// The tenant every test works in.
+pub const TENANT: &str = "acme";
+
+/// Where the manual clock starts: 2026-01-01T00:00:00Z.
+pub const START_MS: i64 = 1_767_225_600_000;
+
+/// Small windows so that trimming takes seconds of manual time:
+/// hot window 10 s, recovery window 1 s, safety margin 0.5 s.
+pub fn small_windows() -> ChatConfig {
+    ChatConfig {
+        hot_window: Duration::from_secs(10),
+        outbox_recovery_window: Duration::from_secs(1),
+        safety_margin: Duration::from_millis(500),
+        archive_batch_max: 100,
+        trim_batch: 64,
+        ..ChatConfig::default()
+    }
+}
+
+/// `d` in ms.
+pub fn ms(d: Duration) -> i64 {
+    d.as_millis() as i64
+}
+
+/// How the archive port is wired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum ArchiveWiring {
+    /// `ChatStores::open_embedded`.
+    Embedded,
+    /// The same SQLite files wired by hand, the archive wrapped in a [`FaultyArchive`].
+    Faulty,
+}
+
+/// A chat service on real SQLite files in a temporary directory, with a manual clock.
+#[derive(Debug)]
+pub struct Harness {
+    /// Kept alive (and deleted) with the harness; survives [`Harness::restart`].
+    pub dir: TempDir,
+    /// The injected clock; tests move it.
+    pub clock: Arc<ManualClock>,
+    /// The configuration in force.
+    pub cfg: ChatConfig,
+    /// Metrics shared by the service, the archivers and the trimmers of this harness.
+    pub metrics: ChatMetrics,
+    /// The service under test.
+    pub service: ChatService,
+    /// The fault-injecting archive wrapper, if the harness was built with one.
+    pub faulty: Option<Arc<FaultyArchive>>,
+    wiring: ArchiveWiring,
+}
+
+impl Harness {
+    /// `ChatStores::open_embedded` in a fresh directory, clock at [`START_MS`].
+    pub async fn embedded(cfg: ChatConfig) -> Self {
+        Self::open(
+            tempfile::tempdir().expect("tempdir"),
+            Arc::new(ManualClock::new(START_MS)),
+            cfg,
+            ArchiveWiring::Embedded,
+        )
+        .await
+    }
+
+    /// The embedded SQLite stores wired by hand, the archive wrapped in a [`FaultyArchive`].
+    pub async fn with_faulty_archive(cfg: ChatConfig) -> Self {
+        Self::open(
+            tempfile::tempdir().expect("tempdir"),
+            Arc::new(ManualClock::new(START_MS)),
+            cfg,
+            ArchiveWiring::Faulty,
+        )
+        .await
+    }
+
+    /// Opens `<dir>/chat/hot.db` and `<dir>/chat/archive.db`: through
+    /// `ChatStores::open_embedded`, or wired by hand the same way with the archive wrapped.
+    async fn open(
+        dir: TempDir,
+        clock: Arc<ManualClock>,
+        cfg: ChatConfig,
+        wiring: ArchiveWiring,
+    ) -> Self {
+        let shared: SharedClock = Arc::clone(&clock) as SharedClock;
+        let (stores, faulty) = match wiring {
+            ArchiveWiring::Embedded => (
+                ChatStores::open_embedded(dir.path(), &cfg).expect("open embedded stores"),
+                None,
+            ),
+            ArchiveWiring::Faulty => {
+                let chat = dir.path().join("chat");
+                std::fs::create_dir_all(&chat).expect("chat dir");
+                let hot = Arc::new(
+                    SqliteHot::open(&chat.join("hot.db"), cfg.commit_batch_max).expect("hot.db"),
+                );
+                let inner: Arc<dyn Archive> =
+                    Arc::new(SqliteArchive::open(&chat.join("archive.db")).expect("archive.db"));
+                let faulty = Arc::new(FaultyArchive::new(inner));
+                let stores = ChatStores {
+                    commit_path: CommitPath::Fused {
+                        store: Arc::clone(&hot) as _,
+                        with_outbox: true,
+                    },
+                    outbox: Some(Arc::clone(&hot) as Arc<dyn Outbox>),
+                    archive: Some(Arc::clone(&faulty) as Arc<dyn Archive>),
+                    hot,
+                };
+                (stores, Some(faulty))
+            }
+        };
+        let metrics = ChatMetrics::unregistered();
+        let service = ChatService::new(stores, shared, cfg.clone(), metrics.clone());
+        Self {
+            dir,
+            clock,
+            cfg,
+            metrics,
+            service,
+            faulty,
+            wiring,
+        }
+    }
+
+    /// A "restart": drops the service and every store handle (the SQLite writers shut down),
+    /// then opens the same directory again. The clock keeps its time.
+    pub async fn restart(self) -> Self {
+        let Self {
+            dir,
+            clock,
+            cfg,
+            service,
+            faulty,
+            wiring,
+            ..
+        } = self;
+        drop(service);
+        drop(faulty);
+        Self::open(dir, clock, cfg, wiring).await
+    }
+
+    /// The data directory (`<dir>/chat/hot.db`, `<dir>/chat/archive.db`).
+    pub fn chat_dir(&self) -> PathBuf {
+        self.dir.path().join("chat")
+    }
+
+    /// The clock as the components take it.
+    pub fn shared_clock(&self) -> SharedClock {
+        Arc::clone(&self.clock) as SharedClock
+    }
+
+    /// Now, in Unix ms.
+    pub fn now(&self) -> i64 {
+        use tidemark_core::clock::Clock;
+        self.clock.now_ms()
+    }
+
+    /// Moves the clock forward.
+    pub fn advance(&self, ms: i64) {
+        self.clock.advance(ms);
+    }
+
+    /// The hot store port.
+    pub fn hot(&self) -> Arc<dyn HotStore> {
+        Arc::clone(&self.service.stores().hot)
+    }
+
+    /// The outbox port.
+    pub fn outbox(&self) -> Arc<dyn Outbox> {
+        Arc::clone(self.service.stores().outbox.as_ref().expect("tiered mode"))
+    }
+
+    /// The archive port (the faulty wrapper if there is one).
+    pub fn archive(&self) -> Arc<dyn Archive> {
+        Arc::clone(self.service.stores().archive.as_ref().expect("tiered mode"))
+    }
+
+    /// A real archiver over this harness's stores (applies the start rule).
+    pub async fn archiver(&self) -> Archiver {
+        Archiver::start(
+            self.outbox(),
+            self.archive(),
+            self.hot(),
+            self.shared_clock(),
+            self.cfg.archive_batch_max,
+            self.metrics.clone(),
+        )
+        .await
+        .expect("archiver start rule")
+    }
+
+    /// A real trimmer over this harness's stores, sharing the harness's metrics.
+    pub fn trimmer(&self) -> Trimmer {
+        let s = self.service.stores();
+        Trimmer::new(
+            self.hot(),
+            s.outbox.clone(),
+            s.archive.clone(),
+            self.shared_clock(),
+            self.cfg.clone(),
+            self.metrics.clone(),
+        )
+    }
+
+    /// Runs a fresh archiver until the outbox is drained; returns how many records it wrote.
+    pub async fn archive_all(&self) -> usize {
+        let mut archiver = self.archiver().await;
+        let mut total = 0;
+        loop {
+            let out = archiver.run_once().await.expect("archiver batch");
+            total += out.archived;
+            if out.archived == 0 {
+                assert!(out.watermark_published, "a drained archiver publishes T");
+                return total;
+            }
+        }
+    }
+
+    /// One trimmer pass.
+    pub async fn trim(&self) -> TrimOutcome {
+        self.trimmer().run_once().await.expect("trimmer pass")
+    }
+
+    /// The shortest wait after a commit before an archiver run whose watermark T lets the
+    /// trimmer take that commit: recovery window + safety margin + 1 ms (T is exclusive).
+    pub fn margins_ms(&self) -> i64 {
+        ms(self.cfg.outbox_recovery_window) + ms(self.cfg.safety_margin) + 1
+    }
+
+    /// Makes everything committed so far leave the hot tier: waits out the margins
+    /// ([`Harness::margins_ms`]), archives everything (T = now), waits out the hot window,
+    /// trims. Returns how many records were trimmed.
+    pub async fn archive_and_trim_everything(&self) -> usize {
+        self.advance(self.margins_ms());
+        self.archive_all().await;
+        self.advance(ms(self.cfg.hot_window));
+        self.trim().await.trimmed
+    }
+
+    /// Creates a conversation between `members`.
+    pub async fn conversation(&self, members: &[&str]) -> String {
+        self.service
+            .create_conversation(
+                TENANT,
+                NewConversation {
+                    members: members.iter().map(|m| (*m).to_owned()).collect(),
+                    listing_id: Some(42),
+                },
+            )
+            .await
+            .expect("create conversation")
+    }
+
+    /// SEND of a standard message.
+    pub async fn send(
+        &self,
+        cid: &str,
+        sender: &str,
+        client_msg_id: &str,
+        body: &str,
+    ) -> SendOutcome {
+        self.send_class(cid, sender, client_msg_id, body, MessageClass::Standard)
+            .await
+    }
+
+    /// SEND of a message of `class`.
+    pub async fn send_class(
+        &self,
+        cid: &str,
+        sender: &str,
+        client_msg_id: &str,
+        body: &str,
+        class: MessageClass,
+    ) -> SendOutcome {
+        self.service
+            .send(command(cid, sender, client_msg_id, body, class))
+            .await
+            .expect("send")
+    }
+
+    /// SEND that must commit a new message; returns its record.
+    pub async fn commit(
+        &self,
+        cid: &str,
+        sender: &str,
+        client_msg_id: &str,
+        body: &str,
+    ) -> MessageRecord {
+        committed(self.send(cid, sender, client_msg_id, body).await)
+    }
+
+    /// The conversation's floor F.
+    pub async fn floor(&self, cid: &str) -> u64 {
+        self.service
+            .conversation(TENANT, cid)
+            .await
+            .expect("conversation")
+            .floor
+    }
+
+    /// The whole history of a conversation through `ChatService::history`, oldest first,
+    /// read in pages of 200 with `After` anchors.
+    pub async fn full_history(&self, cid: &str) -> Vec<MessageRecord> {
+        let mut out = Vec::new();
+        let mut after = 0;
+        loop {
+            let page = self
+                .service
+                .history(TENANT, cid, Anchor::After(after), 200)
+                .await
+                .expect("history page");
+            out.extend(page.messages);
+            after += 200;
+            if after >= page.latest_seq {
+                return out;
+            }
+        }
+    }
+
+    /// A read-write connection to `<dir>/chat/<file>`, behind the server's back.
+    pub fn raw(&self, file: &str) -> Connection {
+        raw_connection(&self.chat_dir().join(file))
+    }
+
+    /// Seqs of the conversation in the archive: `(message_record, history_index)`, ascending,
+    /// with duplicates kept (so "exactly once" can be checked).
+    pub fn archived_seqs(&self, cid: &str) -> (Vec<u64>, Vec<u64>) {
+        let conn = self.raw("archive.db");
+        let seqs = |table: &str| {
+            conn.prepare(&format!(
+                "SELECT conversation_seq FROM {table}
+                 WHERE tenant = ?1 AND conversation_id = ?2 ORDER BY conversation_seq"
+            ))
+            .expect("prepare")
+            .query_map(params![TENANT, cid], |r| r.get::<_, i64>(0))
+            .expect("query")
+            .map(|s| s.expect("row") as u64)
+            .collect::<Vec<u64>>()
+        };
+        (seqs("message_record"), seqs("history_index"))
+    }
+
+    /// Number of `(message_record, history_index)` rows in the whole archive file.
+    pub fn archive_row_counts(&self) -> (u64, u64) {
+        let conn = self.raw("archive.db");
+        let count = |table: &str| {
+            conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
+                r.get::<_, i64>(0)
+            })
+            .expect("count") as u64
+        };
+        (count("message_record"), count("history_index"))
+    }
+
+    /// Index entries whose record is missing from the archive file (must always be 0).
+    pub fn orphan_index_entries(&self) -> u64 {
+        self.raw("archive.db")
+            .query_row(
+                "SELECT count(*) FROM history_index i WHERE NOT EXISTS (
+                     SELECT 1 FROM message_record r
+                     WHERE r.tenant = i.tenant AND r.conversation_id = i.conversation_id
+                       AND r.seq_bucket = i.seq_bucket AND r.conversation_seq = i.conversation_seq
+                       AND r.message_id = i.message_id)",
+                [],
+                |r| r.get::<_, i64>(0),
+            )
+            .expect("orphan count") as u64
+    }
+
+    /// Seqs of the conversation still held in the hot tier (any state), ascending.
+    pub fn hot_seqs(&self, cid: &str) -> Vec<u64> {
+        let conn = self.raw("hot.db");
+        let mut stmt = conn
+            .prepare(
+                "SELECT conversation_seq FROM message
+                 WHERE tenant = ?1 AND conversation_id = ?2 ORDER BY conversation_seq",
+            )
+            .expect("prepare");
+        stmt.query_map(params![TENANT, cid], |r| r.get::<_, i64>(0))
+            .expect("query")
+            .map(|s| s.expect("row") as u64)
+            .collect()
+    }
+
+    /// Deletes one archived message record behind the server's back (its index entry stays).
+    pub fn delete_archived_record(&self, cid: &str, seq: u64) {
+        let n = self
+            .raw("archive.db")
+            .execute(
+                "DELETE FROM message_record
+                 WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq = ?3",
+                params![TENANT, cid, seq as i64],
+            )
+            .expect("delete");
+        assert_eq!(n, 1, "seq {seq} was in the archive");
+    }
+}
+
+/// A raw connection with a busy timeout (the server's writer may hold the file briefly).
+pub fn raw_connection(path: &Path) -> Connection {
+    let conn = Connection::open(path).expect("open sqlite file");
+    conn.busy_timeout(Duration::from_secs(5))
+        .expect("busy timeout");
+    conn
+}
+
+/// A SEND command in [`TENANT`].
+pub fn command(
+    cid: &str,
+    sender: &str,
+    client_msg_id: &str,
+    body: &str,
+    class: MessageClass,
+) -> SendCommand {
+    SendCommand {
+        tenant: TENANT.to_owned(),
+        conversation_id: cid.to_owned(),
+        sender: sender.to_owned(),
+        client_msg_id: client_msg_id.to_owned(),
+        body: body.to_owned(),
+        class,
+    }
+}
+
+/// The record of a fresh commit; panics on a duplicate.
+pub fn committed(outcome: SendOutcome) -> MessageRecord {
+    match outcome {
+        SendOutcome::Committed(r) => r,
+        SendOutcome::Duplicate(ack) => panic!("expected a new commit, got a duplicate {ack:?}"),
+    }
+}
+
+/// The ACK of a retry; panics on a fresh commit.
+pub fn duplicate(outcome: SendOutcome) -> SendAck {
+    match outcome {
+        SendOutcome::Duplicate(ack) => ack,
+        SendOutcome::Committed(r) => panic!("expected a duplicate, got a new commit {r:?}"),
+    }
+}
+
+/// The seqs of a list of records, in order.
+pub fn seqs(records: &[MessageRecord]) -> Vec<u64> {
+    records.iter().map(|r| r.conversation_seq).collect()
+}
