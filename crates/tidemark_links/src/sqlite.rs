@@ -1,0 +1,313 @@
+//! The embedded link store (`data/links/links.db`): one table `links_YYYYMMDD` per UTC day with
+//! a sequential clustered key (`seq INTEGER PRIMARY KEY`, so inserts append) and a unique index
+//! on the id (within the day table: unique `(id, day)`); expired days are dropped whole with
+//! `DROP TABLE`. Mailings and the suppression list live in the same file.
+//!
+//! Not done here: row compression (SQLite has none built in; the MariaDB store uses
+//! `ROW_FORMAT=COMPRESSED`).
+
+use std::collections::{BTreeMap, HashSet};
+use std::path::Path;
+
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+use tidemark_core::day::UtcDay;
+use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw};
+
+use crate::error::{LinksError, Result};
+use crate::id::LinkId;
+use crate::model::{LinkRecord, Lookup, Mailing};
+use crate::rewrite::LinkKind;
+use crate::store::{LinkStore, MailingStore};
+
+const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS mailing (
+    tenant TEXT NOT NULL,
+    mailing_id TEXT NOT NULL,
+    subject TEXT NOT NULL,
+    sender TEXT NOT NULL,
+    html TEXT NOT NULL,
+    created_ms INTEGER NOT NULL,
+    PRIMARY KEY (tenant, mailing_id)
+);
+CREATE TABLE IF NOT EXISTS suppression (
+    tenant TEXT NOT NULL,
+    email TEXT NOT NULL,
+    PRIMARY KEY (tenant, email)
+) WITHOUT ROWID;
+";
+
+const PREFIX: &str = "links_";
+
+fn table(day: UtcDay) -> String {
+    format!("{PREFIX}{}", day.compact())
+}
+
+fn create_partition(conn: &Connection, day: UtcDay) -> rusqlite::Result<()> {
+    let t = table(day);
+    conn.execute_batch(&format!(
+        "CREATE TABLE IF NOT EXISTS {t} (
+            seq INTEGER PRIMARY KEY,
+            link_id TEXT NOT NULL,
+            url TEXT NOT NULL,
+            email TEXT NOT NULL,
+            mailing_id TEXT NOT NULL,
+            position INTEGER,
+            kind INTEGER NOT NULL,
+            created_ms INTEGER NOT NULL
+        );
+        CREATE UNIQUE INDEX IF NOT EXISTS {t}_id ON {t} (link_id);"
+    ))
+}
+
+fn partition_days(conn: &Connection) -> rusqlite::Result<Vec<UtcDay>> {
+    let mut stmt = conn.prepare_cached(
+        "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'links\\_%' ESCAPE '\\'",
+    )?;
+    let names = stmt.query_map([], |r| r.get::<_, String>(0))?;
+    let mut days = Vec::new();
+    for n in names {
+        let n = n?;
+        let c = &n[PREFIX.len()..];
+        if c.len() == 8
+            && let Ok(d) = UtcDay::parse(&format!("{}-{}-{}", &c[..4], &c[4..6], &c[6..]))
+        {
+            days.push(d);
+        }
+    }
+    days.sort();
+    Ok(days)
+}
+
+/// The embedded link and mailing store (see the module docs).
+#[derive(Debug)]
+pub struct SqliteLinks {
+    writer: GroupWriter,
+    reads: ReadPool,
+}
+
+impl SqliteLinks {
+    /// Opens (creating if needed) the store at `path`.
+    pub fn open(path: &Path) -> Result<Self> {
+        let conn = open_rw(path)?;
+        conn.execute_batch(SCHEMA)?;
+        let writer = GroupWriter::start("links", conn, 64);
+        let reads = ReadPool::open(path, 8)?;
+        Ok(Self { writer, reads })
+    }
+}
+
+#[async_trait]
+impl LinkStore for SqliteLinks {
+    async fn insert(&self, records: Vec<LinkRecord>) -> Result<()> {
+        self.writer
+            .write(move |conn| {
+                let mut by_day: BTreeMap<UtcDay, Vec<&LinkRecord>> = BTreeMap::new();
+                for r in &records {
+                    by_day.entry(UtcDay::of_ms(r.created_ms)).or_default().push(r);
+                }
+                for (day, recs) in by_day {
+                    create_partition(conn, day)?;
+                    let mut stmt = conn.prepare_cached(&format!(
+                        "INSERT INTO {} (link_id, url, email, mailing_id, position, kind, created_ms)
+                         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7)",
+                        table(day)
+                    ))?;
+                    for r in recs {
+                        stmt.execute(params![
+                            r.link_id,
+                            r.url,
+                            r.email,
+                            r.mailing_id,
+                            r.position,
+                            r.kind.code(),
+                            r.created_ms
+                        ])?;
+                    }
+                }
+                Ok::<_, LinksError>(())
+            })
+            .await
+    }
+
+    async fn lookup(&self, id: &LinkId, oldest_kept: UtcDay) -> Result<Lookup> {
+        let day = id.day();
+        if day < oldest_kept {
+            return Ok(Lookup::Expired);
+        }
+        let link_id = id.as_str().to_owned();
+        self.reads
+            .read(move |conn| {
+                let sql = format!(
+                    "SELECT url, email, mailing_id, position, kind, created_ms FROM {}
+                     WHERE link_id = ?1",
+                    table(day)
+                );
+                let mut stmt = match conn.prepare_cached(&sql) {
+                    Ok(s) => s,
+                    // No partition for that day (never created, or dropped meanwhile).
+                    Err(rusqlite::Error::SqliteFailure(_, Some(m)))
+                        if m.contains("no such table") =>
+                    {
+                        return Ok(Lookup::Unknown);
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let rec = stmt
+                    .query_row([&link_id], |r| {
+                        Ok(LinkRecord {
+                            link_id: link_id.clone(),
+                            url: r.get(0)?,
+                            email: r.get(1)?,
+                            mailing_id: r.get(2)?,
+                            position: r.get(3)?,
+                            kind: LinkKind::from_code(r.get(4)?),
+                            created_ms: r.get(5)?,
+                        })
+                    })
+                    .optional()?;
+                Ok(rec.map_or(Lookup::Unknown, Lookup::Found))
+            })
+            .await
+    }
+
+    async fn create_partitions(&self, days: &[UtcDay]) -> Result<()> {
+        let days = days.to_vec();
+        self.writer
+            .write(move |conn| {
+                for d in days {
+                    create_partition(conn, d)?;
+                }
+                Ok::<_, LinksError>(())
+            })
+            .await
+    }
+
+    async fn drop_partitions_before(&self, oldest_kept: UtcDay) -> Result<Vec<UtcDay>> {
+        self.writer
+            .write(move |conn| {
+                let old: Vec<UtcDay> = partition_days(conn)?
+                    .into_iter()
+                    .filter(|d| *d < oldest_kept)
+                    .collect();
+                for d in &old {
+                    conn.execute_batch(&format!("DROP TABLE {}", table(*d)))?;
+                }
+                Ok::<_, LinksError>(old)
+            })
+            .await
+    }
+
+    async fn partitions(&self) -> Result<Vec<UtcDay>> {
+        self.reads.read(|conn| Ok(partition_days(conn)?)).await
+    }
+
+    async fn count(&self, day: UtcDay) -> Result<u64> {
+        self.reads
+            .read(move |conn| {
+                if !partition_days(conn)?.contains(&day) {
+                    return Ok(0);
+                }
+                let n: i64 =
+                    conn.query_row(&format!("SELECT count(*) FROM {}", table(day)), [], |r| {
+                        r.get(0)
+                    })?;
+                Ok(n as u64)
+            })
+            .await
+    }
+}
+
+#[async_trait]
+impl MailingStore for SqliteLinks {
+    async fn create_mailing(&self, m: Mailing) -> Result<()> {
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO mailing (tenant, mailing_id, subject, sender, html, created_ms)
+                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+                    params![
+                        m.tenant,
+                        m.mailing_id,
+                        m.subject,
+                        m.from,
+                        m.html,
+                        m.created_ms
+                    ],
+                )?;
+                Ok::<_, LinksError>(())
+            })
+            .await
+    }
+
+    async fn mailing(&self, tenant: &str, mailing_id: &str) -> Result<Option<Mailing>> {
+        let (tenant, mid) = (tenant.to_owned(), mailing_id.to_owned());
+        self.reads
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(
+                        "SELECT subject, sender, html, created_ms FROM mailing
+                         WHERE tenant = ?1 AND mailing_id = ?2",
+                    )?
+                    .query_row(params![tenant, mid], |r| {
+                        Ok(Mailing {
+                            mailing_id: mid.clone(),
+                            tenant: tenant.clone(),
+                            subject: r.get(0)?,
+                            from: r.get(1)?,
+                            html: r.get(2)?,
+                            created_ms: r.get(3)?,
+                        })
+                    })
+                    .optional()?)
+            })
+            .await
+    }
+
+    async fn suppress(&self, tenant: &str, emails: &[String]) -> Result<()> {
+        let (tenant, emails) = (tenant.to_owned(), emails.to_vec());
+        self.writer
+            .write(move |conn| {
+                let mut stmt = conn.prepare_cached(
+                    "INSERT OR IGNORE INTO suppression (tenant, email) VALUES (?1, ?2)",
+                )?;
+                for e in &emails {
+                    stmt.execute(params![tenant, e.to_lowercase()])?;
+                }
+                Ok::<_, LinksError>(())
+            })
+            .await
+    }
+
+    async fn unsuppress(&self, tenant: &str, email: &str) -> Result<bool> {
+        let (tenant, email) = (tenant.to_owned(), email.to_lowercase());
+        self.writer
+            .write(move |conn| {
+                Ok::<_, LinksError>(
+                    conn.execute(
+                        "DELETE FROM suppression WHERE tenant = ?1 AND email = ?2",
+                        params![tenant, email],
+                    )? > 0,
+                )
+            })
+            .await
+    }
+
+    async fn suppressed(&self, tenant: &str, emails: &[String]) -> Result<HashSet<String>> {
+        let (tenant, emails) = (tenant.to_owned(), emails.to_vec());
+        self.reads
+            .read(move |conn| {
+                let mut stmt = conn
+                    .prepare_cached("SELECT 1 FROM suppression WHERE tenant = ?1 AND email = ?2")?;
+                let mut out = HashSet::new();
+                for e in emails {
+                    let e = e.to_lowercase();
+                    if stmt.exists(params![tenant, e])? {
+                        out.insert(e);
+                    }
+                }
+                Ok(out)
+            })
+            .await
+    }
+}
