@@ -9,6 +9,8 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use tidemark_chat::ChatConfig;
+use tidemark_events::EventsConfig;
+use tidemark_links::config::LinksConfig;
 
 /// The API key of the default `demo` tenant; refused unless the server listens on loopback.
 pub const DEFAULT_DEV_KEY: &str = "dev-key";
@@ -35,6 +37,10 @@ pub struct Config {
     pub tenants: Vec<TenantConfig>,
     /// Chat settings (`[chat]`).
     pub chat: ChatConfig,
+    /// Link tracking settings (`[links]`).
+    pub links: LinksConfig,
+    /// Analytics settings (`[events]`).
+    pub events: EventsConfig,
 }
 
 impl Default for Config {
@@ -47,6 +53,8 @@ impl Default for Config {
                 key: DEFAULT_DEV_KEY.into(),
             }],
             chat: ChatConfig::default(),
+            links: LinksConfig::default(),
+            events: EventsConfig::default(),
         }
     }
 }

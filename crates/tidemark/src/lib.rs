@@ -1,6 +1,7 @@
-//! The Tidemark server: configuration ([`config`]), wiring and lifecycle ([`server`]), and the
-//! load generators ([`bench`]). The `tidemark` binary is a thin CLI over these.
+//! The Tidemark server: configuration ([`config`]), wiring and lifecycle ([`server`]), the
+//! offline mail builder ([`mail`]) and the load generators ([`bench`]). The `tidemark` binary is a thin CLI over these.
 
 pub mod bench;
 pub mod config;
+pub mod mail;
 pub mod server;

@@ -1,6 +1,6 @@
 //! The `tidemark` binary: `serve` (HTTP API + every background worker) and the load generators.
 
-use tidemark::{bench, config, server};
+use tidemark::{bench, config, mail, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -56,6 +56,9 @@ enum Command {
         #[arg(long)]
         data_dir: Option<PathBuf>,
     },
+    /// The mail builder offline (`tidemark mail render --template T.html --recipients R.csv --out DIR`).
+    #[command(subcommand)]
+    Mail(mail::MailCommand),
     /// Load generators that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
@@ -91,6 +94,7 @@ fn main() -> anyhow::Result<()> {
                 let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
                 server::run(listener, cfg, server::shutdown_signal()).await
             }
+            Command::Mail(m) => mail::run(m).await,
             Command::Bench(b) => bench::run(b).await,
         }
     })

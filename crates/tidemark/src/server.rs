@@ -1,8 +1,10 @@
-//! `tidemark serve`: opens the stores, starts every background worker, serves the HTTP API, and
+//! `tidemark serve`: opens the stores (chat, links, events), starts every background worker
+//! (archiver, trimmer, recovery, partition manager, sending pool), serves the HTTP API, and
 //! shuts down in order (stop accepting, finish in-flight requests, stop workers, close stores).
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
@@ -14,6 +16,10 @@ use tidemark_chat::metrics::ChatMetrics;
 use tidemark_chat::{ChatService, ChatStores};
 use tidemark_core::clock::{SharedClock, SystemClock};
 use tidemark_core::http::{ApiError, ApiKeys, require_tenant};
+use tidemark_events::{Ingest, SqliteRaw};
+use tidemark_links::metrics::LinksMetrics;
+use tidemark_links::partitions::PartitionManager;
+use tidemark_links::service::LinksService;
 use tokio::net::TcpListener;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -37,11 +43,39 @@ pub async fn run(
     let registry = Registry::new();
     let chat_metrics = ChatMetrics::register(&registry)?;
     let stores = ChatStores::open_embedded(&config.data_dir, &config.chat)?;
-    let chat = ChatService::new(stores, clock, config.chat.clone(), chat_metrics);
+    let chat = ChatService::new(
+        stores,
+        Arc::clone(&clock),
+        config.chat.clone(),
+        chat_metrics,
+    );
+
+    let events_dir = config.data_dir.join("events");
+    std::fs::create_dir_all(&events_dir)?;
+    let raw = Arc::new(SqliteRaw::open(&events_dir.join("raw.db"))?);
+    let ingest = Ingest::new(raw, config.events.clone());
+    let mut links_cfg = config.links.clone();
+    if links_cfg.track_base.is_empty() {
+        links_cfg.track_base = format!("http://{}", listener.local_addr()?);
+    }
+    let links = LinksService::open_embedded(
+        &config.data_dir,
+        links_cfg,
+        ingest,
+        Arc::clone(&clock),
+        LinksMetrics::register(&registry)?,
+    )?;
 
     let cancel = CancellationToken::new();
     let mut workers = JoinSet::new();
     chat.spawn_workers(&mut workers, &cancel).await?;
+    let partitions = PartitionManager::new(
+        links.link_store(),
+        Arc::clone(&clock),
+        config.links.retention_days,
+    );
+    partitions.run_once().await?;
+    workers.spawn(partitions.run(Duration::from_secs(3600), cancel.clone()));
 
     let keys = Arc::new(ApiKeys::new(
         config
@@ -49,7 +83,8 @@ pub async fn run(
             .iter()
             .map(|t| (t.name.clone(), t.key.clone())),
     ));
-    let app = router(chat.clone(), keys, Ops { registry, chat });
+    let pool = Arc::clone(links.pool());
+    let app = router(chat.clone(), links, keys, Ops { registry, chat });
     tracing::info!(listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -57,12 +92,21 @@ pub async fn run(
     tracing::info!("stopped accepting; stopping workers");
     cancel.cancel();
     while workers.join_next().await.is_some() {}
+    match Arc::try_unwrap(pool) {
+        Ok(pool) => {
+            pool.shutdown().await;
+        }
+        Err(_) => {
+            tracing::warn!("sending pool still shared at shutdown; queued mail drains unobserved")
+        }
+    }
     tracing::info!("workers stopped; stores close as their last handles drop");
     Ok(())
 }
 
-fn router(chat: ChatService, keys: Arc<ApiKeys>, ops: Ops) -> Router {
+fn router(chat: ChatService, links: LinksService, keys: Arc<ApiKeys>, ops: Ops) -> Router {
     let v1 = tidemark_chat::http::router(chat)
+        .merge(tidemark_links::http::api_router(links.clone()))
         .layer(axum::middleware::from_fn_with_state(keys, require_tenant));
     let ops_routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -71,6 +115,7 @@ fn router(chat: ChatService, keys: Arc<ApiKeys>, ops: Ops) -> Router {
         .with_state(ops);
     Router::new()
         .merge(v1)
+        .merge(tidemark_links::http::public_router(links))
         .merge(ops_routes)
         .fallback(|| async { ApiError::not_found("no such route") })
 }

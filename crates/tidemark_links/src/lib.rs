@@ -17,11 +17,19 @@
 //! 6. **Retention** ([`partitions`]): whole day partitions are created ahead and dropped when
 //!    they expire.
 
+pub mod builder;
+pub mod config;
 pub mod error;
+pub mod http;
 pub mod id;
+pub mod metrics;
 pub mod model;
+pub mod partitions;
+pub mod redirect;
 pub mod render;
 pub mod rewrite;
 pub mod rules;
+pub mod send;
+pub mod service;
 pub mod sqlite;
 pub mod store;

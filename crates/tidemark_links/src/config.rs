@@ -1,0 +1,71 @@
+//! Links configuration (`[links]`; env `TIDEMARK_LINKS__<KEY>`).
+
+use serde::{Deserialize, Serialize};
+
+use crate::send::MailConfig;
+
+/// Links settings.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LinksConfig {
+    /// Base URL of the tracking domain; links become `<track_base>/c/<id>` and the pixel
+    /// `<track_base>/o/<id>`. Links to its host are never tracked again. Default:
+    /// `http://<listen address>` (set by the server).
+    pub track_base: String,
+    /// Where a click on an id whose day partition was dropped goes (default
+    /// `<track_base>/expired`).
+    pub fallback_url: Option<String>,
+    /// Days a link record is kept; whole day partitions are dropped after (default 180).
+    pub retention_days: u32,
+    /// Also track `<img src>` (images redirect to the original; default off).
+    pub track_images: bool,
+    /// Most recipients per render/send call (default 10,000).
+    pub max_recipients: usize,
+    /// 128-bit secret of the id check, 32 hex digits. Default: generated once and kept in
+    /// `<data_dir>/links/id.key`. Ids made with another secret are rejected.
+    pub id_secret: Option<String>,
+    /// Path prefix of listing pages: a tracked link to `…<prefix><listing_id>` carries that
+    /// listing id into its click events (default `/item/`).
+    pub listing_path_prefix: String,
+    /// Case-insensitive substrings marking unsubscribe links, which are never rewritten.
+    pub unsubscribe_markers: Vec<String>,
+    /// The sending pool.
+    pub mail: MailConfig,
+}
+
+impl Default for LinksConfig {
+    fn default() -> Self {
+        Self {
+            track_base: String::new(),
+            fallback_url: None,
+            retention_days: 180,
+            track_images: false,
+            max_recipients: 10_000,
+            id_secret: None,
+            listing_path_prefix: "/item/".into(),
+            unsubscribe_markers: crate::rules::RuleConfig::default().unsubscribe_markers,
+            mail: MailConfig::default(),
+        }
+    }
+}
+
+impl LinksConfig {
+    /// The fallback URL for expired ids.
+    pub fn fallback(&self) -> String {
+        self.fallback_url
+            .clone()
+            .unwrap_or_else(|| format!("{}/expired", self.track_base.trim_end_matches('/')))
+    }
+
+    /// Lower-case host of `track_base`.
+    pub fn track_host(&self) -> String {
+        let rest = self
+            .track_base
+            .split_once("://")
+            .map_or(self.track_base.as_str(), |(_, r)| r);
+        rest.split(['/', ':', '?', '#'])
+            .next()
+            .unwrap_or("")
+            .to_ascii_lowercase()
+    }
+}

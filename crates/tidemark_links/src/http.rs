@@ -1,0 +1,236 @@
+//! Links' HTTP routes.
+//!
+//! Under `/v1` (API key):
+//! | route | answer |
+//! |---|---|
+//! | `POST /v1/mailings` `{"subject","html","from"}` | 201 `{"mailing_id"}` |
+//! | `POST /v1/mailings/{mid}/render` `{"recipients": [{"email","fields"}]}` | 200 `{"messages": [{"email","subject","html"}], "skipped": [{"email","reason"}]}` |
+//! | `POST /v1/mailings/{mid}/send` (same body) | 202 `{"queued", "skipped"}` |
+//! | `POST /v1/suppressions` `{"emails": [..]}` | 200 `{"suppressed": n}` |
+//! | `DELETE /v1/suppressions/{email}` | 204 (404 if it was not listed) |
+//!
+//! Public: `GET|HEAD /c/{id}`, `GET|HEAD /o/{id}`, `GET /expired`.
+
+use axum::Router;
+use axum::body::Body;
+use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
+use axum::response::{Html, IntoResponse, Response};
+use axum::routing::{delete, get, post};
+use serde::{Deserialize, Serialize};
+use tidemark_core::http::{ApiError, ApiJson, Tenant};
+
+use crate::builder::{Recipient, Skipped};
+use crate::redirect::PIXEL_GIF;
+use crate::service::{Hit, LinksService, Route};
+
+/// Largest request body of the mailing routes (10,000 recipients with fields).
+pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+
+/// The authenticated `/v1` routes.
+pub fn api_router(svc: LinksService) -> Router {
+    Router::new()
+        .route("/v1/mailings", post(create_mailing))
+        .route("/v1/mailings/{mid}/render", post(render))
+        .route("/v1/mailings/{mid}/send", post(send))
+        .route("/v1/suppressions", post(suppress))
+        .route("/v1/suppressions/{email}", delete(unsuppress))
+        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
+        .with_state(svc)
+}
+
+/// The public tracking routes.
+pub fn public_router(svc: LinksService) -> Router {
+    Router::new()
+        .route("/c/{id}", get(click))
+        .route("/o/{id}", get(open))
+        .route("/expired", get(expired))
+        .with_state(svc)
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct NewMailing {
+    subject: String,
+    html: String,
+    from: String,
+}
+
+#[derive(Debug, Serialize)]
+struct MailingCreated {
+    mailing_id: String,
+}
+
+async fn create_mailing(
+    State(svc): State<LinksService>,
+    tenant: Tenant,
+    ApiJson(m): ApiJson<NewMailing>,
+) -> Result<Response, ApiError> {
+    let mailing_id = svc
+        .create_mailing(&tenant.0, &m.subject, &m.html, &m.from)
+        .await?;
+    Ok((
+        StatusCode::CREATED,
+        axum::Json(MailingCreated { mailing_id }),
+    )
+        .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Recipients {
+    recipients: Vec<Recipient>,
+}
+
+#[derive(Debug, Serialize)]
+struct Rendered {
+    messages: Vec<crate::builder::BuiltMessage>,
+    skipped: Vec<Skipped>,
+}
+
+async fn render(
+    State(svc): State<LinksService>,
+    tenant: Tenant,
+    Path(mid): Path<String>,
+    ApiJson(body): ApiJson<Recipients>,
+) -> Result<Response, ApiError> {
+    let (_, build) = svc.render(&tenant.0, &mid, body.recipients).await?;
+    Ok(axum::Json(Rendered {
+        messages: build.messages,
+        skipped: build.skipped,
+    })
+    .into_response())
+}
+
+#[derive(Debug, Serialize)]
+struct Queued {
+    queued: usize,
+    skipped: Vec<Skipped>,
+}
+
+async fn send(
+    State(svc): State<LinksService>,
+    tenant: Tenant,
+    Path(mid): Path<String>,
+    ApiJson(body): ApiJson<Recipients>,
+) -> Result<Response, ApiError> {
+    let out = svc.send(&tenant.0, &mid, body.recipients).await?;
+    Ok((
+        StatusCode::ACCEPTED,
+        axum::Json(Queued {
+            queued: out.queued,
+            skipped: out.skipped,
+        }),
+    )
+        .into_response())
+}
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Emails {
+    emails: Vec<String>,
+}
+
+async fn suppress(
+    State(svc): State<LinksService>,
+    tenant: Tenant,
+    ApiJson(body): ApiJson<Emails>,
+) -> Result<Response, ApiError> {
+    let n = svc.suppress(&tenant.0, &body.emails).await?;
+    Ok(axum::Json(serde_json::json!({ "suppressed": n })).into_response())
+}
+
+async fn unsuppress(
+    State(svc): State<LinksService>,
+    tenant: Tenant,
+    Path(email): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    if svc.unsuppress(&tenant.0, &email).await? {
+        Ok(StatusCode::NO_CONTENT)
+    } else {
+        Err(ApiError::not_found(format!(
+            "{email} is not on the suppression list"
+        )))
+    }
+}
+
+fn user_agent(headers: &HeaderMap) -> Option<&str> {
+    headers
+        .get(header::USER_AGENT)
+        .and_then(|v| v.to_str().ok())
+}
+
+fn answer(hit: Hit) -> Response {
+    let no_store = [
+        (
+            header::CACHE_CONTROL,
+            "no-cache, no-store, must-revalidate, private, max-age=0",
+        ),
+        (header::PRAGMA, "no-cache"),
+        (header::EXPIRES, "0"),
+    ];
+    match hit {
+        Hit::Redirect(url) | Hit::Expired(url) => match HeaderValue::from_bytes(url.as_bytes()) {
+            Ok(location) => {
+                let mut r = (StatusCode::FOUND, no_store).into_response();
+                r.headers_mut().insert(header::LOCATION, location);
+                r
+            }
+            Err(_) => {
+                ApiError::internal("stored URL cannot be sent as a Location header").into_response()
+            }
+        },
+        Hit::Pixel => (
+            StatusCode::OK,
+            no_store,
+            [(header::CONTENT_TYPE, "image/gif")],
+            Body::from(PIXEL_GIF.as_slice()),
+        )
+            .into_response(),
+        Hit::NotFound => ApiError::not_found("unknown tracking id").into_response(),
+    }
+}
+
+async fn click(
+    State(svc): State<LinksService>,
+    method: Method,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match svc
+        .hit(
+            Route::Click,
+            &id,
+            method == Method::HEAD,
+            user_agent(&headers),
+        )
+        .await
+    {
+        Ok(hit) => answer(hit),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+async fn open(
+    State(svc): State<LinksService>,
+    method: Method,
+    Path(id): Path<String>,
+    headers: HeaderMap,
+) -> Response {
+    match svc
+        .hit(
+            Route::Open,
+            &id,
+            method == Method::HEAD,
+            user_agent(&headers),
+        )
+        .await
+    {
+        Ok(hit) => answer(hit),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
+async fn expired() -> Html<&'static str> {
+    Html("<!doctype html><title>Link expired</title><p>This link has expired.</p>\n")
+}

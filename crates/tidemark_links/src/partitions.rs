@@ -1,0 +1,79 @@
+//! The partition manager (DESIGN.md principle 4): creates the day partitions of the next few
+//! days ahead of time and drops partitions past retention whole.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use tidemark_core::clock::SharedClock;
+use tidemark_core::day::UtcDay;
+use tokio_util::sync::CancellationToken;
+
+use crate::error::Result;
+use crate::store::LinkStore;
+
+/// Days created ahead of today.
+pub const DAYS_AHEAD: i32 = 3;
+
+/// The first day still kept when today is `today` and records are kept `retention_days`.
+pub fn oldest_kept(today: UtcDay, retention_days: u32) -> UtcDay {
+    today.plus(-(retention_days.max(1) as i32 - 1))
+}
+
+/// Keeps the partitions of one link store.
+#[derive(Debug)]
+pub struct PartitionManager {
+    store: Arc<dyn LinkStore>,
+    clock: SharedClock,
+    retention_days: u32,
+}
+
+impl PartitionManager {
+    /// A manager keeping `retention_days` days.
+    pub fn new(store: Arc<dyn LinkStore>, clock: SharedClock, retention_days: u32) -> Self {
+        Self {
+            store,
+            clock,
+            retention_days,
+        }
+    }
+
+    /// One pass; returns the days dropped.
+    pub async fn run_once(&self) -> Result<Vec<UtcDay>> {
+        let today = UtcDay::of_ms(self.clock.now_ms());
+        let ahead: Vec<UtcDay> = (0..=DAYS_AHEAD).map(|d| today.plus(d)).collect();
+        self.store.create_partitions(&ahead).await?;
+        let dropped = self
+            .store
+            .drop_partitions_before(oldest_kept(today, self.retention_days))
+            .await?;
+        if !dropped.is_empty() {
+            tracing::info!(?dropped, "dropped expired link partitions");
+        }
+        Ok(dropped)
+    }
+
+    /// Runs a pass now and then every `every` until `cancel`.
+    pub async fn run(self, every: Duration, cancel: CancellationToken) {
+        loop {
+            if let Err(error) = self.run_once().await {
+                tracing::warn!(%error, "partition manager pass failed; will retry");
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn retention_window() {
+        let today = UtcDay::parse("2026-11-30").unwrap();
+        assert_eq!(oldest_kept(today, 1), today);
+        assert_eq!(oldest_kept(today, 180).to_string(), "2026-06-04");
+    }
+}

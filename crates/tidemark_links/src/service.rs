@@ -1,0 +1,421 @@
+//! The links service: mailings, render/send calls (validated, stored in one batch before
+//! answering), suppressions, and the redirector's lookups. HTTP-independent.
+
+use std::path::Path;
+use std::str::FromStr;
+use std::sync::Arc;
+
+use tidemark_core::clock::SharedClock;
+use tidemark_core::day::UtcDay;
+use tidemark_events::Ingest;
+
+use crate::builder::{Build, Builder, BuiltMessage, Recipient, Skipped};
+use crate::config::LinksConfig;
+use crate::error::{LinksError, Result};
+use crate::id::IdCodec;
+use crate::metrics::LinksMetrics;
+use crate::model::{Lookup, Mailing};
+use crate::partitions::oldest_kept;
+use crate::redirect::{UaClass, classify_user_agent, hit_event};
+use crate::render::MailTemplate;
+use crate::rewrite::{LinkKind, RewriteConfig};
+use crate::rules::RuleConfig;
+use crate::send::{OutgoingMail, SendingPool};
+use crate::sqlite::SqliteLinks;
+use crate::store::{LinkStore, MailingStore};
+
+/// Which tracking route was hit.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Route {
+    /// `/c/<id>`: links and tracked images.
+    Click,
+    /// `/o/<id>`: the open pixel.
+    Open,
+}
+
+/// What the redirector answers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Hit {
+    /// 302 to this URL, byte for byte.
+    Redirect(String),
+    /// 200 with the 1×1 GIF.
+    Pixel,
+    /// 302 to the configured fallback: the id's day partition was dropped.
+    Expired(String),
+    /// 404: malformed, forged or unknown id, or an id of the other route.
+    NotFound,
+}
+
+/// The result of a send call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SendOutcome {
+    /// Messages handed to the sending pool.
+    pub queued: usize,
+    /// Recipients skipped, with reasons.
+    pub skipped: Vec<Skipped>,
+}
+
+/// The links subsystem's API.
+#[derive(Debug, Clone)]
+pub struct LinksService {
+    links: Arc<dyn LinkStore>,
+    mailings: Arc<dyn MailingStore>,
+    ingest: Ingest,
+    pool: Arc<SendingPool>,
+    codec: IdCodec,
+    rewrite: RewriteConfig,
+    cfg: LinksConfig,
+    clock: SharedClock,
+    metrics: LinksMetrics,
+}
+
+/// Reads the id secret from config or `<dir>/id.key`, creating the file on first use.
+pub fn load_or_create_secret(cfg: &LinksConfig, dir: &Path) -> Result<[u8; 16]> {
+    let parse = |hex: &str| -> Option<[u8; 16]> {
+        let hex = hex.trim();
+        if hex.len() != 32 {
+            return None;
+        }
+        let mut key = [0u8; 16];
+        for (i, k) in key.iter_mut().enumerate() {
+            *k = u8::from_str_radix(hex.get(2 * i..2 * i + 2)?, 16).ok()?;
+        }
+        Some(key)
+    };
+    if let Some(s) = &cfg.id_secret {
+        return parse(s)
+            .ok_or_else(|| LinksError::Invalid("links.id_secret must be 32 hex digits".into()));
+    }
+    let path = dir.join("id.key");
+    let io = |e: std::io::Error| LinksError::Unavailable(format!("{}: {e}", path.display()));
+    match std::fs::read_to_string(&path) {
+        Ok(s) => parse(&s).ok_or_else(|| {
+            LinksError::Invalid(format!("{} must hold 32 hex digits", path.display()))
+        }),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let key: [u8; 16] = rand::random();
+            let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
+            let tmp = path.with_extension("tmp");
+            std::fs::write(&tmp, format!("{hex}\n")).map_err(io)?;
+            std::fs::rename(&tmp, &path).map_err(io)?;
+            Ok(key)
+        }
+        Err(e) => Err(io(e)),
+    }
+}
+
+impl LinksService {
+    /// The embedded default: `<data_dir>/links/links.db`, `.eml` files under
+    /// `<data_dir>/mail-out/` unless an SMTP transport is configured.
+    pub fn open_embedded(
+        data_dir: &Path,
+        cfg: LinksConfig,
+        ingest: Ingest,
+        clock: SharedClock,
+        metrics: LinksMetrics,
+    ) -> Result<Self> {
+        if !(cfg.track_base.starts_with("http://") || cfg.track_base.starts_with("https://")) {
+            return Err(LinksError::Invalid(format!(
+                "links.track_base must be an http(s) URL, got {:?}",
+                cfg.track_base
+            )));
+        }
+        let dir = data_dir.join("links");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| LinksError::Unavailable(format!("{}: {e}", dir.display())))?;
+        let store = Arc::new(SqliteLinks::open(&dir.join("links.db"))?);
+        let codec = IdCodec::new(load_or_create_secret(&cfg, &dir)?);
+        let pool = SendingPool::start(&cfg.mail, data_dir.join("mail-out"))
+            .map_err(|e| LinksError::Invalid(format!("links.mail: {e}")))?;
+        Ok(Self::new(
+            Arc::clone(&store) as _,
+            store,
+            ingest,
+            Arc::new(pool),
+            codec,
+            cfg,
+            clock,
+            metrics,
+        ))
+    }
+
+    /// A service over the given stores and pool.
+    #[allow(clippy::too_many_arguments)]
+    pub fn new(
+        links: Arc<dyn LinkStore>,
+        mailings: Arc<dyn MailingStore>,
+        ingest: Ingest,
+        pool: Arc<SendingPool>,
+        codec: IdCodec,
+        cfg: LinksConfig,
+        clock: SharedClock,
+        metrics: LinksMetrics,
+    ) -> Self {
+        let rewrite = RewriteConfig {
+            rules: RuleConfig {
+                own_hosts: vec![cfg.track_host()],
+                unsubscribe_markers: cfg.unsubscribe_markers.clone(),
+            },
+            track_images: cfg.track_images,
+        };
+        Self {
+            links,
+            mailings,
+            ingest,
+            pool,
+            codec,
+            rewrite,
+            cfg,
+            clock,
+            metrics,
+        }
+    }
+
+    /// The configuration in force.
+    pub fn config(&self) -> &LinksConfig {
+        &self.cfg
+    }
+
+    /// The link store (for the partition manager and tests).
+    pub fn link_store(&self) -> Arc<dyn LinkStore> {
+        Arc::clone(&self.links)
+    }
+
+    /// The sending pool.
+    pub fn pool(&self) -> &Arc<SendingPool> {
+        &self.pool
+    }
+
+    /// Creates a mailing. Errors: empty or unparsable template, bad `from` address.
+    pub async fn create_mailing(
+        &self,
+        tenant: &str,
+        subject: &str,
+        html: &str,
+        from: &str,
+    ) -> Result<String> {
+        if html.trim().is_empty() {
+            return Err(LinksError::Invalid("html must not be empty".into()));
+        }
+        if subject.trim().is_empty() {
+            return Err(LinksError::Invalid("subject must not be empty".into()));
+        }
+        lettre::Address::from_str(from.trim()).map_err(|e| {
+            LinksError::Invalid(format!("from {from:?} is not an email address: {e}"))
+        })?;
+        MailTemplate::compile(html, subject)?;
+        let mailing = Mailing {
+            mailing_id: uuid::Uuid::now_v7().to_string(),
+            tenant: tenant.to_owned(),
+            subject: subject.to_owned(),
+            from: from.trim().to_owned(),
+            html: html.to_owned(),
+            created_ms: self.clock.now_ms(),
+        };
+        let id = mailing.mailing_id.clone();
+        self.mailings.create_mailing(mailing).await?;
+        Ok(id)
+    }
+
+    async fn mailing(&self, tenant: &str, mailing_id: &str) -> Result<Mailing> {
+        self.mailings
+            .mailing(tenant, mailing_id)
+            .await?
+            .ok_or_else(|| LinksError::UnknownMailing(mailing_id.to_owned()))
+    }
+
+    fn check_recipients(&self, recipients: &[Recipient]) -> Result<()> {
+        if recipients.is_empty() {
+            return Err(LinksError::Invalid("recipients must not be empty".into()));
+        }
+        if recipients.len() > self.cfg.max_recipients {
+            return Err(LinksError::Invalid(format!(
+                "{} recipients; at most {} per call",
+                recipients.len(),
+                self.cfg.max_recipients
+            )));
+        }
+        for (i, r) in recipients.iter().enumerate() {
+            lettre::Address::from_str(r.email.trim()).map_err(|e| {
+                LinksError::Invalid(format!(
+                    "recipient {i}: {:?} is not an email address: {e}",
+                    r.email
+                ))
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Renders the mailing for every recipient and stores all their link records in one batch
+    /// before returning. Nothing is stored if anything is invalid.
+    pub async fn render(
+        &self,
+        tenant: &str,
+        mailing_id: &str,
+        recipients: Vec<Recipient>,
+    ) -> Result<(Mailing, Build)> {
+        self.check_recipients(&recipients)?;
+        let mailing = self.mailing(tenant, mailing_id).await?;
+        let emails: Vec<String> = recipients
+            .iter()
+            .map(|r| r.email.trim().to_lowercase())
+            .collect();
+        let suppressed = self.mailings.suppressed(tenant, &emails).await?;
+        let (m, codec, rewrite) = (mailing.clone(), self.codec.clone(), self.rewrite.clone());
+        let base = self.cfg.track_base.trim_end_matches('/').to_owned();
+        let now = self.clock.now_ms();
+        let build = tokio::task::spawn_blocking(move || -> Result<Build> {
+            let template = MailTemplate::compile(&m.html, &m.subject)?;
+            let builder = Builder {
+                template: &template,
+                rewrite: &rewrite,
+                codec: &codec,
+                track_base: &base,
+                mailing_id: &m.mailing_id,
+            };
+            Ok(builder.build(&recipients, &suppressed, now))
+        })
+        .await
+        .map_err(|e| LinksError::Unavailable(format!("render task: {e}")))??;
+        let records = build.records.clone();
+        let n = records.len() as u64;
+        self.links.insert(records).await?;
+        self.metrics.records_stored.inc_by(n);
+        self.metrics.rendered.inc_by(build.messages.len() as u64);
+        self.metrics.skipped.inc_by(build.skipped.len() as u64);
+        Ok((mailing, build))
+    }
+
+    /// Renders, stores, and hands every message to the sending pool.
+    pub async fn send(
+        &self,
+        tenant: &str,
+        mailing_id: &str,
+        recipients: Vec<Recipient>,
+    ) -> Result<SendOutcome> {
+        let unsubscribe: std::collections::HashMap<String, String> = recipients
+            .iter()
+            .filter_map(|r| {
+                let u = r.fields.get("unsubscribe_url")?.as_str()?;
+                (u.starts_with("https://") || u.starts_with("http://"))
+                    .then(|| (r.email.clone(), u.to_owned()))
+            })
+            .collect();
+        let (mailing, build) = self.render(tenant, mailing_id, recipients).await?;
+        let mails: Vec<OutgoingMail> = build
+            .messages
+            .into_iter()
+            .map(
+                |BuiltMessage {
+                     email,
+                     subject,
+                     html,
+                 }| {
+                    let mut list_unsubscribe =
+                        vec![format!("mailto:{}?subject=unsubscribe", mailing.from)];
+                    if let Some(u) = unsubscribe.get(&email) {
+                        list_unsubscribe.push(u.clone());
+                    }
+                    OutgoingMail {
+                        mailing_id: mailing.mailing_id.clone(),
+                        from: mailing.from.clone(),
+                        to: email,
+                        subject,
+                        html,
+                        list_unsubscribe,
+                    }
+                },
+            )
+            .collect();
+        let queued = self
+            .pool
+            .enqueue(mails)
+            .await
+            .map_err(|e| LinksError::Unavailable(format!("sending pool: {e}")))?;
+        Ok(SendOutcome {
+            queued,
+            skipped: build.skipped,
+        })
+    }
+
+    /// Adds addresses to the suppression list. Errors on an address that is not one.
+    pub async fn suppress(&self, tenant: &str, emails: &[String]) -> Result<usize> {
+        if emails.is_empty() {
+            return Err(LinksError::Invalid("emails must not be empty".into()));
+        }
+        for e in emails {
+            lettre::Address::from_str(e.trim()).map_err(|err| {
+                LinksError::Invalid(format!("{e:?} is not an email address: {err}"))
+            })?;
+        }
+        let normalised: Vec<String> = emails.iter().map(|e| e.trim().to_lowercase()).collect();
+        self.mailings.suppress(tenant, &normalised).await?;
+        Ok(normalised.len())
+    }
+
+    /// Removes an address from the suppression list; returns whether it was there.
+    pub async fn unsuppress(&self, tenant: &str, email: &str) -> Result<bool> {
+        self.mailings.unsuppress(tenant, email.trim()).await
+    }
+
+    /// The redirector: validates `id` (no storage access if malformed), reads its one
+    /// partition, and records the click or open from that row.
+    pub async fn hit(
+        &self,
+        route: Route,
+        id: &str,
+        head: bool,
+        user_agent: Option<&str>,
+    ) -> Result<Hit> {
+        let Ok(id) = self.codec.parse(id) else {
+            self.metrics.not_found.inc();
+            return Ok(Hit::NotFound);
+        };
+        let now = self.clock.now_ms();
+        let record = match self
+            .links
+            .lookup(
+                &id,
+                oldest_kept(UtcDay::of_ms(now), self.cfg.retention_days),
+            )
+            .await?
+        {
+            Lookup::Found(r) => r,
+            Lookup::Expired => {
+                self.metrics.expired.inc();
+                return Ok(Hit::Expired(self.cfg.fallback()));
+            }
+            Lookup::Unknown => {
+                self.metrics.not_found.inc();
+                return Ok(Hit::NotFound);
+            }
+        };
+        let (answer, kind) = match (route, record.kind) {
+            (Route::Click, LinkKind::Link) => {
+                (Hit::Redirect(record.url.clone()), Some("email_click"))
+            }
+            (Route::Click, LinkKind::Image) => (Hit::Redirect(record.url.clone()), None),
+            (Route::Open, LinkKind::Open) => (Hit::Pixel, Some("email_open")),
+            _ => {
+                self.metrics.not_found.inc();
+                return Ok(Hit::NotFound);
+            }
+        };
+        if let Some(kind) = kind {
+            let ua = classify_user_agent(user_agent);
+            let bot = head || ua == UaClass::Bot;
+            match (bot, kind) {
+                (true, _) => self.metrics.bot_hits.inc(),
+                (false, "email_click") => self.metrics.clicks.inc(),
+                (false, _) => self.metrics.opens.inc(),
+            }
+            let event = hit_event(&record, kind, ua, bot, &self.cfg.listing_path_prefix, now);
+            if let Err(error) = self.ingest.record(vec![event], now).await {
+                // The visitor still gets the right answer; the loss is counted and logged.
+                self.metrics.event_failures.inc();
+                tracing::warn!(%error, link_id = %record.link_id, "could not record a tracking hit");
+            }
+        }
+        Ok(answer)
+    }
+}
