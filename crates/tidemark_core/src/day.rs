@@ -64,7 +64,13 @@ impl UtcDay {
 impl fmt::Display for UtcDay {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let d = self.date();
-        write!(f, "{:04}-{:02}-{:02}", d.year(), u8::from(d.month()), d.day())
+        write!(
+            f,
+            "{:04}-{:02}-{:02}",
+            d.year(),
+            u8::from(d.month()),
+            d.day()
+        )
     }
 }
 
@@ -83,7 +89,10 @@ mod tests {
         assert_eq!(UtcDay::parse("2026-11-30"), Ok(d));
         assert_eq!(d.start_ms(), 1_795_996_800_000);
         assert_eq!(d.plus(1).to_string(), "2026-12-01");
-        assert_eq!(UtcDay::parse("2024-02-29").unwrap().to_string(), "2024-02-29");
+        assert_eq!(
+            UtcDay::parse("2024-02-29").unwrap().to_string(),
+            "2024-02-29"
+        );
         for bad in ["2026-13-01", "2023-02-29", "20261130", "2026-1-01", "x"] {
             assert!(UtcDay::parse(bad).is_err(), "{bad}");
         }
