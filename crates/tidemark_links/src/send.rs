@@ -258,6 +258,7 @@ impl SendingPool {
     /// Errors ([`SendError::Permanent`]): no tokio runtime, `connections` or `queue` of 0, an
     /// unknown transport or bad SMTP URL, relays next to the `eml` transport.
     pub fn start(cfg: &MailConfig, eml_dir: PathBuf) -> Result<Self, SendError> {
+        current_runtime()?;
         let mut transports: Vec<Arc<dyn MailTransport>> = Vec::new();
         if cfg.transport == "eml" {
             if !cfg.relays.is_empty() {
@@ -280,8 +281,7 @@ impl SendingPool {
         transports: Vec<Arc<dyn MailTransport>>,
         cfg: &MailConfig,
     ) -> Result<Self, SendError> {
-        let runtime = tokio::runtime::Handle::try_current()
-            .map_err(|_| SendError::Permanent("the sending pool needs a tokio runtime".into()))?;
+        let runtime = current_runtime()?;
         if transports.is_empty() {
             return Err(SendError::Permanent(
                 "the sending pool needs a transport".into(),
@@ -333,16 +333,20 @@ impl SendingPool {
     /// watch [`SendingPool::stats`].
     ///
     /// Fails ([`SendError::Transient`]) only if the workers are gone; the messages before the
-    /// failing one stay queued.
+    /// failing one stay queued. Likewise, if this future is dropped while waiting for room, the
+    /// messages queued so far stay queued and the rest are not: a caller that must not lose
+    /// part of a batch to a cancelled request should run this in its own task.
     pub async fn enqueue(&self, mails: Vec<OutgoingMail>) -> Result<usize, SendError> {
         let n = mails.len();
         for mail in mails {
             let i = self.next.fetch_add(1, Ordering::Relaxed) % self.senders.len();
-            self.senders[i]
-                .send(mail)
+            let permit = self.senders[i]
+                .reserve()
                 .await
                 .map_err(|_| SendError::Transient("the sending pool is stopped".into()))?;
+            // Counted before a worker can see it, so `sent + failed <= queued` always holds.
             self.counters.queued.fetch_add(1, Ordering::Relaxed);
+            permit.send(mail);
         }
         Ok(n)
     }
@@ -379,6 +383,12 @@ impl SendingPool {
     }
 }
 
+/// The tokio runtime the pool (and lettre's connection pool) spawns its tasks on.
+fn current_runtime() -> Result<tokio::runtime::Handle, SendError> {
+    tokio::runtime::Handle::try_current()
+        .map_err(|_| SendError::Permanent("the sending pool needs a tokio runtime".into()))
+}
+
 /// Back-off before retry number `retry` (1-based): `base · 2^(retry-1)`, capped.
 fn backoff(base: Duration, retry: u32) -> Duration {
     let factor = 1u32
@@ -410,7 +420,6 @@ async fn worker(
                     break;
                 }
                 Err(SendError::Transient(e)) if attempt < retries => {
-                    eprintln!("DEBUG transient: {e}");
                     attempt += 1;
                     let wait = backoff(base_backoff, attempt);
                     tracing::warn!(

@@ -28,8 +28,10 @@ pub struct SmtpRelay {
 impl SmtpRelay {
     /// Relay at `url` (lettre syntax: `smtp://host:port`, `smtp://host:port?tls=required`,
     /// `smtps://host:port`, optional `user:password@`), keeping up to `connections` connections
-    /// open. A URL lettre cannot parse is [`SendError::Permanent`].
+    /// open. Must be called inside a tokio runtime (lettre's pool spawns its idle-connection
+    /// reaper there). A URL lettre cannot parse, or no runtime, is [`SendError::Permanent`].
     pub fn new(url: &str, connections: usize) -> Result<Self, SendError> {
+        super::current_runtime()?;
         let shown = redact(url);
         let max = u32::try_from(connections.max(1)).unwrap_or(u32::MAX);
         let transport = AsyncSmtpTransport::<Tokio1Executor>::from_url(url)
