@@ -10,8 +10,6 @@
 //! It prints figures and whether the bars of the chat issue were met; it asserts nothing.
 
 mod fsync;
-mod load;
-mod process;
 mod zipf;
 
 use std::fmt::Write as _;
@@ -28,8 +26,10 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
 use rand::{Rng, SeedableRng};
 
-use load::{Failure, HttpClient, LoadResult, OpenLoop, call};
-use process::ServerProcess;
+use super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, call};
+use super::process::{
+    ServerProcess, clock_ticks_per_sec, cpu_ticks, machine_busy_ticks, scrape_metrics,
+};
 use zipf::Zipf;
 
 /// The API key of the default `demo` tenant the spawned servers use.
@@ -119,6 +119,8 @@ struct Row {
     /// CPU used by the server and by the generator, in cores (1.0 = one core busy).
     server_cpu: Option<f64>,
     gen_cpu: Option<f64>,
+    /// CPU used by everything else on the machine meanwhile (other work disturbs the figures).
+    other_cpu: Option<f64>,
 }
 
 /// Per-mode storage figures.
@@ -135,8 +137,14 @@ struct ModeStorage {
     clean_stop: bool,
 }
 
-/// Runs the chat benchmark.
+/// Runs the chat benchmark. The load runs on its own single-threaded runtime in a dedicated
+/// thread: on a small machine shared with the server, one thread that never hands work to
+/// another costs less CPU than a work-stealing pool (the caller's runtime just waits).
 pub async fn run(args: ChatBenchArgs) -> anyhow::Result<()> {
+    super::on_own_thread("bench-chat", move || run_here(args)).await
+}
+
+async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     if args.modes.is_empty() || args.rates.is_empty() || args.rates.contains(&0) {
         bail!("--modes and --rates must be non-empty, and every rate positive");
     }
@@ -188,8 +196,10 @@ pub async fn run(args: ChatBenchArgs) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "latency = intended send time → response read (includes client queueing); errors = \
-         not sent on time + failed; cpu in cores (machine: {})\n",
+        "latency = intended send time → response read (includes any queueing); errors = not \
+         sent on time + failed; lag = intended → handed to the client; srv ms = mean in-server \
+         SEND time;\ncpu in cores (machine: {}) of the server, this generator, and all other \
+         processes\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     )?;
     writeln!(out, "{}", row_header())?;
@@ -284,7 +294,8 @@ async fn run_mode(
     let data_dir = root.join(mode.as_str());
     let log = root.join(format!("{}-server.log", mode.as_str()));
     let t = Instant::now();
-    let server = ServerProcess::start(&client, mode.as_str(), &data_dir, &log).await?;
+    let mode_env = [("TIDEMARK_CHAT__MODE", Some(mode.as_str()))];
+    let server = ServerProcess::start(&client, &data_dir, &log, &mode_env).await?;
     eprintln!(
         "{}: server on {} ready in {:.1} s; creating {} conversations …",
         mode.as_str(),
@@ -314,6 +325,7 @@ async fn run_mode(
         let cpu_before = (
             server_pid.and_then(cpu_ticks),
             cpu_ticks(std::process::id()),
+            machine_busy_ticks(),
         );
         let wall = Instant::now();
         let cfg = OpenLoop {
@@ -357,6 +369,7 @@ async fn run_mode(
         let cpu_after = (
             server_pid.and_then(cpu_ticks),
             cpu_ticks(std::process::id()),
+            machine_busy_ticks(),
         );
         let after = scrape(&client, server.addr).await.ok();
         let server_mean_ms = match (&before, &after) {
@@ -368,12 +381,17 @@ async fn run_mode(
         };
         let per_core =
             |b: Option<u64>, a: Option<u64>| Some((a? - b?) as f64 / clock_ticks_per_sec() / wall);
+        let server_cpu = per_core(cpu_before.0, cpu_after.0);
+        let gen_cpu = per_core(cpu_before.1, cpu_after.1);
+        let other_cpu = per_core(cpu_before.2, cpu_after.2)
+            .and_then(|all| Some((all - server_cpu? - gen_cpu?).max(0.0)));
         let row = Row {
             mode,
             load: result,
             server_mean_ms,
-            server_cpu: per_core(cpu_before.0, cpu_after.0),
-            gen_cpu: per_core(cpu_before.1, cpu_after.1),
+            server_cpu,
+            gen_cpu,
+            other_cpu,
         };
         print_now(&format_row(&row));
         rows.push(row);
@@ -459,61 +477,21 @@ struct Scrape {
 }
 
 async fn scrape(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<Scrape> {
-    let req = Request::get(format!("http://{addr}/metrics")).body(Full::default())?;
-    let (status, body) = call(client, req)
-        .await
-        .map_err(|f| anyhow::anyhow!("GET /metrics: {f:?}"))?;
-    if !status.is_success() {
-        bail!("GET /metrics: {status}");
-    }
-    let text = String::from_utf8_lossy(&body);
-    let mut s = Scrape::default();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        let Some((name, value)) = line.rsplit_once(' ') else {
-            continue;
-        };
-        let Ok(v) = value.parse::<f64>() else {
-            continue;
-        };
-        match name {
-            "tidemark_chat_sends_total" => s.sends = v,
-            "tidemark_chat_send_seconds_sum" => s.send_sum = v,
-            "tidemark_chat_send_seconds_count" => s.send_count = v,
-            "tidemark_chat_archived_records_total" => s.archived = v,
-            "tidemark_chat_outbox_backlog" => s.backlog = v,
-            "tidemark_chat_archive_lag_seconds" => s.lag_s = v,
-            _ => {}
-        }
-    }
-    Ok(s)
-}
-
-/// utime + stime of a process, in clock ticks.
-fn cpu_ticks(pid: u32) -> Option<u64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    let rest = stat.get(stat.rfind(')')? + 2..)?;
-    let mut fields = rest.split_whitespace().skip(11);
-    let utime: u64 = fields.next()?.parse().ok()?;
-    let stime: u64 = fields.next()?.parse().ok()?;
-    Some(utime + stime)
-}
-
-fn clock_ticks_per_sec() -> f64 {
-    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
-    *TICKS.get_or_init(|| {
-        std::process::Command::new("getconf")
-            .arg("CLK_TCK")
-            .output()
-            .ok()
-            .and_then(|o| String::from_utf8(o.stdout).ok())
-            .and_then(|s| s.trim().parse().ok())
-            .unwrap_or(100.0)
+    let m = scrape_metrics(client, addr).await?;
+    let get = |name: &str| m.get(name).copied().unwrap_or(0.0);
+    Ok(Scrape {
+        sends: get("tidemark_chat_sends_total"),
+        send_sum: get("tidemark_chat_send_seconds_sum"),
+        send_count: get("tidemark_chat_send_seconds_count"),
+        archived: get("tidemark_chat_archived_records_total"),
+        backlog: get("tidemark_chat_outbox_backlog"),
+        lag_s: get("tidemark_chat_archive_lag_seconds"),
     })
 }
 
 fn row_header() -> String {
     format!(
-        "{:<13} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8}",
+        "{:<13} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
         "mode",
         "offered",
         "achieved",
@@ -525,7 +503,8 @@ fn row_header() -> String {
         "lag p99",
         "srv ms",
         "srv cpu",
-        "gen cpu"
+        "gen cpu",
+        "other"
     )
 }
 
@@ -543,7 +522,7 @@ fn format_row(r: &Row) -> String {
         }
     };
     let mut s = format!(
-        "{:<13} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>8} {:>8} {:>8}\n",
+        "{:<13} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>7} {:>7} {:>7} {:>7}\n",
         r.mode.as_str(),
         l.cfg.rate,
         l.achieved(),
@@ -560,6 +539,7 @@ fn format_row(r: &Row) -> String {
         opt(r.server_mean_ms, 2),
         opt(r.server_cpu, 2),
         opt(r.gen_cpu, 2),
+        opt(r.other_cpu, 2),
     );
     if l.errors() > 0 {
         let _ = writeln!(

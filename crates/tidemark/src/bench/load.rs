@@ -7,7 +7,7 @@
 //! One task issues every request and polls every response (a `FuturesUnordered`), so the
 //! histograms need no locking and each request costs one future. A pacer thread wakes that task
 //! at the intended times (the tokio timer only ticks in milliseconds); at high rates it wakes it
-//! every 200 µs for a batch. Any lateness of a send is in its latency, and is also reported on
+//! every 500 µs for a batch. Any lateness of a send is in its latency, and is also reported on
 //! its own as "send lag".
 //!
 //! Nothing here is chat-specific: the caller passes a closure that builds request `i`.
@@ -169,7 +169,7 @@ struct Pacer {
 }
 
 /// Shortest interval between two pacer wakes.
-const MIN_TICK: Duration = Duration::from_micros(200);
+const MIN_TICK: Duration = Duration::from_micros(500);
 
 impl Pacer {
     fn start(start: Instant, rate: u64, total: u64) -> std::io::Result<Self> {

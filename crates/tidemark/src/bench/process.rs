@@ -1,6 +1,8 @@
-//! A `tidemark serve` child process of the benchmark: this same executable, on a free loopback
-//! port, with its own data directory and chat mode, its log in a file beside the data.
+//! A `tidemark serve` child process of a benchmark: this same executable, on a free loopback
+//! port, with its own data directory and environment overrides, its log in a file beside the
+//! data; and what a benchmark reads about it (`/metrics`, CPU time from `/proc`).
 
+use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::process::{ExitStatus, Stdio};
@@ -36,12 +38,14 @@ pub(super) fn log_tail(path: &Path, lines: usize) -> String {
 }
 
 impl ServerProcess {
-    /// Starts `tidemark serve` in `mode` on `data_dir` and waits until `GET /readyz` answers 200.
+    /// Starts `tidemark serve` on `data_dir` and waits until `GET /readyz` answers 200. `env`
+    /// sets (`Some`) or removes (`None`) environment variables of the child, e.g.
+    /// `("TIDEMARK_CHAT__MODE", Some("tiered"))`.
     pub(super) async fn start(
         client: &HttpClient,
-        mode: &str,
         data_dir: &Path,
         log: &Path,
+        env: &[(&str, Option<&str>)],
     ) -> anyhow::Result<Self> {
         let exe = std::env::current_exe().context("locating the tidemark executable")?;
         std::fs::create_dir_all(data_dir)?;
@@ -49,14 +53,20 @@ impl ServerProcess {
         let out = std::fs::File::create(log)
             .with_context(|| format!("creating the server log {}", log.display()))?;
         let err = out.try_clone()?;
-        let child = Command::new(&exe)
-            .arg("serve")
+        let mut cmd = Command::new(&exe);
+        cmd.arg("serve")
             .arg("--listen")
             .arg(addr.to_string())
             .arg("--data-dir")
             .arg(data_dir)
-            .env("TIDEMARK_CHAT__MODE", mode)
-            .env("RUST_LOG", "warn")
+            .env("RUST_LOG", "warn");
+        for (key, value) in env {
+            match value {
+                Some(v) => cmd.env(key, v),
+                None => cmd.env_remove(key),
+            };
+        }
+        let child = cmd
             .stdin(Stdio::null())
             .stdout(out)
             .stderr(err)
@@ -126,4 +136,65 @@ impl ServerProcess {
             }
         }
     }
+}
+
+/// The server's `/metrics` (Prometheus text): sample name with its labels → value.
+pub(super) async fn scrape_metrics(
+    client: &HttpClient,
+    addr: SocketAddr,
+) -> anyhow::Result<HashMap<String, f64>> {
+    let req = Request::get(format!("http://{addr}/metrics")).body(Full::default())?;
+    let (status, body) = call(client, req)
+        .await
+        .map_err(|f| anyhow::anyhow!("GET /metrics: {f:?}"))?;
+    if !status.is_success() {
+        bail!("GET /metrics: {status}");
+    }
+    let text = String::from_utf8_lossy(&body);
+    Ok(text
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|line| {
+            let (name, value) = line.rsplit_once(' ')?;
+            Some((name.to_owned(), value.parse::<f64>().ok()?))
+        })
+        .collect())
+}
+
+/// utime + stime of a process, in clock ticks.
+pub(super) fn cpu_ticks(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split_whitespace().skip(11);
+    let utime: u64 = fields.next()?.parse().ok()?;
+    let stime: u64 = fields.next()?.parse().ok()?;
+    Some(utime + stime)
+}
+
+/// Clock ticks per second of [`cpu_ticks`].
+pub(super) fn clock_ticks_per_sec() -> f64 {
+    static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
+    *TICKS.get_or_init(|| {
+        std::process::Command::new("getconf")
+            .arg("CLK_TCK")
+            .output()
+            .ok()
+            .and_then(|o| String::from_utf8(o.stdout).ok())
+            .and_then(|s| s.trim().parse().ok())
+            .unwrap_or(100.0)
+    })
+}
+
+/// Busy time of the whole machine (all CPUs: user, nice, system, irq, softirq, steal; not idle
+/// or iowait), in the clock ticks of [`cpu_ticks`], from `/proc/stat`.
+pub(super) fn machine_busy_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/stat").ok()?;
+    let cpu = stat.lines().find(|l| l.starts_with("cpu "))?;
+    let v: Vec<u64> = cpu
+        .split_whitespace()
+        .skip(1)
+        .map(|f| f.parse().ok())
+        .collect::<Option<_>>()?;
+    // user nice system idle iowait irq softirq steal
+    Some(v.get(..3)?.iter().sum::<u64>() + v.get(5..8)?.iter().sum::<u64>())
 }
