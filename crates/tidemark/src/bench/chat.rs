@@ -563,11 +563,6 @@ fn format_row(r: &Row) -> String {
     s
 }
 
-/// Sustained: achieved ≥ 99 % of offered, errors ≤ 0.1 % of the scheduled requests.
-fn sustained(l: &LoadResult) -> bool {
-    l.achieved() >= 0.99 * l.cfg.rate as f64 && (l.errors() as f64) <= 0.001 * l.scheduled as f64
-}
-
 fn p99_ms(l: &LoadResult) -> Option<f64> {
     (!l.latency.is_empty()).then(|| ms(l.latency.value_at_quantile(0.99)))
 }
@@ -593,7 +588,7 @@ fn write_bars(out: &mut String, rows: &[Row]) -> std::fmt::Result {
         .iter()
         .copied()
         .filter(|l| {
-            sustained(l)
+            l.sustained()
                 && l.achieved() >= 0.99 * BAR_RATE as f64
                 && p99_ms(l).is_some_and(|p| p <= BAR_P99_MS)
         })
@@ -639,7 +634,7 @@ fn write_bars(out: &mut String, rows: &[Row]) -> std::fmt::Result {
                 format!(
                     "{} — tiered p99 {pt:.2} ms / hot-only p99 {ph:.2} ms = {ratio:.2}×{}",
                     if ratio <= BAR_RATIO { "MET" } else { "NOT MET" },
-                    if sustained(t) && sustained(h) {
+                    if t.sustained() && h.sustained() {
                         ""
                     } else {
                         " (but a run was not sustained: see its errors)"

@@ -34,10 +34,7 @@ use tidemark_links::rules::RuleConfig;
 use tidemark_links::service::LinksService;
 
 /// The corpus beside the repository (`shared/corpus/emails`), as seen from this crate.
-const DEFAULT_CORPUS: &str = concat!(
-    env!("CARGO_MANIFEST_DIR"),
-    "/../../../shared/corpus/emails"
-);
+const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus/emails");
 /// Tenant of the in-process service.
 const TENANT: &str = "demo";
 /// Tracking base of the in-process parts (nothing listens there).
@@ -427,11 +424,7 @@ fn merge_fields(html: &str) -> Map<String, Value> {
         rest = &rest[at + 2..];
         let Some(end) = rest.find("}}") else { break };
         let name = rest[..end].trim();
-        if !name.is_empty()
-            && name
-                .chars()
-                .all(|c| c.is_ascii_alphanumeric() || c == '_')
-        {
+        if !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
             fields
                 .entry(name.to_owned())
                 .or_insert_with(|| Value::String(format!("{name} value")));
@@ -484,17 +477,18 @@ async fn bench_render(
         .create_mailing(TENANT, SUBJECT, &html, "news@example.com")
         .await?;
     let fields = Arc::new(merge_fields(&html));
-    eprintln!(
-        "render: {} for {} s …",
-        path.display(),
-        args.render_seconds
-    );
+    eprintln!("render: {} for {} s …", path.display(), args.render_seconds);
 
     let start = Instant::now();
     let deadline = start + Duration::from_secs_f64(args.render_seconds);
     let mut workers = tokio::task::JoinSet::new();
     for w in 0..args.render_concurrency {
-        let (svc, mid, fields, batch) = (svc.clone(), mid.clone(), Arc::clone(&fields), args.render_batch);
+        let (svc, mid, fields, batch) = (
+            svc.clone(),
+            mid.clone(),
+            Arc::clone(&fields),
+            args.render_batch,
+        );
         workers.spawn(async move {
             let (mut recips, mut records, mut bytes, mut calls) = (0u64, 0u64, 0u64, Vec::new());
             let mut next = (w as u64) << 40;
@@ -510,7 +504,11 @@ async fn bench_render(
                 next += batch as u64;
                 recips += build.messages.len() as u64;
                 records += build.records.len() as u64;
-                bytes += build.messages.iter().map(|m| m.html.len() as u64).sum::<u64>();
+                bytes += build
+                    .messages
+                    .iter()
+                    .map(|m| m.html.len() as u64)
+                    .sum::<u64>();
             }
             anyhow::Ok((recips, records, bytes, calls))
         });

@@ -141,6 +141,12 @@ impl LoadResult {
     pub(super) fn achieved(&self) -> f64 {
         self.ok_in_window as f64 / self.cfg.duration.as_secs_f64()
     }
+
+    /// Sustained: achieved ≥ 99 % of offered, errors ≤ 0.1 % of the scheduled requests.
+    pub(super) fn sustained(&self) -> bool {
+        self.achieved() >= 0.99 * self.cfg.rate as f64
+            && (self.errors() as f64) <= 0.001 * self.scheduled as f64
+    }
 }
 
 fn new_hist() -> Histogram<u64> {

@@ -97,7 +97,10 @@ fn record(codec: &IdCodec, day_start: i64, i: u64, rows: u64) -> LinkRecord {
     }
 }
 
-pub(super) async fn bench_insert(args: &LinksBenchArgs, dir: &Path) -> anyhow::Result<InsertFigures> {
+pub(super) async fn bench_insert(
+    args: &LinksBenchArgs,
+    dir: &Path,
+) -> anyhow::Result<InsertFigures> {
     std::fs::create_dir_all(dir)?;
     let path = dir.join("links.db");
     let store = Arc::new(SqliteLinks::open(&path)?);
