@@ -16,6 +16,7 @@ use tidemark_chat::metrics::ChatMetrics;
 use tidemark_chat::{ChatService, ChatStores};
 use tidemark_core::clock::{SharedClock, SystemClock};
 use tidemark_core::http::{ApiError, ApiKeys, require_tenant};
+use tidemark_events::http::EventsHttp;
 use tidemark_events::{Ingest, SqliteRaw};
 use tidemark_links::metrics::LinksMetrics;
 use tidemark_links::partitions::PartitionManager;
@@ -54,6 +55,10 @@ pub async fn run(
     std::fs::create_dir_all(&events_dir)?;
     let raw = Arc::new(SqliteRaw::open(&events_dir.join("raw.db"))?);
     let ingest = Ingest::new(raw, config.events.clone());
+    let events_http = EventsHttp {
+        ingest: ingest.clone(),
+        clock: Arc::clone(&clock),
+    };
     let mut links_cfg = config.links.clone();
     if links_cfg.track_base.is_empty() {
         links_cfg.track_base = format!("http://{}", listener.local_addr()?);
@@ -84,7 +89,13 @@ pub async fn run(
             .map(|t| (t.name.clone(), t.key.clone())),
     ));
     let pool = Arc::clone(links.pool());
-    let app = router(chat.clone(), links, keys, Ops { registry, chat });
+    let app = router(
+        chat.clone(),
+        links,
+        events_http,
+        keys,
+        Ops { registry, chat },
+    );
     tracing::info!(listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
     axum::serve(listener, app)
         .with_graceful_shutdown(shutdown)
@@ -104,9 +115,16 @@ pub async fn run(
     Ok(())
 }
 
-fn router(chat: ChatService, links: LinksService, keys: Arc<ApiKeys>, ops: Ops) -> Router {
+fn router(
+    chat: ChatService,
+    links: LinksService,
+    events: EventsHttp,
+    keys: Arc<ApiKeys>,
+    ops: Ops,
+) -> Router {
     let v1 = tidemark_chat::http::router(chat)
         .merge(tidemark_links::http::api_router(links.clone()))
+        .merge(tidemark_events::http::ingest_router(events))
         .layer(axum::middleware::from_fn_with_state(keys, require_tenant));
     let ops_routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

@@ -1,45 +1,260 @@
-//! Ingest: schema checks, then a durable append to the raw tier. A batch is all or nothing.
+//! Ingest (DESIGN.md part C): JSON (an array or NDJSON) and InfluxDB line protocol are decoded
+//! against the [`Schema`], every line is checked, and only a batch without a single bad line
+//! is appended to the raw tier, durably (all or nothing). Two events with the same timestamp
+//! are two rows: nothing is merged.
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use serde_json::Value;
 use tidemark_core::sqlite::SqliteError;
+use time::OffsetDateTime;
+use time::format_description::well_known::Rfc3339;
 
+use crate::lineproto::{Precision, parse_line};
 use crate::model::Event;
 use crate::raw::RawStore;
+use crate::schema::{FieldValue, Schema};
 
-/// Events settings (`[events]`).
+/// Events settings (`[events]`; `[events.schema]` for the schema).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct EventsConfig {
-    /// The closed set of values of the `event` tag.
-    pub kinds: Vec<String>,
+    /// Measurement, tag, kinds and declared fields.
+    pub schema: Schema,
+    /// How long a day stays in the raw tier after its last event arrived (default 7 days);
+    /// it leaves only once rolled up and archived.
+    #[serde(with = "humantime_serde")]
+    pub raw_retention: Duration,
+    /// How long after a UTC day closes it is rolled up (default 1 h).
+    #[serde(with = "humantime_serde")]
+    pub lateness: Duration,
+    /// Largest number of events in one request (default 100,000).
+    pub max_batch: usize,
 }
 
 impl Default for EventsConfig {
     fn default() -> Self {
         Self {
-            kinds: ["view", "click", "contact", "email_open", "email_click"]
-                .map(String::from)
-                .to_vec(),
+            schema: Schema::default(),
+            raw_retention: Duration::from_secs(7 * 24 * 3600),
+            lateness: Duration::from_secs(3600),
+            max_batch: 100_000,
         }
     }
+}
+
+/// One bad line of a batch.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct BadLine {
+    /// 1-based line (NDJSON, line protocol) or position in a JSON array.
+    pub line: usize,
+    /// What is wrong.
+    pub error: String,
 }
 
 /// Why a batch was refused or not stored.
 #[derive(Debug, thiserror::Error)]
 pub enum IngestError {
-    /// Event `index` of the batch is invalid; nothing of the batch was stored.
-    #[error("event {index}: {message}")]
-    Invalid {
-        /// Position in the batch (0-based).
-        index: usize,
-        /// What is wrong.
-        message: String,
-    },
+    /// The batch has bad lines; nothing of it was stored.
+    #[error("{} invalid event(s), nothing stored: {}", .0.len(), summarize(.0))]
+    Invalid(Vec<BadLine>),
+    /// The request as a whole is unusable (empty, too large, bad precision).
+    #[error("{0}")]
+    Request(String),
     /// The raw tier could not store the batch; nothing was acknowledged.
     #[error("raw tier unavailable: {0}")]
     Unavailable(#[from] SqliteError),
+}
+
+fn summarize(bad: &[BadLine]) -> String {
+    let mut s: Vec<String> = bad
+        .iter()
+        .take(20)
+        .map(|b| format!("line {}: {}", b.line, b.error))
+        .collect();
+    if bad.len() > 20 {
+        s.push(format!("… and {} more", bad.len() - 20));
+    }
+    s.join("; ")
+}
+
+/// Builds an event from a kind, a time and declared fields (checked against `schema`).
+pub fn event_from_parts(
+    schema: &Schema,
+    kind: &str,
+    time_ms: i64,
+    fields: impl IntoIterator<Item = (String, FieldValue)>,
+) -> Result<Event, String> {
+    schema.check_kind(kind)?;
+    let mut e = Event::new(kind, time_ms);
+    for (name, value) in fields {
+        let v = schema.check_field(&name, value)?;
+        match (name.as_str(), v) {
+            ("listing_id", FieldValue::Int(i)) => e.listing_id = Some(i),
+            ("user_id", FieldValue::Str(s)) => e.user_id = Some(s),
+            ("device_id", FieldValue::Str(s)) => e.device_id = Some(s),
+            ("session_id", FieldValue::Str(s)) => e.session_id = Some(s),
+            ("page_url", FieldValue::Str(s)) => e.page_url = Some(s),
+            ("count", FieldValue::Int(i)) => e.count = i,
+            (_, v) => {
+                let json = match v {
+                    FieldValue::Str(s) => Value::String(s),
+                    FieldValue::Int(i) => Value::from(i),
+                    FieldValue::Float(f) => Value::from(f),
+                    FieldValue::Bool(b) => Value::Bool(b),
+                };
+                e.fields.insert(name, json);
+            }
+        }
+    }
+    Ok(e)
+}
+
+/// Parses a JSON `time`: RFC 3339 string or Unix milliseconds.
+fn json_time(v: &Value) -> Result<i64, String> {
+    match v {
+        Value::Number(n) => n
+            .as_i64()
+            .ok_or_else(|| format!("time {n} is not whole Unix milliseconds")),
+        Value::String(s) => OffsetDateTime::parse(s, &Rfc3339)
+            .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+            .map_err(|e| format!("time {s:?} is not RFC 3339: {e}")),
+        other => Err(format!("time must be RFC 3339 or Unix ms, got {other}")),
+    }
+}
+
+fn json_event(schema: &Schema, v: Value) -> Result<Event, String> {
+    let Value::Object(mut map) = v else {
+        return Err("an event must be a JSON object".into());
+    };
+    let time = map.remove("time").ok_or("missing `time`")?;
+    let time = json_time(&time)?;
+    let kind = match map.remove("kind") {
+        Some(Value::String(k)) => k,
+        Some(other) => return Err(format!("`kind` must be a string, got {other}")),
+        None => return Err("missing `kind`".into()),
+    };
+    let mut fields = Vec::with_capacity(map.len());
+    for (k, v) in map {
+        let fv = match v {
+            Value::Null => continue,
+            Value::String(s) => FieldValue::Str(s),
+            Value::Bool(b) => FieldValue::Bool(b),
+            Value::Number(n) => match n.as_i64() {
+                Some(i) => FieldValue::Int(i),
+                None => FieldValue::Float(n.as_f64().unwrap_or(f64::NAN)),
+            },
+            other => {
+                return Err(format!(
+                    "field `{k}` must be a string, number or boolean, got {other}"
+                ));
+            }
+        };
+        fields.push((k, fv));
+    }
+    event_from_parts(schema, &kind, time, fields)
+}
+
+/// Decodes a JSON array or NDJSON body. Every bad line is reported.
+pub fn decode_json(schema: &Schema, body: &str) -> Result<Vec<Event>, IngestError> {
+    let trimmed = body.trim_start();
+    let mut events = Vec::new();
+    let mut bad = Vec::new();
+    if trimmed.starts_with('[') {
+        let items: Vec<Value> = serde_json::from_str(trimmed)
+            .map_err(|e| IngestError::Request(format!("body is not a JSON array: {e}")))?;
+        for (i, v) in items.into_iter().enumerate() {
+            match json_event(schema, v) {
+                Ok(e) => events.push(e),
+                Err(error) => bad.push(BadLine { line: i + 1, error }),
+            }
+        }
+    } else {
+        for (i, line) in body.lines().enumerate() {
+            if line.trim().is_empty() {
+                continue;
+            }
+            let parsed = serde_json::from_str::<Value>(line).map_err(|e| format!("not JSON: {e}"));
+            match parsed.and_then(|v| json_event(schema, v)) {
+                Ok(e) => events.push(e),
+                Err(error) => bad.push(BadLine { line: i + 1, error }),
+            }
+        }
+    }
+    finish(events, bad)
+}
+
+/// Decodes a line-protocol body with the request's precision; points without a timestamp get
+/// `now_ms`.
+pub fn decode_line_protocol(
+    schema: &Schema,
+    body: &str,
+    precision: Precision,
+    now_ms: i64,
+) -> Result<Vec<Event>, IngestError> {
+    let mut events = Vec::new();
+    let mut bad = Vec::new();
+    for (i, line) in body.lines().enumerate() {
+        let line = line.trim_start();
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        match point_event(schema, line, precision, now_ms) {
+            Ok(e) => events.push(e),
+            Err(error) => bad.push(BadLine { line: i + 1, error }),
+        }
+    }
+    finish(events, bad)
+}
+
+fn point_event(
+    schema: &Schema,
+    line: &str,
+    precision: Precision,
+    now_ms: i64,
+) -> Result<Event, String> {
+    let p = parse_line(line)?;
+    if p.measurement != schema.measurement {
+        return Err(format!(
+            "undeclared measurement {:?} (declared: {})",
+            p.measurement, schema.measurement
+        ));
+    }
+    let mut kind = None;
+    for (k, v) in p.tags {
+        if k == schema.tag {
+            kind = Some(v);
+        } else if schema.fields.contains_key(&k) {
+            return Err(format!(
+                "`{k}` is a field, never a tag: identifiers must not become series keys"
+            ));
+        } else {
+            return Err(format!(
+                "undeclared tag key `{k}` (the only tag is `{}`)",
+                schema.tag
+            ));
+        }
+    }
+    let kind = kind.ok_or_else(|| format!("missing tag `{}`", schema.tag))?;
+    let time = match p.timestamp {
+        Some(t) => precision
+            .to_ms(t)
+            .ok_or_else(|| format!("timestamp {t} out of range"))?,
+        None => now_ms,
+    };
+    event_from_parts(schema, &kind, time, p.fields)
+}
+
+fn finish(events: Vec<Event>, bad: Vec<BadLine>) -> Result<Vec<Event>, IngestError> {
+    if !bad.is_empty() {
+        return Err(IngestError::Invalid(bad));
+    }
+    if events.is_empty() {
+        return Err(IngestError::Request("the batch holds no events".into()));
+    }
+    Ok(events)
 }
 
 /// Checks events and appends them to the raw tier.
@@ -50,25 +265,43 @@ pub struct Ingest {
 }
 
 impl Ingest {
-    /// Ingest into `raw` with schema `cfg`.
+    /// Ingest into `raw` with the settings `cfg`.
     pub fn new(raw: Arc<dyn RawStore>, cfg: EventsConfig) -> Self {
         Self { raw, cfg }
     }
 
-    /// Validates every event, then appends them all durably (or none). `now_ms` is arrival time.
+    /// The settings in force.
+    pub fn config(&self) -> &EventsConfig {
+        &self.cfg
+    }
+
+    /// The raw tier.
+    pub fn raw(&self) -> &Arc<dyn RawStore> {
+        &self.raw
+    }
+
+    /// Validates every event (kind in the closed set), then appends them all durably, or none.
+    /// `now_ms` is the arrival time.
     pub async fn record(&self, events: Vec<Event>, now_ms: i64) -> Result<usize, IngestError> {
-        for (index, e) in events.iter().enumerate() {
-            if !self.cfg.kinds.contains(&e.kind) {
-                return Err(IngestError::Invalid {
-                    index,
-                    message: format!(
-                        "undeclared value {:?} of tag `event` (declared: {})",
-                        e.kind,
-                        self.cfg.kinds.join(", ")
-                    ),
-                });
-            }
+        if events.len() > self.cfg.max_batch {
+            return Err(IngestError::Request(format!(
+                "{} events in one request; at most {}",
+                events.len(),
+                self.cfg.max_batch
+            )));
         }
+        let bad: Vec<BadLine> = events
+            .iter()
+            .enumerate()
+            .filter_map(|(i, e)| {
+                self.cfg
+                    .schema
+                    .check_kind(&e.kind)
+                    .err()
+                    .map(|error| BadLine { line: i + 1, error })
+            })
+            .collect();
+        let events = finish(events, bad)?;
         let n = events.len();
         self.raw.append(events, now_ms).await?;
         Ok(n)
@@ -94,7 +327,7 @@ mod tests {
         let bad = Event::new("purchase", t);
         let err = ingest.record(vec![a.clone(), bad], t).await.unwrap_err();
         assert!(
-            matches!(err, IngestError::Invalid { index: 1, .. }),
+            matches!(&err, IngestError::Invalid(b) if b[0].line == 2),
             "{err}"
         );
         let stored = raw.day_events(UtcDay::of_ms(t)).await.unwrap();
@@ -105,5 +338,64 @@ mod tests {
                 .unwrap()
                 .is_empty()
         );
+    }
+
+    #[test]
+    fn json_array_and_ndjson() {
+        let s = Schema::default();
+        let arr = r#"[{"time": "2024-06-03T16:00:00.123Z", "kind": "view", "listing_id": 48213, "user_id": "u1",
+                      "session_id": "s1", "page_url": "/item/48213"},
+                     {"time": 1717430400000, "kind": "click", "listing_id": "7", "device_id": "d"}]"#;
+        let ev = decode_json(&s, arr).unwrap();
+        assert_eq!(ev.len(), 2);
+        assert_eq!(
+            (ev[0].time_ms, ev[0].listing_id, ev[0].page_url.as_deref()),
+            (1_717_430_400_123, Some(48213), Some("/item/48213"))
+        );
+        assert_eq!(
+            (ev[1].time_ms, ev[1].listing_id, ev[1].kind.as_str()),
+            (1_717_430_400_000, Some(7), "click")
+        );
+        let nd = "{\"time\": 1, \"kind\": \"view\"}\n\n{\"time\": 2, \"kind\": \"nope\"}\n{\"kind\": \"view\"}\nnot json\n{\"time\": 3, \"kind\": \"view\", \"colour\": \"red\"}\n";
+        match decode_json(&s, nd) {
+            Err(IngestError::Invalid(bad)) => {
+                let lines: Vec<usize> = bad.iter().map(|b| b.line).collect();
+                assert_eq!(lines, vec![3, 4, 5, 6]);
+                assert!(bad[0].error.contains("\"nope\""));
+                assert!(bad[1].error.contains("missing `time`"));
+                assert!(bad[3].error.contains("undeclared field `colour`"));
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn line_protocol_against_the_schema() {
+        let s = Schema::default();
+        let body = "# comment\nlisting_event,event=view listing_id=\"48213\",user_id=\"u_9f2c\",count=1i 1717430400000\n";
+        let ev = decode_line_protocol(&s, body, Precision::Ms, 0).unwrap();
+        assert_eq!(
+            (ev[0].time_ms, ev[0].listing_id, ev[0].count),
+            (1_717_430_400_000, Some(48213), 1)
+        );
+        // The same timestamp without precision=ms is nanoseconds: a different instant.
+        let ev = decode_line_protocol(&s, body, Precision::Ns, 0).unwrap();
+        assert_eq!(ev[0].time_ms, 1_717_430);
+        let bad = "listing_event,event=view,user_id=u1 count=1i\nlisting_event,event=buy count=1i\nother,event=view count=1i\nlisting_event,event=view count=\"1\"\nlisting_event,event=view,region=eu count=1i\n";
+        match decode_line_protocol(&s, bad, Precision::Ns, 0) {
+            Err(IngestError::Invalid(b)) => {
+                assert_eq!(b.len(), 5);
+                assert!(
+                    b[0].error.contains("`user_id` is a field, never a tag"),
+                    "{}",
+                    b[0].error
+                );
+                assert!(b[1].error.contains("undeclared value \"buy\""));
+                assert!(b[2].error.contains("undeclared measurement"));
+                assert!(b[3].error.contains("declared int"));
+                assert!(b[4].error.contains("undeclared tag key `region`"));
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

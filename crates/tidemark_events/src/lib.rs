@@ -10,10 +10,13 @@
 //! Bot traffic (HEAD requests, known scanners) is recorded with the field `bot = true` so it
 //! can be shown, and is excluded from every count of clicks and opens.
 
+pub mod http;
 pub mod ingest;
+pub mod lineproto;
 pub mod model;
 pub mod raw;
+pub mod schema;
 
 pub use ingest::{EventsConfig, Ingest, IngestError};
 pub use model::Event;
-pub use raw::{RawStore, SqliteRaw};
+pub use raw::{DayState, MinuteCount, RawStore, SqliteRaw};

@@ -8,19 +8,105 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
+use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
 
 use crate::model::Event;
 
-/// The raw-tier port.
+/// The catalog entry of one UTC day of the raw tier: how many events it holds, when the last
+/// one arrived, and up to which arrival it has been rolled up and archived. A day is
+/// *dirty* for a job when events arrived after that job last ran for it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct DayState {
+    /// The day.
+    pub day: UtcDay,
+    /// Events appended for it (all arrivals).
+    pub events: u64,
+    /// Arrival time (Unix ms) of the last event appended for it.
+    pub last_arrival_ms: i64,
+    /// `last_arrival_ms` as seen by the last successful rollup of the day.
+    pub rolled_up_arrival_ms: Option<i64>,
+    /// `last_arrival_ms` as seen by the last successful archive of the day.
+    pub archived_arrival_ms: Option<i64>,
+    /// When the day's raw partition was dropped (its raw data is gone).
+    pub dropped_ms: Option<i64>,
+}
+
+impl DayState {
+    /// Rolled up, and no event arrived since.
+    pub fn rollup_current(&self) -> bool {
+        self.rolled_up_arrival_ms
+            .is_some_and(|a| a >= self.last_arrival_ms)
+    }
+    /// Archived, and no event arrived since.
+    pub fn archive_current(&self) -> bool {
+        self.archived_arrival_ms
+            .is_some_and(|a| a >= self.last_arrival_ms)
+    }
+}
+
+/// Events per minute and kind, for the live dashboard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct MinuteCount {
+    /// Start of the minute (Unix ms).
+    pub minute_ms: i64,
+    /// Event kind.
+    pub kind: String,
+    /// Events (rows; bots excluded).
+    pub count: u64,
+}
+
+/// The raw-tier port (DESIGN.md part C "Raw tier").
 #[async_trait]
 pub trait RawStore: Send + Sync + std::fmt::Debug {
-    /// Appends events durably (all or nothing). `now_ms` is the arrival time.
+    /// Appends events durably (all or nothing), each into the partition of its UTC day, and
+    /// updates the day catalog. `now_ms` is the arrival time.
     async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), SqliteError>;
 
-    /// All events of one day, in arrival order.
-    async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, SqliteError>;
+    /// Up to `limit` events of `day` after the cursor `after` (0 to start), in arrival order,
+    /// and the cursor to continue from (`None` when the day is exhausted).
+    async fn read_chunk(
+        &self,
+        day: UtcDay,
+        after: i64,
+        limit: usize,
+    ) -> Result<(Vec<Event>, Option<i64>), SqliteError>;
+
+    /// Every day in the catalog, ascending.
+    async fn days(&self) -> Result<Vec<DayState>, SqliteError>;
+
+    /// Records that the day was rolled up as of arrival `arrival_ms`.
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError>;
+
+    /// Records that the day was archived as of arrival `arrival_ms`.
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError>;
+
+    /// Drops the day's partition whole and marks it dropped at `now_ms`.
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<(), SqliteError>;
+
+    /// Non-bot events per minute and kind with `since_ms ≤ time < until_ms`.
+    async fn counts_per_minute(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> Result<Vec<MinuteCount>, SqliteError>;
+
+    /// The `limit` listings with most non-bot events on `day`: `(listing_id, events)`.
+    async fn top_listings(&self, day: UtcDay, limit: usize)
+    -> Result<Vec<(i64, u64)>, SqliteError>;
+
+    /// All events of one day, in arrival order (reads every chunk; for tests and tools).
+    async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, SqliteError> {
+        let mut out = Vec::new();
+        let mut cursor = Some(0);
+        while let Some(after) = cursor {
+            let (chunk, next) = self.read_chunk(day, after, 10_000).await?;
+            out.extend(chunk);
+            cursor = next;
+        }
+        Ok(out)
+    }
 }
 
 /// The embedded raw tier.
@@ -34,7 +120,10 @@ const CATALOG: &str = "
 CREATE TABLE IF NOT EXISTS raw_day (
     day INTEGER PRIMARY KEY,
     events INTEGER NOT NULL,
-    last_arrival_ms INTEGER NOT NULL
+    last_arrival_ms INTEGER NOT NULL,
+    rolled_up_arrival_ms INTEGER,
+    archived_arrival_ms INTEGER,
+    dropped_ms INTEGER
 );
 ";
 
@@ -113,37 +202,177 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, SqliteError> {
+    async fn read_chunk(
+        &self,
+        day: UtcDay,
+        after: i64,
+        limit: usize,
+    ) -> Result<(Vec<Event>, Option<i64>), SqliteError> {
         self.reads
             .read(move |conn| {
-                let exists: bool = conn.query_row(
-                    "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
-                    [table(day)],
-                    |r| r.get(0),
-                )?;
-                if !exists {
-                    return Ok(Vec::new());
+                if !table_exists(conn, day)? {
+                    return Ok((Vec::new(), None));
                 }
-                let mut stmt = conn.prepare(&format!(
-                    "SELECT time_ms, kind, listing_id, user_id, device_id, session_id, page_url,
-                         count, fields FROM {} ORDER BY seq",
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT seq, time_ms, kind, listing_id, user_id, device_id, session_id, page_url,
+                         count, fields FROM {} WHERE seq > ?1 ORDER BY seq LIMIT ?2",
                     table(day)
                 ))?;
+                let mut last = None;
+                let rows = stmt.query_map(params![after, limit as i64], |r| {
+                    let fields: String = r.get(9)?;
+                    Ok((
+                        r.get::<_, i64>(0)?,
+                        Event {
+                            time_ms: r.get(1)?,
+                            kind: r.get(2)?,
+                            listing_id: r.get(3)?,
+                            user_id: r.get(4)?,
+                            device_id: r.get(5)?,
+                            session_id: r.get(6)?,
+                            page_url: r.get(7)?,
+                            count: r.get(8)?,
+                            fields: serde_json::from_str(&fields).unwrap_or_default(),
+                        },
+                    ))
+                })?;
+                let mut out = Vec::with_capacity(limit);
+                for row in rows {
+                    let (seq, e) = row?;
+                    last = Some(seq);
+                    out.push(e);
+                }
+                let next = if out.len() == limit { last } else { None };
+                Ok((out, next))
+            })
+            .await
+    }
+
+    async fn days(&self) -> Result<Vec<DayState>, SqliteError> {
+        self.reads
+            .read(|conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT day, events, last_arrival_ms, rolled_up_arrival_ms, archived_arrival_ms,
+                         dropped_ms FROM raw_day ORDER BY day",
+                )?;
                 let rows = stmt.query_map([], |r| {
-                    let fields: String = r.get(8)?;
-                    Ok(Event {
-                        time_ms: r.get(0)?,
-                        kind: r.get(1)?,
-                        listing_id: r.get(2)?,
-                        user_id: r.get(3)?,
-                        device_id: r.get(4)?,
-                        session_id: r.get(5)?,
-                        page_url: r.get(6)?,
-                        count: r.get(7)?,
-                        fields: serde_json::from_str(&fields).unwrap_or_default(),
+                    Ok(DayState {
+                        day: UtcDay(r.get(0)?),
+                        events: r.get::<_, i64>(1)? as u64,
+                        last_arrival_ms: r.get(2)?,
+                        rolled_up_arrival_ms: r.get(3)?,
+                        archived_arrival_ms: r.get(4)?,
+                        dropped_ms: r.get(5)?,
                     })
                 })?;
                 Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+        self.set_mark("rolled_up_arrival_ms", day, arrival_ms).await
+    }
+
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+        self.set_mark("archived_arrival_ms", day, arrival_ms).await
+    }
+
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<(), SqliteError> {
+        self.writer
+            .write(move |conn| {
+                conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", table(day)))?;
+                conn.execute(
+                    "UPDATE raw_day SET dropped_ms = ?2 WHERE day = ?1",
+                    params![day.0, now_ms],
+                )?;
+                Ok::<_, SqliteError>(())
+            })
+            .await
+    }
+
+    async fn counts_per_minute(
+        &self,
+        since_ms: i64,
+        until_ms: i64,
+    ) -> Result<Vec<MinuteCount>, SqliteError> {
+        self.reads
+            .read(move |conn| {
+                let mut out = Vec::new();
+                let mut day = UtcDay::of_ms(since_ms);
+                while day.start_ms() < until_ms {
+                    if table_exists(conn, day)? {
+                        let mut stmt = conn.prepare_cached(&format!(
+                            "SELECT (time_ms / 60000) * 60000 AS minute, kind, count(*) FROM {}
+                             WHERE time_ms >= ?1 AND time_ms < ?2
+                               AND coalesce(json_extract(fields, '$.bot'), 0) = 0
+                             GROUP BY minute, kind ORDER BY minute, kind",
+                            table(day)
+                        ))?;
+                        let rows = stmt.query_map(params![since_ms, until_ms], |r| {
+                            Ok(MinuteCount {
+                                minute_ms: r.get(0)?,
+                                kind: r.get(1)?,
+                                count: r.get::<_, i64>(2)? as u64,
+                            })
+                        })?;
+                        for row in rows {
+                            out.push(row?);
+                        }
+                    }
+                    day = day.plus(1);
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn top_listings(
+        &self,
+        day: UtcDay,
+        limit: usize,
+    ) -> Result<Vec<(i64, u64)>, SqliteError> {
+        self.reads
+            .read(move |conn| {
+                if !table_exists(conn, day)? {
+                    return Ok(Vec::new());
+                }
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT listing_id, count(*) AS n FROM {} WHERE listing_id IS NOT NULL
+                       AND coalesce(json_extract(fields, '$.bot'), 0) = 0
+                     GROUP BY listing_id ORDER BY n DESC, listing_id LIMIT ?1",
+                    table(day)
+                ))?;
+                let rows = stmt.query_map([limit as i64], |r| {
+                    Ok((r.get(0)?, r.get::<_, i64>(1)? as u64))
+                })?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+}
+
+fn table_exists(conn: &Connection, day: UtcDay) -> rusqlite::Result<bool> {
+    conn.prepare_cached(
+        "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
+    )?
+    .query_row([table(day)], |r| r.get(0))
+}
+
+impl SqliteRaw {
+    async fn set_mark(
+        &self,
+        column: &'static str,
+        day: UtcDay,
+        arrival_ms: i64,
+    ) -> Result<(), SqliteError> {
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    &format!("UPDATE raw_day SET {column} = max(coalesce({column}, ?2), ?2) WHERE day = ?1"),
+                    params![day.0, arrival_ms],
+                )?;
+                Ok::<_, SqliteError>(())
             })
             .await
     }
