@@ -10,6 +10,7 @@
 //! Bot traffic (HEAD requests, known scanners) is recorded with the field `bot = true` so it
 //! can be shown, and is excluded from every count of clicks and opens.
 
+pub mod config;
 pub mod http;
 pub mod ingest;
 pub mod lineproto;
@@ -17,6 +18,7 @@ pub mod model;
 pub mod raw;
 pub mod schema;
 
-pub use ingest::{EventsConfig, Ingest, IngestError};
+pub use config::EventsConfig;
+pub use ingest::{Ingest, IngestError};
 pub use model::Event;
 pub use raw::{DayState, MinuteCount, RawStore, SqliteRaw};
