@@ -5,7 +5,7 @@
 
 use std::sync::Arc;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use serde_json::Value;
 use tidemark_core::sqlite::SqliteError;
 use time::OffsetDateTime;
