@@ -191,24 +191,27 @@ fn answer(hit: Hit) -> Response {
     }
 }
 
+async fn track(
+    svc: &LinksService,
+    route: Route,
+    method: &Method,
+    id: &str,
+    headers: &HeaderMap,
+) -> Response {
+    let head = *method == Method::HEAD;
+    match svc.hit(route, id, head, user_agent(headers)).await {
+        Ok(hit) => answer(hit),
+        Err(e) => ApiError::from(e).into_response(),
+    }
+}
+
 async fn click(
     State(svc): State<LinksService>,
     method: Method,
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    match svc
-        .hit(
-            Route::Click,
-            &id,
-            method == Method::HEAD,
-            user_agent(&headers),
-        )
-        .await
-    {
-        Ok(hit) => answer(hit),
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    track(&svc, Route::Click, &method, &id, &headers).await
 }
 
 async fn open(
@@ -217,18 +220,7 @@ async fn open(
     Path(id): Path<String>,
     headers: HeaderMap,
 ) -> Response {
-    match svc
-        .hit(
-            Route::Open,
-            &id,
-            method == Method::HEAD,
-            user_agent(&headers),
-        )
-        .await
-    {
-        Ok(hit) => answer(hit),
-        Err(e) => ApiError::from(e).into_response(),
-    }
+    track(&svc, Route::Open, &method, &id, &headers).await
 }
 
 async fn expired() -> Html<&'static str> {
