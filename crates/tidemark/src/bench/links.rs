@@ -11,6 +11,7 @@
 //!
 //! It prints the figures, then each bar of the issue with PASS/FAIL; it asserts nothing.
 
+mod hit;
 mod redirect;
 mod store;
 mod wrk;
@@ -116,6 +117,9 @@ pub struct LinksBenchArgs {
     /// Seconds of the open-loop run before the measured window (sent, not recorded).
     #[arg(long, default_value_t = 2.0)]
     pub warmup: f64,
+    /// Seconds of each step of the in-process split of a redirect's cost.
+    #[arg(long, default_value_t = 1.0)]
+    pub split_seconds: f64,
     /// Most open-loop requests outstanding at once.
     #[arg(long, default_value_t = 512)]
     pub max_in_flight: usize,
@@ -136,6 +140,7 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         args.rewrite_seconds,
         args.render_seconds,
         args.redirect_seconds,
+        args.split_seconds,
     ];
     ensure!(
         positive.iter().all(|s| *s > 0.0) && args.warmup >= 0.0,
@@ -165,8 +170,9 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CORPUS));
 
     println!(
-        "tidemark bench links — machine: {} CPUs; data under {}",
+        "tidemark bench links — machine: {} CPUs, load average {}; data under {}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
+        load_average(),
         root.path().display()
     );
     let mut bars = Vec::new();
@@ -177,8 +183,10 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         println!("{}", r.report());
     }
     if wants(Part::Render) {
-        let r = bench_render(&args, &corpus_dir, &root.path().join("render")).await?;
+        let dir = root.path().join("render");
+        let r = bench_render(&args, &corpus_dir, &dir).await?;
         println!("{}", r.report());
+        let _ = std::fs::remove_dir_all(&dir);
         bars.push(Bar {
             name: format!("render+store ≥ {BAR_RECIPIENTS:.0} recipients/s"),
             figure: format!(
@@ -190,8 +198,10 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         });
     }
     if wants(Part::Insert) {
-        let r = store::bench_insert(&args, &root.path().join("insert")).await?;
+        let dir = root.path().join("insert");
+        let r = store::bench_insert(&args, &dir).await?;
         println!("{}", r.report());
+        let _ = std::fs::remove_dir_all(&dir);
         bars.push(Bar {
             name: format!(
                 "insert rate flat: last million within {:.0} % of the first",
@@ -210,7 +220,10 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         bars.extend(r.bars());
     }
 
-    println!("summary (bars of issue 3 on this machine):");
+    println!(
+        "summary (bars of issue 3 on this machine; load average now {}):",
+        load_average()
+    );
     for b in &bars {
         let verdict = match b.pass {
             Some(true) => "PASS",
@@ -224,6 +237,14 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
     }
     drop(root);
     Ok(())
+}
+
+/// `/proc/loadavg`'s 1, 5 and 15 minute figures: other work on the machine disturbs these.
+fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "-".into(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
 }
 
 /// One bar of the summary.
@@ -443,21 +464,23 @@ fn recipients(from: u64, n: usize, fields: &Map<String, Value>) -> Vec<Recipient
         .collect()
 }
 
-/// Opens the embedded links service (and the events ingest it records into) in `dir`.
-fn open_service(dir: &Path, track_base: &str) -> anyhow::Result<LinksService> {
+/// Opens the embedded links service in `dir`, and the events ingest it records into.
+fn open_service(dir: &Path, track_base: &str) -> anyhow::Result<(LinksService, Ingest)> {
     std::fs::create_dir_all(dir)?;
     let raw = SqliteRaw::open(&dir.join("raw.db"))?;
+    let ingest = Ingest::new(Arc::new(raw), EventsConfig::default());
     let cfg = LinksConfig {
         track_base: track_base.into(),
         ..Default::default()
     };
-    Ok(LinksService::open_embedded(
+    let svc = LinksService::open_embedded(
         dir,
         cfg,
-        Ingest::new(Arc::new(raw), EventsConfig::default()),
+        ingest.clone(),
         Arc::new(SystemClock),
         LinksMetrics::unregistered(),
-    )?)
+    )?;
+    Ok((svc, ingest))
 }
 
 async fn bench_render(
@@ -472,7 +495,7 @@ async fn bench_render(
     };
     let html = std::fs::read_to_string(&path)
         .with_context(|| format!("reading the template {}", path.display()))?;
-    let svc = open_service(dir, TRACK_BASE)?;
+    let (svc, _) = open_service(dir, TRACK_BASE)?;
     let mid = svc
         .create_mailing(TENANT, SUBJECT, &html, "news@example.com")
         .await?;

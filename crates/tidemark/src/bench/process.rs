@@ -198,3 +198,14 @@ pub(super) fn machine_busy_ticks() -> Option<u64> {
     // user nice system idle iowait irq softirq steal
     Some(v.get(..3)?.iter().sum::<u64>() + v.get(5..8)?.iter().sum::<u64>())
 }
+
+/// CPU time of this process's children that have been waited for (`cutime + cstime`), in
+/// the clock ticks of [`cpu_ticks`]: the cost of a tool such as `wrk` run to completion.
+pub(super) fn waited_children_ticks() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/self/stat").ok()?;
+    let rest = stat.get(stat.rfind(')')? + 2..)?;
+    let mut fields = rest.split_whitespace().skip(13);
+    let cutime: u64 = fields.next()?.parse().ok()?;
+    let cstime: u64 = fields.next()?.parse().ok()?;
+    Some(cutime + cstime)
+}

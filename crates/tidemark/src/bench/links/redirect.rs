@@ -24,7 +24,9 @@ use serde_json::json;
 use super::super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, call};
 use super::super::process::{
     ServerProcess, clock_ticks_per_sec, cpu_ticks, machine_busy_ticks, scrape_metrics,
+    waited_children_ticks,
 };
+use super::hit::{HitSplit, bench_hit_split};
 use super::wrk::{self, WrkReport};
 use super::{BAR_P99_MS, BAR_REDIRECTS, Bar, LinksBenchArgs, SUBJECT};
 
@@ -49,17 +51,21 @@ const TEMPLATE: &str = r#"<!doctype html>
 /// Recipients per render call (the API takes up to 10,000).
 const RENDER_CALL: usize = 1_000;
 
-/// CPU used during a run, in cores.
+/// CPU used during a run, in cores (1.0 = one core busy).
 #[derive(Debug, Clone, Copy)]
 struct Cpu {
     server: Option<f64>,
-    machine: Option<f64>,
+    /// This process and the children it waited for (wrk).
+    generator: Option<f64>,
+    /// Everything else on the machine (other work disturbs the figures).
+    others: Option<f64>,
 }
 
 #[derive(Debug)]
 struct CpuMark {
     at: Instant,
     server: Option<u64>,
+    generator: Option<u64>,
     machine: Option<u64>,
 }
 
@@ -68,6 +74,8 @@ impl CpuMark {
         Self {
             at: Instant::now(),
             server: pid.and_then(cpu_ticks),
+            generator: cpu_ticks(std::process::id())
+                .and_then(|own| Some(own + waited_children_ticks()?)),
             machine: machine_busy_ticks(),
         }
     }
@@ -77,10 +85,28 @@ impl CpuMark {
         let wall = (end.at - self.at).as_secs_f64();
         let cores =
             |a: Option<u64>, b: Option<u64>| Some((b? - a?) as f64 / clock_ticks_per_sec() / wall);
+        let (server, generator) = (
+            cores(self.server, end.server),
+            cores(self.generator, end.generator),
+        );
         Cpu {
-            server: cores(self.server, end.server),
-            machine: cores(self.machine, end.machine),
+            server,
+            generator,
+            others: cores(self.machine, end.machine)
+                .and_then(|all| Some((all - server? - generator?).max(0.0))),
         }
+    }
+}
+
+impl std::fmt::Display for Cpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "cpu (cores): server {}, generator {}, other processes {}",
+            opt(self.server),
+            opt(self.generator),
+            opt(self.others)
+        )
     }
 }
 
@@ -108,6 +134,7 @@ pub(super) struct RedirectFigures {
     counted: [f64; 4],
     /// Requests answered 302 over both runs (as the generators saw them).
     answered: u64,
+    split: HitSplit,
 }
 
 fn opt(v: Option<f64>) -> String {
@@ -140,7 +167,7 @@ impl RedirectFigures {
             WrkOutcome::Ran { report: r, cpu } => s.push_str(&format!(
                 "wrk -t{} -c{} -d{}s --latency (closed loop): {:.0} req/s, {} requests, latency \
                  p50 {:.2} ms, p75 {:.2} ms, p90 {:.2} ms, p99 {:.2} ms, mean {:.2} ms, max \
-                 {:.2} ms; non-2xx/3xx {}; {}\n  cpu (cores): server {}, whole machine {}\n",
+                 {:.2} ms; non-2xx/3xx {}; {}\n  {}\n",
                 self.threads,
                 self.connections,
                 self.seconds,
@@ -154,8 +181,7 @@ impl RedirectFigures {
                 r.max_ms,
                 r.bad_status,
                 r.socket_errors.as_deref().unwrap_or("no socket errors"),
-                opt(cpu.server),
-                opt(cpu.machine)
+                cpu
             )),
         }
         let l = &self.open;
@@ -169,8 +195,7 @@ impl RedirectFigures {
         s.push_str(&format!(
             "open loop at {} req/s offered ({} s warmup + {} s measured, ≤{} in flight; latency \
              from the intended send time): achieved {:.0} req/s, p50 {} ms, p99 {} ms, p99.9 {} \
-             ms, max {} ms, send lag p99 {:.2} ms, errors {} of {}{}\n  cpu (cores): server {}, \
-             whole machine {}\n",
+             ms, max {} ms, send lag p99 {:.2} ms, errors {} of {}{}\n  {}\n",
             l.cfg.rate,
             l.cfg.warmup.as_secs_f64(),
             l.cfg.duration.as_secs_f64(),
@@ -188,9 +213,24 @@ impl RedirectFigures {
                 Some(Failure::Transport(e)) => format!(" (first: {e})"),
                 None => String::new(),
             },
-            opt(self.open_cpu.server),
-            opt(self.open_cpu.machine)
+            self.open_cpu
         ));
+        let per_request = |cpu: &Cpu, rate: f64| {
+            cpu.server
+                .map_or_else(|| "-".into(), |c| format!("{:.0}", c / rate * 1e6))
+        };
+        if let WrkOutcome::Ran { report, cpu } = &self.wrk {
+            s.push_str(&format!(
+                "server CPU per redirect: {} µs under wrk, {} µs under the open loop; the hit \
+                 itself (below) {} µs, the rest is HTTP and scheduling\n",
+                per_request(cpu, report.requests_per_sec),
+                per_request(&self.open_cpu, self.open.achieved()),
+                self.split
+                    .hit_cpu_us()
+                    .map_or_else(|| "-".into(), |c| format!("{c:.0}"))
+            ));
+        }
+        s.push_str(&self.split.report());
         let [clicks, bots, not_found, failures] = self.counted;
         s.push_str(&format!(
             "server counted {clicks:.0} clicks, {bots:.0} bot hits, {not_found:.0} not found, \
@@ -367,8 +407,17 @@ pub(super) async fn bench_redirect(
     args: &LinksBenchArgs,
     dir: &Path,
 ) -> anyhow::Result<RedirectFigures> {
-    let client = load::http_client(args.max_in_flight);
     std::fs::create_dir_all(dir)?;
+    eprintln!("redirect: in-process split of a hit …");
+    let split = bench_hit_split(
+        &dir.join("split"),
+        TEMPLATE,
+        BROWSER,
+        args.wrk_connections,
+        args.split_seconds,
+    )
+    .await?;
+    let client = load::http_client(args.max_in_flight);
     let log = dir.join("server.log");
     let server = ServerProcess::start(
         &client,
@@ -491,5 +540,6 @@ pub(super) async fn bench_redirect(
         open_cpu,
         counted: std::array::from_fn(|i| after[i] - before[i]),
         answered: wrk_ok + open_ok.get(),
+        split,
     })
 }
