@@ -21,6 +21,13 @@ pub struct EventsConfig {
     pub lateness: Duration,
     /// Largest number of events in one request (default 100,000).
     pub max_batch: usize,
+    /// Where raw days are archived as Parquet (see [`crate::archive`]): a directory, a
+    /// `file:///…` URL or an object_store URL such as `s3://bucket/prefix` (credentials from
+    /// the `AWS_…` environment). Default: the directory `<data_dir>/events/archive`.
+    pub archive_url: Option<String>,
+    /// How often the raw-tier lifecycle (rollup, archive, drop) runs (default 60 s).
+    #[serde(with = "humantime_serde")]
+    pub lifecycle_interval: Duration,
 }
 
 impl Default for EventsConfig {
@@ -30,6 +37,8 @@ impl Default for EventsConfig {
             raw_retention: Duration::from_secs(7 * 24 * 3600),
             lateness: Duration::from_secs(3600),
             max_batch: 100_000,
+            archive_url: None,
+            lifecycle_interval: Duration::from_secs(60),
         }
     }
 }

@@ -10,10 +10,12 @@
 //! Bot traffic (HEAD requests, known scanners) is recorded with the field `bot = true` so it
 //! can be shown, and is excluded from every count of clicks and opens.
 
+pub mod archive;
 pub mod config;
 pub mod http;
 pub mod ingest;
 pub mod lineproto;
+pub mod metrics;
 pub mod model;
 pub mod raw;
 pub mod schema;
