@@ -124,6 +124,7 @@ fn router(
 ) -> Router {
     let v1 = tidemark_chat::http::router(chat)
         .merge(tidemark_links::http::api_router(links.clone()))
+        .merge(tidemark_events::recent::router(events.clone()))
         .merge(tidemark_events::http::ingest_router(events))
         .layer(axum::middleware::from_fn_with_state(keys, require_tenant));
     let ops_routes = Router::new()
@@ -134,6 +135,7 @@ fn router(
     Router::new()
         .merge(v1)
         .merge(tidemark_links::http::public_router(links))
+        .merge(tidemark_events::dashboard::public_router())
         .merge(ops_routes)
         .fallback(|| async { ApiError::not_found("no such route") })
 }

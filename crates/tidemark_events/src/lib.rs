@@ -12,12 +12,14 @@
 
 pub mod archive;
 pub mod config;
+pub mod dashboard;
 pub mod http;
 pub mod ingest;
 pub mod lineproto;
 pub mod metrics;
 pub mod model;
 pub mod raw;
+pub mod recent;
 pub mod schema;
 
 pub use config::EventsConfig;
