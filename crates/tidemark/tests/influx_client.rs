@@ -37,6 +37,9 @@ with InfluxDBClient(url=url, token=key, org="marketplace") as client:
         print("BODY", e.body)
 "#;
 
+/// One raw row: time (ms), kind, listing_id, session_id, count.
+type RawRow = (i64, String, Option<i64>, Option<String>, i64);
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_client_writes_line_protocol() {
     let server = TestServer::start(&[]).await;
@@ -57,7 +60,7 @@ async fn official_python_client_writes_line_protocol() {
     );
 
     let conn = rusqlite::Connection::open(server.dir.join("events/raw.db")).unwrap();
-    let rows: Vec<(i64, String, Option<i64>, Option<String>, i64)> = conn
+    let rows: Vec<RawRow> = conn
         .prepare(
             "SELECT time_ms, kind, listing_id, session_id, count FROM raw_20240603 ORDER BY seq",
         )
