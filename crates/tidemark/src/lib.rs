@@ -4,4 +4,5 @@
 pub mod bench;
 pub mod config;
 pub mod mail;
+pub mod rollup_cmd;
 pub mod server;

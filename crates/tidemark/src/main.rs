@@ -1,6 +1,6 @@
 //! The `tidemark` binary: `serve` (HTTP API + every background worker) and the load generators.
 
-use tidemark::{bench, config, mail, server};
+use tidemark::{bench, config, mail, rollup_cmd, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -62,6 +62,8 @@ enum Command {
     /// Load generators that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Roll up one UTC day of raw events into `listing_daily` now (`tidemark rollup --day YYYY-MM-DD`).
+    Rollup(rollup_cmd::RollupArgs),
 }
 
 fn main() -> anyhow::Result<()> {
@@ -96,6 +98,7 @@ fn main() -> anyhow::Result<()> {
             }
             Command::Mail(m) => mail::run(m).await,
             Command::Bench(b) => bench::run(b).await,
+            Command::Rollup(r) => rollup_cmd::run(r).await,
         }
     })
 }

@@ -17,6 +17,9 @@ use tidemark_chat::{ChatService, ChatStores};
 use tidemark_core::clock::{SharedClock, SystemClock};
 use tidemark_core::http::{ApiError, ApiKeys, require_tenant};
 use tidemark_events::http::EventsHttp;
+use tidemark_events::report_http::AnalyticsHttp;
+use tidemark_events::rollup::RollupService;
+use tidemark_events::rollups::SqliteRollups;
 use tidemark_events::{Ingest, SqliteRaw};
 use tidemark_links::metrics::LinksMetrics;
 use tidemark_links::partitions::PartitionManager;
@@ -59,6 +62,15 @@ pub async fn run(
         ingest: ingest.clone(),
         clock: Arc::clone(&clock),
     };
+    // The summary tier (listing_daily, listings): reports, rollups on demand.
+    let analytics_http = AnalyticsHttp {
+        rollups: RollupService::new(
+            Arc::clone(ingest.raw()),
+            Arc::new(SqliteRollups::open(&events_dir.join("rollups.db"))?),
+            Arc::clone(&clock),
+        ),
+        schema: config.events.schema.clone(),
+    };
     let mut links_cfg = config.links.clone();
     if links_cfg.track_base.is_empty() {
         links_cfg.track_base = format!("http://{}", listener.local_addr()?);
@@ -93,6 +105,7 @@ pub async fn run(
         chat.clone(),
         links,
         events_http,
+        analytics_http,
         keys,
         Ops { registry, chat },
     );
@@ -119,6 +132,7 @@ fn router(
     chat: ChatService,
     links: LinksService,
     events: EventsHttp,
+    analytics: AnalyticsHttp,
     keys: Arc<ApiKeys>,
     ops: Ops,
 ) -> Router {
@@ -126,6 +140,7 @@ fn router(
         .merge(tidemark_links::http::api_router(links.clone()))
         .merge(tidemark_events::recent::router(events.clone()))
         .merge(tidemark_events::http::ingest_router(events))
+        .merge(tidemark_events::report_http::analytics_router(analytics))
         .layer(axum::middleware::from_fn_with_state(keys, require_tenant));
     let ops_routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

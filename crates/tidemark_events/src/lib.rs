@@ -20,6 +20,9 @@ pub mod metrics;
 pub mod model;
 pub mod raw;
 pub mod recent;
+pub mod report_http;
+pub mod rollup;
+pub mod rollups;
 pub mod schema;
 
 pub use config::EventsConfig;

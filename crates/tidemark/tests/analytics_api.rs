@@ -1,0 +1,356 @@
+//! The summary tier over HTTP against a real `tidemark serve`: events in through
+//! `POST /v1/events`, listings mapped to accounts, rollups on demand, the account report with
+//! exact rows; bad input is a 4xx JSON error that changes nothing; a day without raw events is
+//! refused with 409. Then `tidemark rollup --day` offline on the same data dir.
+
+mod common;
+
+use std::process::Command;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tidemark_core::clock::{Clock, SystemClock};
+use tidemark_core::day::UtcDay;
+
+const OTHER_KEY: &str = "other-key";
+
+async fn call_as(
+    c: &reqwest::Client,
+    key: &str,
+    method: Method,
+    url: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = c.request(method, url).bearer_auth(key);
+    if let Some(b) = body {
+        req = req.json(&b);
+    }
+    let resp = req.send().await.unwrap();
+    let status = resp.status().as_u16();
+    (status, resp.json().await.unwrap_or(Value::Null))
+}
+
+fn ev(time: i64, kind: &str, listing: Option<i64>, session: Option<&str>) -> Value {
+    let mut e = json!({ "time": time, "kind": kind });
+    if let Some(l) = listing {
+        e["listing_id"] = json!(l);
+        e["page_url"] = json!(format!("/item/{l}"));
+    }
+    if let Some(s) = session {
+        e["session_id"] = json!(s);
+    }
+    e
+}
+
+fn report_row(listing_id: i64, kind: &str, total: u64, uniques_daily_sum: u64) -> Value {
+    json!({ "listing_id": listing_id, "kind": kind, "total": total, "uniques_daily_sum": uniques_daily_sum })
+}
+
+async fn report(c: &reqwest::Client, s: &TestServer, query: &str) -> (u16, Value) {
+    call(
+        c,
+        Method::GET,
+        &s.url(&format!("/v1/accounts/7/report?{query}")),
+        None,
+    )
+    .await
+}
+
+fn assert_bad(st: u16, v: &Value, needle: &str) {
+    assert!((400..500).contains(&st), "{st} {v}");
+    let msg = v["error"]["message"].as_str().unwrap_or_default();
+    assert!(msg.contains(needle), "{needle:?} not in {v}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_rollups_and_the_account_report() {
+    let server = TestServer::start(&[(
+        "TIDEMARK_TENANTS",
+        r#"[{name="demo",key="dev-key"},{name="other",key="other-key"}]"#,
+    )])
+    .await;
+    let c = client();
+    let today = UtcDay::of_ms(SystemClock.now_ms());
+    let yesterday = today.plus(-1);
+    let y = yesterday.start_ms() + 10 * 3_600_000;
+    let t = today.start_ms() + 1_000;
+
+    let batch = json!([
+        ev(y, "view", Some(101), Some("s1")),
+        ev(y, "view", Some(101), Some("s1")), // same ms, same everything: two events
+        ev(y + 60_000, "view", Some(101), Some("s2")),
+        ev(y, "click", Some(101), Some("s1")),
+        ev(y, "view", Some(102), Some("s3")),
+        ev(y, "view", Some(103), Some("s1")), // another account's listing
+        ev(y, "email_click", None, None),     // no listing: not rolled up
+        ev(t, "view", Some(101), Some("s9")),
+    ]);
+    let mut bot = ev(y, "view", Some(101), Some("s4"));
+    bot["bot"] = json!(true);
+    let mut batch = batch.as_array().unwrap().clone();
+    batch.push(bot);
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/events"),
+        Some(Value::Array(batch)),
+    )
+    .await;
+    assert_eq!((st, &v), (202, &json!({"accepted": 9})));
+
+    let r = c
+        .put(server.url("/v1/listings/101"))
+        .bearer_auth(KEY)
+        .json(&json!({"account_id": 7}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/listings"),
+        Some(json!([{"listing_id": 102, "account_id": 7}, {"listing_id": 103, "account_id": 8}])),
+    )
+    .await;
+    assert_eq!((st, &v), (200, &json!({"upserted": 2})));
+
+    let range = format!("from={yesterday}&to={today}");
+    // Nothing rolled up yet: the report reads listing_daily only.
+    let (st, v) = report(&c, &server, &range).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v,
+        json!({"account_id": 7, "from": yesterday.to_string(), "to": today.to_string(), "rows": []})
+    );
+
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{yesterday}")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["day"], yesterday.to_string());
+    assert_eq!(
+        (
+            &v["events_read"],
+            &v["bots_skipped"],
+            &v["without_listing_skipped"],
+            &v["rows_written"]
+        ),
+        (&json!(8), &json!(1), &json!(1), &json!(4))
+    );
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{today}")),
+        None,
+    )
+    .await;
+    assert_eq!((st, &v["rows_written"]), (200, &json!(1)), "{v}");
+
+    let expected = json!([
+        report_row(101, "click", 1, 1),
+        report_row(101, "view", 4, 3),
+        report_row(102, "view", 1, 1),
+    ]);
+    let (st, v) = report(&c, &server, &range).await;
+    assert_eq!((st, &v["rows"]), (200, &expected), "{v}");
+    let (st, v) = report(&c, &server, &format!("{range}&kind=view")).await;
+    assert_eq!(
+        (st, &v["rows"]),
+        (
+            200,
+            &json!([report_row(101, "view", 4, 3), report_row(102, "view", 1, 1)])
+        )
+    );
+    let (st, v) = report(&c, &server, &format!("from={today}&to={today}")).await;
+    assert_eq!(
+        (st, &v["rows"]),
+        (200, &json!([report_row(101, "view", 1, 1)]))
+    );
+    // The other tenant has not mapped these listings: its account 7 has none.
+    let (st, v) = call_as(
+        &c,
+        OTHER_KEY,
+        Method::GET,
+        &server.url(&format!("/v1/accounts/7/report?{range}")),
+        None,
+    )
+    .await;
+    assert_eq!((st, &v["rows"]), (200, &json!([])));
+
+    // A re-run overwrites, never doubles.
+    let (st, _) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{yesterday}")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(report(&c, &server, &range).await.1["rows"], expected);
+
+    // Bad input: 4xx JSON, nothing changed.
+    let put = |path: &str, body: Value| c.put(server.url(path)).bearer_auth(KEY).json(&body).send();
+    let r = put("/v1/listings/abc", json!({"account_id": 8}))
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    assert_bad(
+        st,
+        &r.json().await.unwrap(),
+        "listing id must be an integer",
+    );
+    let r = put("/v1/listings/101", json!({"account_id": "eight"}))
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    assert_bad(st, &r.json().await.unwrap(), "account_id");
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/listings"),
+        Some(json!([{"listing_id": 101, "account_id": 8}, {"listing_id": "x", "account_id": 8}])),
+    )
+    .await;
+    assert_bad(st, &v, "listing_id");
+    for (query, needle) in [
+        (format!("from=2026-02-30&to={today}"), "`from`"),
+        (format!("from={yesterday}"), "missing `to`"),
+        (format!("from={today}&to={yesterday}"), "is after"),
+        (
+            format!("from={}&to={today}", today.plus(-366)),
+            "spans 367 days",
+        ),
+        (
+            format!("{range}&kind=purchase"),
+            "undeclared value \"purchase\"",
+        ),
+    ] {
+        let (st, v) = report(&c, &server, &query).await;
+        assert_eq!(st, 400, "{query}: {v}");
+        assert_eq!(v["error"]["code"], "bad_request");
+        assert_bad(st, &v, needle);
+    }
+    let (st, v) = call(
+        &c,
+        Method::GET,
+        &server.url(&format!("/v1/accounts/seven/report?{range}")),
+        None,
+    )
+    .await;
+    assert_bad(st, &v, "account id must be an integer");
+    let (st, v) = report(
+        &c,
+        &server,
+        &format!("from={}&to={today}", today.plus(-365)),
+    )
+    .await;
+    assert_eq!(st, 200, "366 days is allowed: {v}");
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/rollups/2026-13-01"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, &v["error"]["code"]),
+        (400, &json!("bad_request")),
+        "{v}"
+    );
+    // A day without raw events: refused, nothing written.
+    let empty = today.plus(-30);
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{empty}")),
+        None,
+    )
+    .await;
+    assert_eq!((st, &v["error"]["code"]), (409, &json!("raw_gone")), "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        format!(
+            "raw events for {empty} are gone (the raw tier has no record of that day); existing totals are kept"
+        )
+    );
+    let r = c
+        .get(server.url(&format!("/v1/accounts/7/report?{range}")))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 401, "a key is required");
+    assert_eq!(
+        report(&c, &server, &range).await.1["rows"],
+        expected,
+        "nothing changed"
+    );
+
+    // A late event for yesterday changes its totals on the next rollup.
+    let (st, _) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/events"),
+        Some(json!([ev(y + 5, "view", Some(102), Some("s5"))])),
+    )
+    .await;
+    assert_eq!(st, 202);
+    let (st, _) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{yesterday}")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+    let expected = json!([
+        report_row(101, "click", 1, 1),
+        report_row(101, "view", 4, 3),
+        report_row(102, "view", 2, 2),
+    ]);
+    assert_eq!(report(&c, &server, &range).await.1["rows"], expected);
+
+    // The same rollup offline, on the same data dir, while the server runs.
+    let cli = |day: String| {
+        Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["rollup", "--day", &day, "--data-dir"])
+            .arg(&server.dir)
+            .env("RUST_LOG", "warn")
+            .env_remove("TIDEMARK_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let out = cli(yesterday.to_string());
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout.trim(),
+        format!(
+            "rolled up {yesterday}: 9 events read (1 bots and 1 without a listing left out), 4 rows in listing_daily"
+        )
+    );
+    let out = cli(empty.to_string());
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(&format!("raw events for {empty} are gone")),
+        "{stderr}"
+    );
+    let out = cli("yesterday".into());
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a day of the form YYYY-MM-DD"));
+    assert_eq!(
+        report(&c, &server, &range).await.1["rows"],
+        expected,
+        "the CLI rewrote the same rows"
+    );
+}

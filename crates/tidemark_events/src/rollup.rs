@@ -1,0 +1,316 @@
+//! The daily rollup (DESIGN.md part C "Daily rollup", seed 002): one UTC day of raw events →
+//! one row per `(listing_id, day, kind)` in `listing_daily`.
+//!
+//! The rule, in the order [`roll_up_day`] applies it:
+//! 1. Take the day's catalog entry ([`DayState`]). No entry, or the partition was dropped →
+//!    [`RollupError::RawGone`] and nothing is written: existing totals are never replaced by
+//!    the zeros an empty read would give. Remember its `last_arrival_ms`.
+//! 2. Read the day in chunks of [`ROLLUP_CHUNK`] events. Skip events flagged `bot = true` and
+//!    events without a `listing_id`. Per `(listing_id, kind)`:
+//!    - `total` = number of events. One event is one row, as in the seed (`b.total += 1`) and
+//!      as the dashboard counts; the `count` field is kept in the raw tier and the archive but
+//!      not summed (its writers always send 1).
+//!    - `uniques` = number of distinct `(session_id, page_url)` among the events that carry a
+//!      `session_id`; a missing `page_url` is one value of its own. Events without a session
+//!      (e.g. email opens and clicks) count in `total` but not in `uniques`: there is no
+//!      visitor to tell apart, and lumping them all into one "unknown visitor" would be as
+//!      wrong as counting each as new.
+//! 3. If fewer events were read than the catalog counted, part of the day is missing (dropped
+//!    while reading): refused as [`RollupError::RawGone`], nothing written.
+//! 4. Replace the day in the summary tier ([`RollupStore::upsert_day`]: a re-run overwrites,
+//!    never doubles; rows no longer produced are deleted).
+//! 5. Mark the day rolled up as of the arrival remembered in step 1, so an event that arrived
+//!    during the rollup leaves the day dirty and it is rolled up again. (If the catalog shows
+//!    more events than were read while its last arrival is still that same millisecond, the
+//!    mark is skipped: the day stays dirty.)
+//!
+//! [`RollupService`] runs it with shared stores and a clock, one rollup at a time per process
+//! (so the scheduler, `POST /v1/rollups/{day}` and a re-run never interleave their writes).
+
+use std::collections::HashMap;
+use std::collections::HashSet;
+use std::collections::hash_map::Entry;
+use std::sync::Arc;
+
+use serde::{Serialize, Serializer};
+use tidemark_core::clock::SharedClock;
+use tidemark_core::day::UtcDay;
+use tidemark_core::sqlite::SqliteError;
+use tidemark_core::timefmt::rfc3339_ms;
+use tokio::sync::Mutex;
+
+use crate::model::Event;
+use crate::raw::{DayState, RawStore};
+use crate::rollups::{DailyRow, RollupStore};
+
+/// Events read from the raw tier per chunk.
+pub const ROLLUP_CHUNK: usize = 50_000;
+
+/// What one rollup did.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct RollupOutcome {
+    /// The day rolled up.
+    #[serde(serialize_with = "day_string")]
+    pub day: UtcDay,
+    /// Raw events read (all of the day, bots and events without a listing included).
+    pub events_read: u64,
+    /// Events left out because they were flagged `bot = true`.
+    pub bots_skipped: u64,
+    /// Events left out because they have no `listing_id`.
+    pub without_listing_skipped: u64,
+    /// Rows of `listing_daily` the day now has.
+    pub rows_written: usize,
+    /// The day is marked rolled up as of this arrival time (Unix ms).
+    pub as_of_arrival_ms: i64,
+}
+
+fn day_string<S: Serializer>(day: &UtcDay, s: S) -> Result<S::Ok, S::Error> {
+    s.collect_str(day)
+}
+
+/// Why a rollup was refused or failed. Nothing was written to `listing_daily` in any case.
+#[derive(Debug, thiserror::Error)]
+pub enum RollupError {
+    /// The day's raw events are not (all) in the raw tier; existing totals are kept.
+    #[error("raw events for {day} are gone ({why}); existing totals are kept")]
+    RawGone {
+        /// The day.
+        day: UtcDay,
+        /// What the raw tier says about it.
+        why: String,
+    },
+    /// The raw tier could not be read.
+    #[error("raw tier: {0}")]
+    Raw(#[source] SqliteError),
+    /// The summary tier could not be written.
+    #[error("rollup store: {0}")]
+    Store(#[source] SqliteError),
+}
+
+/// Totals of one `(listing_id, kind)` while reading.
+#[derive(Debug, Default)]
+struct Bucket {
+    total: u64,
+    /// Distinct `(session, page)` as pairs of interned numbers.
+    seen: HashSet<(u32, u32)>,
+}
+
+/// Interns strings to dense numbers, so each bucket's set of visitors holds 8-byte pairs
+/// instead of string copies (a day of 2,000,000 events has far fewer distinct sessions and
+/// pages than events).
+#[derive(Debug, Default)]
+struct Interner {
+    ids: HashMap<String, u32>,
+}
+
+impl Interner {
+    fn id(&mut self, s: String) -> u32 {
+        let next = self.ids.len() as u32;
+        *self.ids.entry(s).or_insert(next)
+    }
+}
+
+/// Aggregation of one day (step 2 of the module docs).
+#[derive(Debug, Default)]
+struct DayAggregate {
+    kinds: Vec<String>,
+    buckets: HashMap<(i64, usize), Bucket>,
+    sessions: Interner,
+    pages: Interner,
+    events_read: u64,
+    bots_skipped: u64,
+    without_listing_skipped: u64,
+}
+
+/// Stands for a missing `page_url` (interned numbers start at 0 and never reach it).
+const NO_PAGE: u32 = u32::MAX;
+
+impl DayAggregate {
+    fn add(&mut self, e: Event) {
+        self.events_read += 1;
+        if e.is_bot() {
+            self.bots_skipped += 1;
+            return;
+        }
+        let Some(listing_id) = e.listing_id else {
+            self.without_listing_skipped += 1;
+            return;
+        };
+        let kind = match self.kinds.iter().position(|k| *k == e.kind) {
+            Some(k) => k,
+            None => {
+                self.kinds.push(e.kind);
+                self.kinds.len() - 1
+            }
+        };
+        let bucket = match self.buckets.entry((listing_id, kind)) {
+            Entry::Occupied(o) => o.into_mut(),
+            Entry::Vacant(v) => v.insert(Bucket::default()),
+        };
+        bucket.total += 1;
+        if let Some(session) = e.session_id {
+            let session = self.sessions.id(session);
+            let page = e.page_url.map_or(NO_PAGE, |p| self.pages.id(p));
+            bucket.seen.insert((session, page));
+        }
+    }
+
+    fn rows(self) -> Vec<DailyRow> {
+        let kinds = self.kinds;
+        let mut rows: Vec<DailyRow> = self
+            .buckets
+            .into_iter()
+            .map(|((listing_id, k), b)| DailyRow {
+                listing_id,
+                kind: kinds[k].clone(),
+                total: b.total,
+                uniques: b.seen.len() as u64,
+            })
+            .collect();
+        rows.sort();
+        rows
+    }
+}
+
+/// Rolls up one UTC day (the rule is in the module docs). Callers run at most one rollup of a
+/// day at a time ([`RollupService`] does); `now_ms` is only logged.
+pub async fn roll_up_day(
+    raw: &dyn RawStore,
+    rollups: &dyn RollupStore,
+    day: UtcDay,
+    now_ms: i64,
+) -> Result<RollupOutcome, RollupError> {
+    let state = day_state(raw, day).await?;
+    let gone = |why: String| RollupError::RawGone { day, why };
+    let state = match state {
+        None => return Err(gone("the raw tier has no record of that day".into())),
+        Some(DayState {
+            dropped_ms: Some(dropped),
+            ..
+        }) => {
+            return Err(gone(format!(
+                "its partition was dropped at {}",
+                rfc3339_ms(dropped)
+            )));
+        }
+        Some(s) => s,
+    };
+    let as_of = state.last_arrival_ms;
+
+    let mut agg = DayAggregate::default();
+    let mut cursor = Some(0);
+    while let Some(after) = cursor {
+        let (chunk, next) = raw
+            .read_chunk(day, after, ROLLUP_CHUNK)
+            .await
+            .map_err(RollupError::Raw)?;
+        for e in chunk {
+            agg.add(e);
+        }
+        cursor = next;
+    }
+    if agg.events_read < state.events {
+        return Err(gone(format!(
+            "the catalog counts {} events but only {} could be read",
+            state.events, agg.events_read
+        )));
+    }
+
+    let (events_read, bots_skipped, without_listing_skipped) = (
+        agg.events_read,
+        agg.bots_skipped,
+        agg.without_listing_skipped,
+    );
+    let rows_written = rollups
+        .upsert_day(day, agg.rows())
+        .await
+        .map_err(RollupError::Store)?;
+    // Arrival times have millisecond resolution: an event stored after our read but in the
+    // same millisecond as `as_of` would not make the day look dirty. Then leave it unmarked.
+    let after = day_state(raw, day).await?;
+    if after.is_some_and(|s| s.last_arrival_ms <= as_of && s.events > events_read) {
+        tracing::warn!(%day, "events arrived within the rollup's snapshot millisecond; the day stays dirty");
+    } else {
+        raw.mark_rolled_up(day, as_of)
+            .await
+            .map_err(RollupError::Raw)?;
+    }
+    tracing::info!(
+        %day,
+        events_read,
+        bots_skipped,
+        without_listing_skipped,
+        rows_written,
+        as_of_arrival = %rfc3339_ms(as_of),
+        now = %rfc3339_ms(now_ms),
+        "day rolled up"
+    );
+    Ok(RollupOutcome {
+        day,
+        events_read,
+        bots_skipped,
+        without_listing_skipped,
+        rows_written,
+        as_of_arrival_ms: as_of,
+    })
+}
+
+async fn day_state(raw: &dyn RawStore, day: UtcDay) -> Result<Option<DayState>, RollupError> {
+    Ok(raw
+        .days()
+        .await
+        .map_err(RollupError::Raw)?
+        .into_iter()
+        .find(|s| s.day == day))
+}
+
+/// Runs rollups over shared stores, one at a time per process. Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct RollupService {
+    raw: Arc<dyn RawStore>,
+    rollups: Arc<dyn RollupStore>,
+    clock: SharedClock,
+    one_at_a_time: Arc<Mutex<()>>,
+}
+
+impl RollupService {
+    /// A service over the raw tier `raw` and the summary tier `rollups`.
+    pub fn new(raw: Arc<dyn RawStore>, rollups: Arc<dyn RollupStore>, clock: SharedClock) -> Self {
+        Self {
+            raw,
+            rollups,
+            clock,
+            one_at_a_time: Arc::new(Mutex::new(())),
+        }
+    }
+
+    /// Rolls up `day` now (waits for a rollup already running in this process).
+    pub async fn roll_up(&self, day: UtcDay) -> Result<RollupOutcome, RollupError> {
+        let _turn = self.one_at_a_time.lock().await;
+        roll_up_day(
+            self.raw.as_ref(),
+            self.rollups.as_ref(),
+            day,
+            self.clock.now_ms(),
+        )
+        .await
+    }
+
+    /// The summary tier (for reports and listings).
+    pub fn rollups(&self) -> &Arc<dyn RollupStore> {
+        &self.rollups
+    }
+
+    /// The raw tier.
+    pub fn raw(&self) -> &Arc<dyn RawStore> {
+        &self.raw
+    }
+
+    /// The clock.
+    pub fn clock(&self) -> &SharedClock {
+        &self.clock
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,451 @@
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use async_trait::async_trait;
+use tidemark_core::clock::ManualClock;
+
+use super::*;
+use crate::raw::{MinuteCount, SqliteRaw};
+use crate::rollups::SqliteRollups;
+
+/// 2026-11-28T10:00:00Z.
+const T: i64 = 1_795_860_000_000;
+
+fn day() -> UtcDay {
+    UtcDay::of_ms(T)
+}
+
+fn ev(kind: &str, listing: Option<i64>, session: Option<&str>, page: Option<&str>) -> Event {
+    let mut e = Event::new(kind, T);
+    e.listing_id = listing;
+    e.session_id = session.map(Into::into);
+    e.page_url = page.map(Into::into);
+    e
+}
+
+fn bot(mut e: Event) -> Event {
+    e.fields.insert("bot".into(), true.into());
+    e
+}
+
+fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
+    DailyRow {
+        listing_id,
+        kind: kind.into(),
+        total,
+        uniques,
+    }
+}
+
+struct Stores {
+    _dir: tempfile::TempDir,
+    raw: Arc<SqliteRaw>,
+    rollups: Arc<SqliteRollups>,
+}
+
+fn stores() -> Stores {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
+    let rollups = Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap());
+    Stores {
+        _dir: dir,
+        raw,
+        rollups,
+    }
+}
+
+async fn state(raw: &dyn RawStore, day: UtcDay) -> DayState {
+    raw.days()
+        .await
+        .unwrap()
+        .into_iter()
+        .find(|s| s.day == day)
+        .unwrap()
+}
+
+/// The day's fixture: what each event contributes is in its comment.
+fn fixture() -> Vec<Event> {
+    let mut later = ev("view", Some(1), Some("s1"), Some("/item/1"));
+    later.time_ms = T + 13 * 3_600_000; // same day, later: same (session, page)
+    let mut next_day = ev("view", Some(1), Some("s9"), Some("/item/1"));
+    next_day.time_ms = day().plus(1).start_ms(); // the next day: not this day's
+    vec![
+        ev("view", Some(1), Some("s1"), Some("/item/1")), // 1 view, unique (s1, /item/1)
+        ev("view", Some(1), Some("s1"), Some("/item/1")), // same ms, same pair: total only
+        later,                                            // total only
+        ev("view", Some(1), Some("s1"), Some("/search")), // new pair (s1, /search)
+        ev("view", Some(1), Some("s2"), Some("/item/1")), // new pair (s2, /item/1)
+        ev("view", Some(1), None, Some("/item/1")),       // no session: total only
+        bot(ev("view", Some(1), Some("s3"), Some("/item/1"))), // bot: nothing
+        ev("click", Some(1), Some("s1"), Some("/item/1")), // click 1/1
+        ev("contact", Some(2), Some("s4"), None),         // missing page is a value
+        ev("contact", Some(2), Some("s4"), None),         // same pair
+        ev("contact", Some(2), Some("s5"), None),         // new pair
+        ev("email_click", None, None, None),              // no listing: nothing
+        next_day,
+    ]
+}
+
+#[tokio::test]
+async fn totals_uniques_bots_and_events_without_listing() {
+    let s = stores();
+    s.raw.append(fixture(), T + 1).await.unwrap();
+    let out = roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        out,
+        RollupOutcome {
+            day: day(),
+            events_read: 12,
+            bots_skipped: 1,
+            without_listing_skipped: 1,
+            rows_written: 3,
+            as_of_arrival_ms: T + 1,
+        }
+    );
+    assert_eq!(
+        s.rollups.day_rows(day()).await.unwrap(),
+        vec![
+            row(1, "click", 1, 1),
+            row(1, "view", 6, 3),
+            row(2, "contact", 3, 2)
+        ]
+    );
+    // The next day is its own day.
+    roll_up_day(&*s.raw, &*s.rollups, day().plus(1), T + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.rollups.day_rows(day().plus(1)).await.unwrap(),
+        vec![row(1, "view", 1, 1)]
+    );
+    let st = state(&*s.raw, day()).await;
+    assert_eq!(st.rolled_up_arrival_ms, Some(T + 1));
+    assert!(st.rollup_current());
+    let json = serde_json::to_value(&out).unwrap();
+    assert_eq!(json["day"], "2026-11-28");
+    assert_eq!(json["rows_written"], 3);
+}
+
+#[tokio::test]
+async fn a_re_run_overwrites_and_a_late_event_changes_the_totals() {
+    let s = stores();
+    s.raw.append(fixture(), T + 1).await.unwrap();
+    let first = roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
+        .await
+        .unwrap();
+    let rows = s.rollups.day_rows(day()).await.unwrap();
+    let again = roll_up_day(&*s.raw, &*s.rollups, day(), T + 3)
+        .await
+        .unwrap();
+    assert_eq!(again, first);
+    assert_eq!(
+        s.rollups.day_rows(day()).await.unwrap(),
+        rows,
+        "not doubled"
+    );
+
+    // A late event for the day: the day is dirty until rolled up again.
+    s.raw
+        .append(
+            vec![
+                ev("view", Some(1), Some("s7"), Some("/item/1")),
+                ev("click", Some(3), Some("s7"), None),
+            ],
+            T + 5_000,
+        )
+        .await
+        .unwrap();
+    let st = state(&*s.raw, day()).await;
+    assert!(!st.rollup_current());
+    let out = roll_up_day(&*s.raw, &*s.rollups, day(), T + 6_000)
+        .await
+        .unwrap();
+    assert_eq!(
+        (out.events_read, out.rows_written, out.as_of_arrival_ms),
+        (14, 4, T + 5_000)
+    );
+    assert_eq!(
+        s.rollups.day_rows(day()).await.unwrap(),
+        vec![
+            row(1, "click", 1, 1),
+            row(1, "view", 7, 4),
+            row(2, "contact", 3, 2),
+            row(3, "click", 1, 1)
+        ]
+    );
+    assert!(state(&*s.raw, day()).await.rollup_current());
+}
+
+#[tokio::test]
+async fn rows_no_longer_produced_are_deleted() {
+    let s = stores();
+    // Yesterday's run left a row for listing 9, which the raw day does not hold (e.g. its
+    // events were re-flagged as bots): the re-run removes it, in the same transaction.
+    s.rollups
+        .upsert_day(day(), vec![row(9, "view", 4, 4), row(1, "view", 1, 1)])
+        .await
+        .unwrap();
+    s.raw.append(fixture(), T + 1).await.unwrap();
+    roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.rollups.day_rows(day()).await.unwrap(),
+        vec![
+            row(1, "click", 1, 1),
+            row(1, "view", 6, 3),
+            row(2, "contact", 3, 2)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn raw_gone_refuses_and_keeps_existing_totals() {
+    let s = stores();
+    let good = vec![row(1, "view", 6, 3)];
+    // No record of the day at all.
+    let never = day().plus(-3);
+    s.rollups.upsert_day(never, good.clone()).await.unwrap();
+    let err = roll_up_day(&*s.raw, &*s.rollups, never, T)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, RollupError::RawGone { day, .. } if day == never),
+        "{err}"
+    );
+    assert_eq!(
+        err.to_string(),
+        "raw events for 2026-11-25 are gone (the raw tier has no record of that day); existing totals are kept"
+    );
+    assert_eq!(s.rollups.day_rows(never).await.unwrap(), good);
+
+    // Rolled up, then dropped; a late event recreates the partition with that event alone.
+    s.raw.append(fixture(), T + 1).await.unwrap();
+    roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
+        .await
+        .unwrap();
+    let rows = s.rollups.day_rows(day()).await.unwrap();
+    let dropped_at = day().plus(8).start_ms();
+    s.raw.drop_day(day(), dropped_at).await.unwrap();
+    s.raw
+        .append(
+            vec![ev("view", Some(1), Some("s1"), Some("/item/1"))],
+            dropped_at + 1,
+        )
+        .await
+        .unwrap();
+    let err = roll_up_day(&*s.raw, &*s.rollups, day(), dropped_at + 2)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "raw events for 2026-11-28 are gone (its partition was dropped at 2026-12-06T00:00:00Z); existing totals are kept"
+    );
+    assert_eq!(
+        s.rollups.day_rows(day()).await.unwrap(),
+        rows,
+        "never zeros or partial totals"
+    );
+}
+
+/// A raw tier that misbehaves during a rollup: appends an event while the first chunk is read,
+/// or loses events (as a partition dropped mid-read would).
+#[derive(Debug)]
+struct Meddling {
+    inner: Arc<SqliteRaw>,
+    append_during_read: bool,
+    lose_events: bool,
+    chunks: AtomicUsize,
+}
+
+#[async_trait]
+impl RawStore for Meddling {
+    async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), SqliteError> {
+        self.inner.append(events, now_ms).await
+    }
+    async fn read_chunk(
+        &self,
+        day: UtcDay,
+        after: i64,
+        limit: usize,
+    ) -> Result<(Vec<Event>, Option<i64>), SqliteError> {
+        if self.chunks.fetch_add(1, Ordering::SeqCst) == 0 && self.append_during_read {
+            let late = ev("view", Some(1), Some("s8"), Some("/item/1"));
+            self.inner.append(vec![late], T + 9_000).await?;
+        }
+        let (mut chunk, next) = self.inner.read_chunk(day, after, limit).await?;
+        if self.lose_events {
+            chunk.truncate(chunk.len().saturating_sub(2));
+        }
+        Ok((chunk, next))
+    }
+    async fn days(&self) -> Result<Vec<DayState>, SqliteError> {
+        self.inner.days().await
+    }
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+        self.inner.mark_rolled_up(day, arrival_ms).await
+    }
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+        self.inner.mark_archived(day, arrival_ms).await
+    }
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<(), SqliteError> {
+        self.inner.drop_day(day, now_ms).await
+    }
+    async fn counts_per_minute(&self, a: i64, b: i64) -> Result<Vec<MinuteCount>, SqliteError> {
+        self.inner.counts_per_minute(a, b).await
+    }
+    async fn top_listings(&self, d: UtcDay, n: usize) -> Result<Vec<(i64, u64)>, SqliteError> {
+        self.inner.top_listings(d, n).await
+    }
+}
+
+fn meddling(inner: &Arc<SqliteRaw>, append_during_read: bool, lose_events: bool) -> Meddling {
+    Meddling {
+        inner: Arc::clone(inner),
+        append_during_read,
+        lose_events,
+        chunks: AtomicUsize::new(0),
+    }
+}
+
+#[tokio::test]
+async fn an_event_arriving_during_the_rollup_keeps_the_day_dirty() {
+    let s = stores();
+    s.raw.append(fixture(), T + 1).await.unwrap();
+    let raw = meddling(&s.raw, true, false);
+    let out = roll_up_day(&raw, &*s.rollups, day(), T + 2).await.unwrap();
+    // Whether or not the read saw the late event, the mark is the arrival before it.
+    assert_eq!(out.as_of_arrival_ms, T + 1);
+    let st = state(&*s.raw, day()).await;
+    assert_eq!(
+        (st.rolled_up_arrival_ms, st.last_arrival_ms),
+        (Some(T + 1), T + 9_000)
+    );
+    assert!(
+        !st.rollup_current(),
+        "dirty: rolled up again by the next pass"
+    );
+    let again = roll_up_day(&*s.raw, &*s.rollups, day(), T + 10_000)
+        .await
+        .unwrap();
+    assert_eq!(again.as_of_arrival_ms, T + 9_000);
+    assert!(state(&*s.raw, day()).await.rollup_current());
+    assert_eq!(
+        s.rollups.day_rows(day()).await.unwrap(),
+        vec![
+            row(1, "click", 1, 1),
+            row(1, "view", 7, 4),
+            row(2, "contact", 3, 2)
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_short_read_is_refused_and_writes_nothing() {
+    let s = stores();
+    s.raw.append(fixture(), T + 1).await.unwrap();
+    roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
+        .await
+        .unwrap();
+    let rows = s.rollups.day_rows(day()).await.unwrap();
+    s.raw
+        .append(vec![ev("view", Some(5), Some("s1"), None)], T + 3)
+        .await
+        .unwrap();
+    let raw = meddling(&s.raw, false, true);
+    let err = roll_up_day(&raw, &*s.rollups, day(), T + 4)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "raw events for 2026-11-28 are gone (the catalog counts 13 events but only 11 could be read); existing totals are kept"
+    );
+    assert_eq!(s.rollups.day_rows(day()).await.unwrap(), rows);
+    assert!(!state(&*s.raw, day()).await.rollup_current());
+}
+
+#[tokio::test]
+async fn a_day_larger_than_a_chunk_is_read_whole() {
+    let s = stores();
+    let n = 2 * ROLLUP_CHUNK + 3;
+    let events: Vec<Event> = (0..n)
+        .map(|i| {
+            let session = format!("s{}", i % 1000);
+            ev("view", Some(42), Some(&session), Some("/item/42"))
+        })
+        .collect();
+    s.raw.append(events, T + 1).await.unwrap();
+    let raw = meddling(&s.raw, false, false);
+    let out = roll_up_day(&raw, &*s.rollups, day(), T + 2).await.unwrap();
+    assert_eq!(out.events_read, n as u64);
+    assert_eq!(raw.chunks.load(Ordering::SeqCst), 3);
+    assert_eq!(
+        s.rollups.day_rows(day()).await.unwrap(),
+        vec![row(42, "view", n as u64, 1000)]
+    );
+}
+
+#[tokio::test]
+async fn the_service_rolls_up_with_its_clock() {
+    let s = stores();
+    s.raw.append(fixture(), T + 1).await.unwrap();
+    let clock = Arc::new(ManualClock::new(T + 7_200_000));
+    let svc = RollupService::new(Arc::clone(&s.raw) as _, Arc::clone(&s.rollups) as _, clock);
+    let (a, b) = tokio::join!(svc.roll_up(day()), svc.roll_up(day()));
+    assert_eq!(a.unwrap(), b.unwrap());
+    assert_eq!(svc.rollups().day_rows(day()).await.unwrap().len(), 3);
+    assert!(matches!(
+        svc.roll_up(day().plus(5)).await,
+        Err(RollupError::RawGone { .. })
+    ));
+}
+
+/// The rollup bar of the issue: a day of 2,000,000 events (20,000 listings, 300,000 sessions,
+/// 5 kinds, 1% bots). Prints the time; run with
+/// `cargo test -p tidemark_events --release -- --ignored --nocapture rollup_time`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "measurement; prints figures"]
+async fn rollup_time_of_a_2m_event_day() {
+    let s = stores();
+    let kinds = ["view", "view", "view", "click", "contact"];
+    let n = 2_000_000u64;
+    let t = std::time::Instant::now();
+    for batch in 0..(n / 100_000) {
+        let events: Vec<Event> = (batch * 100_000..(batch + 1) * 100_000)
+            .map(|i| {
+                let x = i.wrapping_mul(2_654_435_761);
+                let listing = (x % 20_000) as i64;
+                let mut e = ev(
+                    kinds[(x >> 20) as usize % 5],
+                    Some(listing),
+                    Some(&format!("sess-{:08x}", (x >> 8) % 300_000)),
+                    Some(&format!("/item/{listing}")),
+                );
+                e.time_ms = T + (i % 50_000_000) as i64;
+                e.user_id = Some(format!("u_{}", (x >> 12) % 250_000));
+                if i % 100 == 0 {
+                    e = bot(e);
+                }
+                e
+            })
+            .collect();
+        s.raw.append(events, T + 1).await.unwrap();
+    }
+    let load = t.elapsed();
+    let t = std::time::Instant::now();
+    let out = roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
+        .await
+        .unwrap();
+    let first = t.elapsed();
+    let t = std::time::Instant::now();
+    roll_up_day(&*s.raw, &*s.rollups, day(), T + 3)
+        .await
+        .unwrap();
+    let again = t.elapsed();
+    assert_eq!(out.events_read, n);
+    println!(
+        "loaded {n} events in {load:.1?}; rollup: {first:.2?} ({} rows), re-run over existing rows: {again:.2?}",
+        out.rows_written
+    );
+}

@@ -1,0 +1,76 @@
+//! The summary tier (DESIGN.md part C "Daily rollup" and "Report", seed 002): `listing_daily`
+//! holds one row per `(listing_id, day, kind)` with the day's `total` and `uniques`, and
+//! `listings` maps each listing to its account, per tenant. Long-range questions (the yearly
+//! report per account) read only these two tables, never raw events.
+//!
+//! [`RollupStore::upsert_day`] is the only writer of `listing_daily`, and it replaces one day
+//! whole: a re-run overwrites (the seed's `INSERT … ON DUPLICATE KEY UPDATE`) and never doubles,
+//! and rows of that day that the new run no longer produces are deleted in the same
+//! transaction.
+//!
+//! Embedded default: [`SqliteRollups`] (`data/events/rollups.db`).
+
+mod sqlite;
+
+use async_trait::async_trait;
+use serde::Serialize;
+use tidemark_core::day::UtcDay;
+use tidemark_core::sqlite::SqliteError;
+
+pub use sqlite::SqliteRollups;
+
+/// One row of `listing_daily` for a given day: a listing's `total` and `uniques` of one kind.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub struct DailyRow {
+    /// The listing.
+    pub listing_id: i64,
+    /// The event kind (`view`, `click`, …).
+    pub kind: String,
+    /// Events of that kind for the listing on the day (one event = one row; bots excluded).
+    pub total: u64,
+    /// Distinct `(session_id, page_url)` among those events that carry a session.
+    pub uniques: u64,
+}
+
+/// One row of an account report: a listing's sums of one kind over the period.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+pub struct ReportRow {
+    /// The listing.
+    pub listing_id: i64,
+    /// The event kind.
+    pub kind: String,
+    /// Sum of the daily totals.
+    pub total: u64,
+    /// Sum of the daily uniques. Named honestly: a visitor who came back on two days counts
+    /// twice, so this is not the number of distinct visitors of the period.
+    pub uniques_daily_sum: u64,
+}
+
+/// The summary-tier port: `listing_daily` and the listing → account map.
+#[async_trait]
+pub trait RollupStore: Send + Sync + std::fmt::Debug {
+    /// Replaces the rows of `day` with `rows`, in one transaction: every row is upserted
+    /// (a re-run overwrites, never doubles) and rows of `day` not in `rows` are deleted.
+    /// `rows` must not hold two rows of the same `(listing_id, kind)`.
+    /// Returns the number of rows written.
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, SqliteError>;
+
+    /// Sets the account of each `(listing_id, account_id)` for `tenant` (insert or move), all
+    /// or nothing; a later pair for the same listing wins. Returns the number of pairs applied.
+    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, SqliteError>;
+
+    /// Per listing of `account_id` (as mapped by `tenant`) and kind: sums of `listing_daily`
+    /// over `from..=to`, optionally only `kind`; ordered by listing and kind. Reads only
+    /// `listing_daily` and `listings`.
+    async fn report(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from: UtcDay,
+        to: UtcDay,
+        kind: Option<&str>,
+    ) -> Result<Vec<ReportRow>, SqliteError>;
+
+    /// Every row of `day`, ordered by listing and kind (for tests and tools).
+    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, SqliteError>;
+}
