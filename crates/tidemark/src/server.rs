@@ -93,6 +93,17 @@ pub async fn run(
     );
     partitions.run_once().await?;
     workers.spawn(partitions.run(Duration::from_secs(3600), cancel.clone()));
+    // The raw tier's lifecycle: rollup and Parquet archive of closed days, drop behind both.
+    let lifecycle = tidemark_events::lifecycle::Lifecycle::new(
+        analytics_http.rollups.clone(),
+        tidemark_events::archive::RawArchive::open(
+            config.events.archive_url.as_deref(),
+            &events_dir.join("archive"),
+        )?,
+        &config.events,
+        tidemark_events::metrics::EventsMetrics::register(&registry)?,
+    );
+    workers.spawn(lifecycle.run(config.events.lifecycle_interval, cancel.clone()));
 
     let keys = Arc::new(ApiKeys::new(
         config

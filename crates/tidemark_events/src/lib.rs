@@ -15,6 +15,7 @@ pub mod config;
 pub mod dashboard;
 pub mod http;
 pub mod ingest;
+pub mod lifecycle;
 pub mod lineproto;
 pub mod metrics;
 pub mod model;

@@ -1,0 +1,353 @@
+//! The raw-tier lifecycle (DESIGN.md part C "Raw tier", "Daily rollup", "Archive";
+//! principles 2 and 4): the scheduler that rolls up, archives and finally drops raw days.
+//!
+//! For each day of the raw catalog that is not dropped, one pass does:
+//! 1. **roll up** the day ([`RollupService::roll_up`], so never at the same time as an
+//!    on-demand rollup) once it has closed plus `lateness` (`now ≥ day end + lateness`) and
+//!    its rollup is not current (never rolled up, or events arrived since: dirty);
+//! 2. **archive** it under the same condition when its archive is not current;
+//! 3. **drop** its raw partition whole only when the rollup and the archive are both current
+//!    and no event for the day arrived within `raw_retention`
+//!    (`now − last_arrival_ms ≥ raw_retention`). Imported history (old timestamps arriving now)
+//!    is therefore kept as long as fresh data, and a rollup or archive that keeps failing
+//!    stops deletion instead of causing loss.
+//!
+//! A day is only rolled up or archived once its last event arrived at least [`SETTLE_MS`] ago:
+//! the catalog stamps arrivals in milliseconds, so a write stamped with the same millisecond
+//! as the snapshot a job marks the day with must no longer be in flight.
+//!
+//! Each step's failure is logged and counted (`tidemark_events_lifecycle_failures_total`) and
+//! does not stop the other days. The gauge `tidemark_events_days_at_risk` counts closed days
+//! whose last event arrived more than `raw_retention − 1 day` ago and that are still not both
+//! rolled up and archived: those would have been dropped by now if the pipeline worked.
+
+use std::collections::BTreeSet;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use tidemark_core::clock::SharedClock;
+use tidemark_core::day::{DAY_MS, UtcDay};
+use tidemark_core::sqlite::SqliteError;
+use tokio_util::sync::CancellationToken;
+
+use crate::archive::RawArchive;
+use crate::config::EventsConfig;
+use crate::metrics::EventsMetrics;
+use crate::raw::{DayState, RawStore};
+use crate::rollup::RollupService;
+
+/// How long after a day's last arrival it may be rolled up or archived (ms).
+pub const SETTLE_MS: i64 = 2_000;
+
+/// The lifecycle's windows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Windows {
+    /// How long a day stays after its last event arrived (`events.raw_retention`).
+    pub raw_retention_ms: i64,
+    /// How long after its close a day is rolled up and archived (`events.lateness`).
+    pub lateness_ms: i64,
+}
+
+impl Windows {
+    /// The windows of `cfg`.
+    pub fn of(cfg: &EventsConfig) -> Self {
+        let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
+        Self {
+            raw_retention_ms: ms(cfg.raw_retention),
+            lateness_ms: ms(cfg.lateness),
+        }
+    }
+
+    /// The day has closed plus the lateness window.
+    pub fn closed(&self, day: UtcDay, now_ms: i64) -> bool {
+        now_ms >= day.plus(1).start_ms().saturating_add(self.lateness_ms)
+    }
+
+    /// The day is due for its rollup and archive jobs: closed, settled, not dropped.
+    pub fn due(&self, s: &DayState, now_ms: i64) -> bool {
+        s.dropped_ms.is_none()
+            && self.closed(s.day, now_ms)
+            && now_ms - s.last_arrival_ms >= SETTLE_MS
+    }
+
+    /// The day's raw partition may be dropped: rolled up and archived (both current), closed,
+    /// and no event arrived for it within `raw_retention`.
+    pub fn may_drop(&self, s: &DayState, now_ms: i64) -> bool {
+        s.dropped_ms.is_none()
+            && s.rollup_current()
+            && s.archive_current()
+            && self.closed(s.day, now_ms)
+            && now_ms - s.last_arrival_ms >= self.raw_retention_ms
+    }
+
+    /// The day is closed, its last event (or its end, whichever is later) lies more than
+    /// `raw_retention − 1 day` in the past, and it is not yet both rolled up and archived.
+    pub fn at_risk(&self, s: &DayState, now_ms: i64) -> bool {
+        let horizon = (self.raw_retention_ms - DAY_MS).max(0);
+        let since = s.last_arrival_ms.max(s.day.plus(1).start_ms());
+        s.dropped_ms.is_none()
+            && self.closed(s.day, now_ms)
+            && now_ms - since >= horizon
+            && !(s.rollup_current() && s.archive_current())
+    }
+}
+
+/// A lifecycle step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Step {
+    /// The daily rollup.
+    Rollup,
+    /// The Parquet archive.
+    Archive,
+    /// Dropping the raw partition.
+    Drop,
+}
+
+impl Step {
+    /// The metric label.
+    pub fn label(self) -> &'static str {
+        match self {
+            Step::Rollup => "rollup",
+            Step::Archive => "archive",
+            Step::Drop => "drop",
+        }
+    }
+}
+
+/// One failed step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Failure {
+    /// The day.
+    pub day: UtcDay,
+    /// The step that failed.
+    pub step: Step,
+    /// The error, as text.
+    pub error: String,
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LifecycleReport {
+    /// Days rolled up.
+    pub rolled_up: Vec<UtcDay>,
+    /// Days archived.
+    pub archived: Vec<UtcDay>,
+    /// Days whose raw partition was dropped.
+    pub dropped: Vec<UtcDay>,
+    /// Steps that failed (the days stay in the raw tier).
+    pub failures: Vec<Failure>,
+    /// Days at risk after the pass (see [`Windows::at_risk`]).
+    pub at_risk: Vec<UtcDay>,
+}
+
+/// Why a pass could not run at all.
+#[derive(Debug, thiserror::Error)]
+pub enum LifecycleError {
+    /// The raw catalog could not be read.
+    #[error("raw catalog: {0}")]
+    Catalog(#[from] SqliteError),
+}
+
+/// The raw-tier scheduler (see the module docs).
+#[derive(Debug)]
+pub struct Lifecycle {
+    raw: Arc<dyn RawStore>,
+    rollup: RollupService,
+    archive: RawArchive,
+    clock: SharedClock,
+    windows: Windows,
+    metrics: EventsMetrics,
+    /// Dropped days that received events afterwards, already warned about.
+    warned: Mutex<BTreeSet<UtcDay>>,
+}
+
+impl Lifecycle {
+    /// A lifecycle over the raw tier, summary tier and clock of `rollup` (whose one-at-a-time
+    /// lock it shares with `POST /v1/rollups/{day}` and `tidemark rollup`), archiving into
+    /// `archive`, with the windows of `cfg`.
+    pub fn new(
+        rollup: RollupService,
+        archive: RawArchive,
+        cfg: &EventsConfig,
+        metrics: EventsMetrics,
+    ) -> Self {
+        Self {
+            raw: Arc::clone(rollup.raw()),
+            clock: Arc::clone(rollup.clock()),
+            rollup,
+            archive,
+            windows: Windows::of(cfg),
+            metrics,
+            warned: Mutex::new(BTreeSet::new()),
+        }
+    }
+
+    /// One pass over the catalog: roll up, archive, then drop (see the module docs).
+    pub async fn run_once(&self) -> Result<LifecycleReport, LifecycleError> {
+        let now = self.clock.now_ms();
+        let mut report = LifecycleReport::default();
+        let days = self.catalog().await?;
+        for s in days.iter().filter(|s| self.windows.due(s, now)) {
+            if !s.rollup_current() {
+                match self.rollup.roll_up(s.day).await {
+                    Ok(_) => {
+                        self.metrics.days_rolled_up.inc();
+                        report.rolled_up.push(s.day);
+                    }
+                    Err(e) => self.failed(&mut report, s.day, Step::Rollup, e.to_string()),
+                }
+            }
+            if !s.archive_current() {
+                match self.archive.archive_day(&*self.raw, s.day).await {
+                    Ok(outcome) => {
+                        self.metrics.days_archived.inc();
+                        self.metrics.archived_events.inc_by(outcome.rows);
+                        report.archived.push(s.day);
+                    }
+                    Err(e) => self.failed(&mut report, s.day, Step::Archive, e.to_string()),
+                }
+            }
+        }
+
+        // Drops are decided on the catalog as it is now, each one re-checked just before.
+        for s in self.catalog().await? {
+            if !self.windows.may_drop(&s, now) {
+                continue;
+            }
+            let fresh = self.catalog().await?.into_iter().find(|f| f.day == s.day);
+            if !fresh.is_some_and(|f| self.windows.may_drop(&f, now)) {
+                continue;
+            }
+            match self.raw.drop_day(s.day, now).await {
+                Ok(()) => {
+                    tracing::info!(day = %s.day, events = s.events, "raw day dropped (rolled up and archived)");
+                    self.metrics.days_dropped.inc();
+                    report.dropped.push(s.day);
+                }
+                Err(e) => self.failed(&mut report, s.day, Step::Drop, e.to_string()),
+            }
+        }
+
+        let days = self.catalog().await?;
+        report.at_risk = days
+            .iter()
+            .filter(|s| self.windows.at_risk(s, now))
+            .map(|s| s.day)
+            .collect();
+        self.metrics.days_at_risk.set(report.at_risk.len() as i64);
+        self.metrics
+            .raw_days
+            .set(days.iter().filter(|s| s.dropped_ms.is_none()).count() as i64);
+        if !report.at_risk.is_empty() {
+            tracing::warn!(days = ?report.at_risk, "raw days near the end of retention are not rolled up and archived yet; they are kept");
+        }
+        self.warn_arrivals_after_drop(&days);
+        Ok(report)
+    }
+
+    async fn catalog(&self) -> Result<Vec<DayState>, LifecycleError> {
+        self.raw.days().await.map_err(|e| {
+            self.metrics.failures.with_label_values(&["catalog"]).inc();
+            LifecycleError::Catalog(e)
+        })
+    }
+
+    fn failed(&self, report: &mut LifecycleReport, day: UtcDay, step: Step, error: String) {
+        tracing::warn!(%day, step = step.label(), %error, "raw-tier lifecycle step failed; the day is kept and retried");
+        self.metrics
+            .failures
+            .with_label_values(&[step.label()])
+            .inc();
+        report.failures.push(Failure { day, step, error });
+    }
+
+    /// Events that arrived for a day after its partition was dropped are neither rolled up
+    /// nor archived (a rollup would overwrite the day's totals with them alone); say so once.
+    fn warn_arrivals_after_drop(&self, days: &[DayState]) {
+        let Ok(mut warned) = self.warned.lock() else {
+            return;
+        };
+        for s in days {
+            if let Some(dropped) = s.dropped_ms
+                && s.last_arrival_ms > dropped
+                && warned.insert(s.day)
+            {
+                tracing::warn!(day = %s.day, "events arrived for a day after its raw partition was dropped; they are not rolled up or archived");
+            }
+        }
+    }
+
+    /// Runs a pass now and then every `every` (at least 1 s) until `cancel`. A pass cut short
+    /// by `cancel` is harmless: a day is marked only after its job completed, and a temporary
+    /// archive object left behind is deleted by the next archive of that day.
+    pub async fn run(self, every: Duration, cancel: CancellationToken) {
+        let every = every.max(Duration::from_secs(1));
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                result = self.run_once() => {
+                    if let Err(error) = result {
+                        tracing::warn!(%error, "raw-tier lifecycle pass failed; will retry");
+                    }
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(every) => {}
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn state(day: UtcDay, last_arrival_ms: i64) -> DayState {
+        DayState {
+            day,
+            events: 1,
+            last_arrival_ms,
+            rolled_up_arrival_ms: None,
+            archived_arrival_ms: None,
+            dropped_ms: None,
+        }
+    }
+
+    const H: i64 = 3_600_000;
+
+    #[test]
+    fn windows() {
+        let w = Windows {
+            raw_retention_ms: 7 * DAY_MS,
+            lateness_ms: H,
+        };
+        let day = UtcDay::parse("2026-03-10").unwrap();
+        let end = day.plus(1).start_ms();
+        assert!(!w.closed(day, end + H - 1));
+        assert!(w.closed(day, end + H));
+
+        let mut s = state(day, end - 5);
+        assert!(!w.due(&s, end + H - 1));
+        assert!(w.due(&s, end + H));
+        // A fresh arrival must settle first.
+        s.last_arrival_ms = end + H - 1;
+        assert!(!w.due(&s, end + H));
+        assert!(w.due(&s, end + H - 1 + SETTLE_MS));
+
+        // Not rolled up and archived: never dropped, at risk from retention − 1 day on.
+        s.last_arrival_ms = end - 5;
+        assert!(!w.may_drop(&s, end + 30 * DAY_MS));
+        assert!(!w.at_risk(&s, end + 6 * DAY_MS - 1));
+        assert!(w.at_risk(&s, end + 6 * DAY_MS));
+        s.rolled_up_arrival_ms = Some(end - 5);
+        assert!(!w.may_drop(&s, end + 30 * DAY_MS));
+        s.archived_arrival_ms = Some(end - 5);
+        assert!(!w.at_risk(&s, end + 30 * DAY_MS));
+        assert!(!w.may_drop(&s, end - 5 + 7 * DAY_MS - 1));
+        assert!(w.may_drop(&s, end - 5 + 7 * DAY_MS));
+        // Dirty again: not current, not droppable.
+        s.last_arrival_ms = end + 2 * DAY_MS;
+        assert!(!w.may_drop(&s, end + 30 * DAY_MS));
+    }
+}

@@ -1,0 +1,438 @@
+//! The raw-tier lifecycle: rollup and archive after close + lateness, again when dirty, drop
+//! only after raw_retention without arrivals and never while a rollup or archive fails
+//! (DESIGN.md part C, principles 2 and 4).
+
+mod common;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use async_trait::async_trait;
+use common::{Fault, FaultyStore, full, read_parquet_file};
+use object_store::ObjectStore;
+use object_store::local::LocalFileSystem;
+use object_store::path::Path as ObjectPath;
+use tidemark_core::clock::SharedClock;
+use tidemark_core::day::{DAY_MS, UtcDay};
+use tidemark_core::sqlite::SqliteError;
+use tidemark_core::{Clock, ManualClock};
+use tidemark_events::archive::RawArchive;
+use tidemark_events::lifecycle::{Failure, Lifecycle, LifecycleReport, SETTLE_MS, Step};
+use tidemark_events::metrics::EventsMetrics;
+use tidemark_events::rollup::RollupService;
+use tidemark_events::rollups::{DailyRow, ReportRow, RollupStore, SqliteRollups};
+use tidemark_events::{DayState, Event, EventsConfig, RawStore, SqliteRaw};
+
+const H: i64 = 3_600_000;
+
+/// A summary tier whose writes can be made to fail.
+#[derive(Debug)]
+struct Switchable {
+    inner: SqliteRollups,
+    fail: AtomicBool,
+}
+
+#[async_trait]
+impl RollupStore for Switchable {
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, SqliteError> {
+        if self.fail.load(Ordering::SeqCst) {
+            return Err(SqliteError::CommitFailed(
+                "injected rollup store failure".into(),
+            ));
+        }
+        self.inner.upsert_day(day, rows).await
+    }
+    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, SqliteError> {
+        self.inner.put_listings(tenant, pairs).await
+    }
+    async fn report(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from: UtcDay,
+        to: UtcDay,
+        kind: Option<&str>,
+    ) -> Result<Vec<ReportRow>, SqliteError> {
+        self.inner.report(tenant, account_id, from, to, kind).await
+    }
+    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, SqliteError> {
+        self.inner.day_rows(day).await
+    }
+}
+
+struct World {
+    _dir: tempfile::TempDir,
+    archive_dir: std::path::PathBuf,
+    raw: Arc<SqliteRaw>,
+    rollups: Arc<Switchable>,
+    store: Arc<FaultyStore>,
+    clock: Arc<ManualClock>,
+    metrics: EventsMetrics,
+    lifecycle: Option<Lifecycle>,
+}
+
+fn world(start_ms: i64) -> World {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
+    let rollups = Arc::new(Switchable {
+        inner: SqliteRollups::open(&dir.path().join("rollups.db")).unwrap(),
+        fail: AtomicBool::new(false),
+    });
+    let archive_dir = dir.path().join("archive");
+    std::fs::create_dir_all(&archive_dir).unwrap();
+    let local: Arc<dyn ObjectStore> =
+        Arc::new(LocalFileSystem::new_with_prefix(&archive_dir).unwrap());
+    let store = FaultyStore::new(local);
+    let clock = Arc::new(ManualClock::new(start_ms));
+    let shared_clock: SharedClock = Arc::clone(&clock) as SharedClock;
+    let service = RollupService::new(
+        Arc::clone(&raw) as Arc<dyn RawStore>,
+        Arc::clone(&rollups) as Arc<dyn RollupStore>,
+        shared_clock,
+    );
+    let archive = RawArchive::new(
+        Arc::clone(&store) as Arc<dyn ObjectStore>,
+        ObjectPath::default(),
+    );
+    let metrics = EventsMetrics::unregistered();
+    // Defaults: raw_retention 7 days, lateness 1 h.
+    let cfg = EventsConfig::default();
+    assert_eq!(cfg.raw_retention.as_millis(), 7 * DAY_MS as u128);
+    assert_eq!(cfg.lateness.as_millis(), H as u128);
+    let lifecycle = Lifecycle::new(service, archive, &cfg, metrics.clone());
+    World {
+        _dir: dir,
+        archive_dir,
+        raw,
+        rollups,
+        store,
+        clock,
+        metrics,
+        lifecycle: Some(lifecycle),
+    }
+}
+
+impl World {
+    async fn append(&self, events: Vec<Event>) {
+        self.raw.append(events, self.clock.now_ms()).await.unwrap();
+    }
+    async fn pass(&self) -> LifecycleReport {
+        self.lifecycle.as_ref().unwrap().run_once().await.unwrap()
+    }
+    async fn state(&self, day: UtcDay) -> DayState {
+        self.raw
+            .days()
+            .await
+            .unwrap()
+            .into_iter()
+            .find(|s| s.day == day)
+            .unwrap()
+    }
+    fn archived(&self, day: UtcDay) -> Vec<Event> {
+        read_parquet_file(
+            &self
+                .archive_dir
+                .join(format!("events/day={day}/events.parquet")),
+        )
+    }
+    fn failures(&self, step: &str) -> u64 {
+        self.metrics.failures.with_label_values(&[step]).get()
+    }
+}
+
+fn report(rolled_up: &[UtcDay], archived: &[UtcDay], dropped: &[UtcDay]) -> LifecycleReport {
+    LifecycleReport {
+        rolled_up: rolled_up.to_vec(),
+        archived: archived.to_vec(),
+        dropped: dropped.to_vec(),
+        failures: Vec::new(),
+        at_risk: Vec::new(),
+    }
+}
+
+fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
+    DailyRow {
+        listing_id,
+        kind: kind.into(),
+        total,
+        uniques,
+    }
+}
+
+#[tokio::test]
+async fn rolled_up_and_archived_after_close_and_lateness_again_when_dirty_dropped_after_retention()
+{
+    let day = UtcDay::parse("2026-03-10").unwrap();
+    let end = day.plus(1).start_ms();
+    let w = world(day.start_ms() + 10 * H);
+    let t = day.start_ms() + 9 * H;
+    // Same session and page twice: 3 views, 2 uniques.
+    w.append(vec![
+        full("view", t, 1, "s1", "/item/1"),
+        full("view", t, 1, "s1", "/item/1"),
+        full("view", t + 5, 1, "s2", "/item/1"),
+    ])
+    .await;
+
+    // Open day, then closed but inside the lateness window: nothing happens.
+    w.clock.set(end - 1);
+    assert_eq!(w.pass().await, report(&[], &[], &[]));
+    w.clock.set(end + H - 1);
+    assert_eq!(w.pass().await, report(&[], &[], &[]));
+    assert_eq!(w.rollups.day_rows(day).await.unwrap(), vec![]);
+    let s = w.state(day).await;
+    assert_eq!(
+        (s.rolled_up_arrival_ms, s.archived_arrival_ms),
+        (None, None)
+    );
+
+    // Closed plus lateness: rolled up and archived.
+    w.clock.set(end + H);
+    assert_eq!(w.pass().await, report(&[day], &[day], &[]));
+    assert_eq!(
+        w.rollups.day_rows(day).await.unwrap(),
+        vec![row(1, "view", 3, 2)]
+    );
+    assert_eq!(w.archived(day), w.raw.day_events(day).await.unwrap());
+    assert_eq!(w.archived(day).len(), 3);
+    assert_eq!(w.pass().await, report(&[], &[], &[]));
+
+    // A late event makes the day dirty: once settled, rolled up and archived again.
+    w.clock.set(end + 5 * H);
+    let late_arrival = w.clock.now_ms();
+    w.append(vec![full("view", t + 9, 1, "s3", "/item/1")])
+        .await;
+    assert!(!w.state(day).await.rollup_current());
+    assert_eq!(w.pass().await, report(&[], &[], &[]), "not settled yet");
+    w.clock.advance(SETTLE_MS);
+    assert_eq!(w.pass().await, report(&[day], &[day], &[]));
+    assert_eq!(
+        w.rollups.day_rows(day).await.unwrap(),
+        vec![row(1, "view", 4, 3)]
+    );
+    assert_eq!(w.archived(day).len(), 4);
+    let s = w.state(day).await;
+    assert_eq!(s.rolled_up_arrival_ms, Some(late_arrival));
+    assert_eq!(s.archived_arrival_ms, Some(late_arrival));
+
+    // Dropped only raw_retention after the last arrival (not after the day's end).
+    w.clock.set(late_arrival + 7 * DAY_MS - 1);
+    assert_eq!(w.pass().await, report(&[], &[], &[]));
+    assert_eq!(w.raw.day_events(day).await.unwrap().len(), 4);
+    w.clock.set(late_arrival + 7 * DAY_MS);
+    assert_eq!(w.pass().await, report(&[], &[], &[day]));
+    assert_eq!(
+        w.state(day).await.dropped_ms,
+        Some(late_arrival + 7 * DAY_MS)
+    );
+    assert_eq!(w.raw.day_events(day).await.unwrap(), vec![]);
+    // Summary and archive stay.
+    assert_eq!(
+        w.rollups.day_rows(day).await.unwrap(),
+        vec![row(1, "view", 4, 3)]
+    );
+    assert_eq!(w.archived(day).len(), 4);
+    assert_eq!(w.pass().await, report(&[], &[], &[]));
+
+    assert_eq!(w.metrics.days_rolled_up.get(), 2);
+    assert_eq!(w.metrics.days_archived.get(), 2);
+    assert_eq!(w.metrics.archived_events.get(), 3 + 4);
+    assert_eq!(w.metrics.days_dropped.get(), 1);
+    assert_eq!(w.metrics.raw_days.get(), 0);
+    for step in ["rollup", "archive", "drop", "catalog"] {
+        assert_eq!(w.failures(step), 0, "{step}");
+    }
+}
+
+#[tokio::test]
+async fn nothing_is_dropped_while_the_archive_fails() {
+    let day = UtcDay::parse("2026-03-10").unwrap();
+    let end = day.plus(1).start_ms();
+    let w = world(day.start_ms() + 10 * H);
+    w.append(vec![full("click", day.start_ms() + H, 7, "s", "/p")])
+        .await;
+    let arrival = w.clock.now_ms();
+    w.store.set(Fault::FailWrites);
+
+    // Far past retention: rolled up, but the archive fails, so the day is kept.
+    w.clock.set(end + 30 * DAY_MS);
+    let r = w.pass().await;
+    assert_eq!(r.rolled_up, vec![day]);
+    assert_eq!(r.archived, vec![]);
+    assert_eq!(r.dropped, vec![]);
+    assert_eq!(r.at_risk, vec![day]);
+    assert_eq!(r.failures.len(), 1);
+    assert_eq!(
+        (r.failures[0].day, r.failures[0].step),
+        (day, Step::Archive)
+    );
+    assert!(
+        r.failures[0].error.contains("injected write failure"),
+        "{}",
+        r.failures[0].error
+    );
+    let r = w.pass().await;
+    assert_eq!(
+        (r.archived.len(), r.dropped.len(), r.failures.len()),
+        (0, 0, 1)
+    );
+    assert_eq!(w.failures("archive"), 2);
+    assert_eq!(w.metrics.days_at_risk.get(), 1);
+    assert_eq!(w.raw.day_events(day).await.unwrap().len(), 1);
+    let s = w.state(day).await;
+    assert_eq!(
+        (s.rolled_up_arrival_ms, s.archived_arrival_ms, s.dropped_ms),
+        (Some(arrival), None, None)
+    );
+
+    // Healthy again: archived, and dropped in the same pass (retention long over).
+    w.store.set(Fault::None);
+    let r = w.pass().await;
+    assert_eq!(r, report(&[], &[day], &[day]));
+    assert_eq!(w.metrics.days_at_risk.get(), 0);
+    assert_eq!(w.archived(day).len(), 1);
+    assert_eq!(w.failures("archive"), 2);
+}
+
+#[tokio::test]
+async fn nothing_is_dropped_while_the_rollup_fails() {
+    let day = UtcDay::parse("2026-03-10").unwrap();
+    let end = day.plus(1).start_ms();
+    let w = world(day.start_ms() + 10 * H);
+    w.append(vec![full("view", day.start_ms() + H, 7, "s", "/p")])
+        .await;
+    w.rollups.fail.store(true, Ordering::SeqCst);
+
+    w.clock.set(end + 30 * DAY_MS);
+    let r = w.pass().await;
+    assert_eq!(r.rolled_up, vec![]);
+    assert_eq!(r.archived, vec![day]);
+    assert_eq!(r.dropped, vec![]);
+    assert_eq!(r.at_risk, vec![day]);
+    assert_eq!(
+        r.failures
+            .iter()
+            .map(|f| (f.day, f.step))
+            .collect::<Vec<_>>(),
+        vec![(day, Step::Rollup)]
+    );
+    let r = w.pass().await;
+    assert_eq!(
+        (r.archived.len(), r.dropped.len(), r.failures.len()),
+        (0, 0, 1)
+    );
+    assert_eq!(w.failures("rollup"), 2);
+    assert_eq!(w.raw.day_events(day).await.unwrap().len(), 1);
+    assert_eq!(w.rollups.day_rows(day).await.unwrap(), vec![]);
+
+    w.rollups.fail.store(false, Ordering::SeqCst);
+    assert_eq!(w.pass().await, report(&[day], &[], &[day]));
+    assert_eq!(
+        w.rollups.day_rows(day).await.unwrap(),
+        vec![row(7, "view", 1, 1)]
+    );
+}
+
+#[tokio::test]
+async fn imported_history_is_kept_for_raw_retention_after_it_arrived() {
+    // Today is 2026-03-20; events of 2025-01-15 are imported now.
+    let now = UtcDay::parse("2026-03-20").unwrap().start_ms() + 12 * H;
+    let old = UtcDay::parse("2025-01-15").unwrap();
+    let w = world(now);
+    w.append(
+        (0..5)
+            .map(|i| full("view", old.start_ms() + i * 1000, 3, &format!("s{i}"), "/a"))
+            .collect(),
+    )
+    .await;
+    assert_eq!(w.pass().await, report(&[], &[], &[]), "not settled yet");
+    w.clock.advance(SETTLE_MS);
+    assert_eq!(w.pass().await, report(&[old], &[old], &[]));
+    assert_eq!(
+        w.rollups.day_rows(old).await.unwrap(),
+        vec![row(3, "view", 5, 5)]
+    );
+
+    // Kept as long as fresh data: raw_retention from its arrival.
+    w.clock.set(now + 7 * DAY_MS - 1);
+    let r = w.pass().await;
+    assert_eq!(r, report(&[], &[], &[]));
+    assert_eq!(w.raw.day_events(old).await.unwrap().len(), 5);
+    w.clock.set(now + 7 * DAY_MS);
+    assert_eq!(w.pass().await, report(&[], &[], &[old]));
+    assert_eq!(w.raw.day_events(old).await.unwrap(), vec![]);
+    assert_eq!(w.archived(old).len(), 5);
+}
+
+#[tokio::test]
+async fn a_day_not_processed_near_the_end_of_retention_is_at_risk() {
+    let day = UtcDay::parse("2026-03-10").unwrap();
+    let end = day.plus(1).start_ms();
+    let w = world(day.start_ms() + H);
+    w.append(vec![full("view", day.start_ms(), 1, "s", "/p")])
+        .await;
+    w.store.set(Fault::FailWrites);
+    // Last arrival lies before the day's end: counted from the end. 6 days is the threshold.
+    w.clock.set(end + 6 * DAY_MS - 1);
+    let r = w.pass().await;
+    assert_eq!(r.at_risk, vec![]);
+    assert_eq!(
+        r.failures,
+        vec![Failure {
+            day,
+            step: Step::Archive,
+            error: r.failures[0].error.clone(),
+        }]
+    );
+    w.clock.set(end + 6 * DAY_MS);
+    assert_eq!(w.pass().await.at_risk, vec![day]);
+    assert_eq!(w.metrics.days_at_risk.get(), 1);
+}
+
+#[tokio::test]
+async fn run_passes_until_cancelled() {
+    let day = UtcDay::parse("2026-03-10").unwrap();
+    let mut w = world(day.start_ms() + H);
+    w.append(vec![full("view", day.start_ms(), 1, "s", "/p")])
+        .await;
+    w.clock.set(day.plus(1).start_ms() + 2 * H);
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let task = tokio::spawn(
+        w.lifecycle
+            .take()
+            .unwrap()
+            .run(std::time::Duration::from_secs(3600), cancel.clone()),
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while !w.state(day).await.archive_current() {
+        assert!(std::time::Instant::now() < deadline, "no pass ran");
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    assert!(w.state(day).await.rollup_current());
+    cancel.cancel();
+    tokio::time::timeout(std::time::Duration::from_secs(10), task)
+        .await
+        .expect("run returns once cancelled")
+        .unwrap();
+}
+
+#[test]
+fn metrics_register() {
+    let registry = prometheus::Registry::new();
+    let m = EventsMetrics::register(&registry).unwrap();
+    m.failures.with_label_values(&["archive"]).inc();
+    let names: Vec<String> = registry
+        .gather()
+        .iter()
+        .map(|f| f.name().to_owned())
+        .collect();
+    for n in [
+        "tidemark_events_days_rolled_up_total",
+        "tidemark_events_days_archived_total",
+        "tidemark_events_days_dropped_total",
+        "tidemark_events_lifecycle_failures_total",
+        "tidemark_events_days_at_risk",
+    ] {
+        assert!(names.iter().any(|x| x == n), "{n} in {names:?}");
+    }
+}
