@@ -44,7 +44,7 @@ pub fn ingest_router(state: EventsHttp) -> Router {
 impl From<IngestError> for ApiError {
     fn from(e: IngestError) -> Self {
         match e {
-            IngestError::Invalid(_) | IngestError::Request(_) => {
+            IngestError::Invalid(_) | IngestError::Request(_) | IngestError::DayDropped(_) => {
                 ApiError::bad_request(e.to_string())
             }
             IngestError::Unavailable(_) => ApiError::unavailable(e.to_string()),

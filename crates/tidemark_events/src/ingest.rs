@@ -14,7 +14,7 @@ use time::format_description::well_known::Rfc3339;
 use crate::config::EventsConfig;
 use crate::lineproto::{Precision, parse_line};
 use crate::model::Event;
-use crate::raw::RawStore;
+use crate::raw::{RawError, RawStore};
 use crate::schema::{FieldValue, Schema};
 
 /// One bad line of a batch.
@@ -38,6 +38,9 @@ pub enum IngestError {
     /// The raw tier could not store the batch; nothing was acknowledged.
     #[error("raw tier unavailable: {0}")]
     Unavailable(#[from] SqliteError),
+    /// The batch holds events for a day already dropped from the raw tier; nothing stored.
+    #[error("{0}")]
+    DayDropped(String),
 }
 
 fn summarize(bad: &[BadLine]) -> String {
@@ -275,7 +278,10 @@ impl Ingest {
             .collect();
         let events = finish(events, bad)?;
         let n = events.len();
-        self.raw.append(events, now_ms).await?;
+        self.raw.append(events, now_ms).await.map_err(|e| match e {
+            RawError::Store(s) => IngestError::Unavailable(s),
+            d @ RawError::DayDropped(_) => IngestError::DayDropped(d.to_string()),
+        })?;
         Ok(n)
     }
 }

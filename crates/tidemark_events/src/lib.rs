@@ -29,4 +29,4 @@ pub mod schema;
 pub use config::EventsConfig;
 pub use ingest::{Ingest, IngestError};
 pub use model::Event;
-pub use raw::{DayState, MinuteCount, RawStore, SqliteRaw};
+pub use raw::{DayState, MinuteCount, RawError, RawStore, SqliteRaw};

@@ -219,7 +219,10 @@ impl Lifecycle {
                 continue;
             }
             match self.raw.drop_day(s.day, now).await {
-                Ok(()) => {
+                Ok(false) => {
+                    tracing::info!(day = %s.day, "raw day kept: events arrived since its rollup or archive");
+                }
+                Ok(true) => {
                     tracing::info!(day = %s.day, events = s.events, "raw day dropped (rolled up and archived)");
                     self.metrics.days_dropped.inc();
                     report.dropped.push(s.day);

@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
@@ -57,12 +57,33 @@ pub struct MinuteCount {
     pub count: u64,
 }
 
+/// Errors of the raw tier.
+#[derive(Debug, thiserror::Error)]
+pub enum RawError {
+    /// The store failed; nothing was written.
+    #[error(transparent)]
+    Store(#[from] SqliteError),
+    /// Events for a day whose raw partition was already rolled up, archived and dropped: they
+    /// could never be counted, so the batch is refused rather than stranded.
+    #[error(
+        "events for {0} arrive after that day was rolled up, archived and dropped from the raw tier; they can no longer be counted"
+    )]
+    DayDropped(UtcDay),
+}
+
+impl From<rusqlite::Error> for RawError {
+    fn from(e: rusqlite::Error) -> Self {
+        RawError::Store(e.into())
+    }
+}
+
 /// The raw-tier port (DESIGN.md part C "Raw tier").
 #[async_trait]
 pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// Appends events durably (all or nothing), each into the partition of its UTC day, and
-    /// updates the day catalog. `now_ms` is the arrival time.
-    async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), SqliteError>;
+    /// updates the day catalog. `now_ms` is the arrival time. Refuses the whole batch with
+    /// [`RawError::DayDropped`] if any event belongs to a dropped day.
+    async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError>;
 
     /// Up to `limit` events of `day` after the cursor `after` (0 to start), in arrival order,
     /// and the cursor to continue from (`None` when the day is exhausted).
@@ -82,8 +103,10 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// Records that the day was archived as of arrival `arrival_ms`.
     async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError>;
 
-    /// Drops the day's partition whole and marks it dropped at `now_ms`.
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<(), SqliteError>;
+    /// Drops the day's partition whole and marks it dropped at `now_ms` — but only if, at that
+    /// instant (atomically with appends), the day is still rolled up and archived up to its last
+    /// arrival (DESIGN principle 2). Returns whether it was dropped.
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError>;
 
     /// Non-bot events per minute and kind with `since_ms ≤ time < until_ms`.
     async fn counts_per_minute(
@@ -162,13 +185,21 @@ impl SqliteRaw {
 
 #[async_trait]
 impl RawStore for SqliteRaw {
-    async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), SqliteError> {
+    async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError> {
         self.writer
             .write(move |conn| {
                 let mut per_day: BTreeMap<UtcDay, i64> = BTreeMap::new();
                 for e in &events {
                     let day = UtcDay::of_ms(e.time_ms);
                     if !per_day.contains_key(&day) {
+                        let dropped: Option<i64> = conn
+                            .prepare_cached("SELECT dropped_ms FROM raw_day WHERE day = ?1")?
+                            .query_row([day.0], |r| r.get(0))
+                            .optional()?
+                            .flatten();
+                        if dropped.is_some() {
+                            return Err(RawError::DayDropped(day));
+                        }
                         ensure_day(conn, day)?;
                     }
                     *per_day.entry(day).or_default() += 1;
@@ -197,7 +228,7 @@ impl RawStore for SqliteRaw {
                 for (day, n) in per_day {
                     cat.execute(params![day.0, n, now_ms])?;
                 }
-                Ok::<_, SqliteError>(())
+                Ok::<_, RawError>(())
             })
             .await
     }
@@ -278,15 +309,21 @@ impl RawStore for SqliteRaw {
         self.set_mark("archived_arrival_ms", day, arrival_ms).await
     }
 
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<(), SqliteError> {
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError> {
         self.writer
             .write(move |conn| {
-                conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", table(day)))?;
-                conn.execute(
-                    "UPDATE raw_day SET dropped_ms = ?2 WHERE day = ?1",
+                // Serialised with appends on the writer: an event that arrived after the last
+                // rollup or archive makes the day not current, and it is kept.
+                let marked = conn.execute(
+                    "UPDATE raw_day SET dropped_ms = ?2 WHERE day = ?1 AND dropped_ms IS NULL
+                       AND rolled_up_arrival_ms >= last_arrival_ms
+                       AND archived_arrival_ms >= last_arrival_ms",
                     params![day.0, now_ms],
                 )?;
-                Ok::<_, SqliteError>(())
+                if marked == 1 {
+                    conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", table(day)))?;
+                }
+                Ok::<_, SqliteError>(marked == 1)
             })
             .await
     }

@@ -241,7 +241,8 @@ async fn dropped_and_unknown_days_are_refused() {
     s.raw.append(tricky_events(), ARRIVAL).await.unwrap();
     s.archive().archive_day(&s.raw, day()).await.unwrap();
     let before = std::fs::read(s.file()).unwrap();
-    s.raw.drop_day(day(), ARRIVAL + 1).await.unwrap();
+    s.raw.mark_rolled_up(day(), ARRIVAL).await.unwrap();
+    assert!(s.raw.drop_day(day(), ARRIVAL + 1).await.unwrap());
     assert!(matches!(
         s.archive().archive_day(&s.raw, day()).await,
         Err(ArchiveError::Dropped(d)) if d == day()

@@ -4,7 +4,7 @@ use async_trait::async_trait;
 use tidemark_core::clock::ManualClock;
 
 use super::*;
-use crate::raw::{MinuteCount, SqliteRaw};
+use crate::raw::{MinuteCount, RawError, SqliteRaw};
 use crate::rollups::SqliteRollups;
 
 /// 2026-11-28T10:00:00Z.
@@ -220,21 +220,31 @@ async fn raw_gone_refuses_and_keeps_existing_totals() {
     );
     assert_eq!(s.rollups.day_rows(never).await.unwrap(), good);
 
-    // Rolled up, then dropped; a late event recreates the partition with that event alone.
+    // Rolled up and archived, then dropped; a late event for the day is refused (it could
+    // never be counted), and the rollup still refuses to overwrite the good totals.
     s.raw.append(fixture(), T + 1).await.unwrap();
     roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
         .await
         .unwrap();
     let rows = s.rollups.day_rows(day()).await.unwrap();
     let dropped_at = day().plus(8).start_ms();
-    s.raw.drop_day(day(), dropped_at).await.unwrap();
-    s.raw
+    assert!(
+        !s.raw.drop_day(day(), dropped_at).await.unwrap(),
+        "not archived yet: kept"
+    );
+    s.raw.mark_archived(day(), T + 1).await.unwrap();
+    assert!(s.raw.drop_day(day(), dropped_at).await.unwrap());
+    let late = s
+        .raw
         .append(
             vec![ev("view", Some(1), Some("s1"), Some("/item/1"))],
             dropped_at + 1,
         )
-        .await
-        .unwrap();
+        .await;
+    assert!(
+        matches!(late, Err(RawError::DayDropped(d)) if d == day()),
+        "{late:?}"
+    );
     let err = roll_up_day(&*s.raw, &*s.rollups, day(), dropped_at + 2)
         .await
         .unwrap_err();
@@ -261,7 +271,7 @@ struct Meddling {
 
 #[async_trait]
 impl RawStore for Meddling {
-    async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), SqliteError> {
+    async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError> {
         self.inner.append(events, now_ms).await
     }
     async fn read_chunk(
@@ -272,7 +282,10 @@ impl RawStore for Meddling {
     ) -> Result<(Vec<Event>, Option<i64>), SqliteError> {
         if self.chunks.fetch_add(1, Ordering::SeqCst) == 0 && self.append_during_read {
             let late = ev("view", Some(1), Some("s8"), Some("/item/1"));
-            self.inner.append(vec![late], T + 9_000).await?;
+            self.inner
+                .append(vec![late], T + 9_000)
+                .await
+                .expect("late append");
         }
         let (mut chunk, next) = self.inner.read_chunk(day, after, limit).await?;
         if self.lose_events {
@@ -289,7 +302,7 @@ impl RawStore for Meddling {
     async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
         self.inner.mark_archived(day, arrival_ms).await
     }
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<(), SqliteError> {
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError> {
         self.inner.drop_day(day, now_ms).await
     }
     async fn counts_per_minute(&self, a: i64, b: i64) -> Result<Vec<MinuteCount>, SqliteError> {
