@@ -180,12 +180,12 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         let corpus = load_corpus(&corpus_dir)?;
         let secs = args.rewrite_seconds;
         let r = tokio::task::spawn_blocking(move || bench_rewrite(&corpus, secs)).await??;
-        println!("{}", r.report());
+        print!("{}", r.report());
     }
     if wants(Part::Render) {
         let dir = root.path().join("render");
         let r = bench_render(&args, &corpus_dir, &dir).await?;
-        println!("{}", r.report());
+        print!("{}", r.report());
         let _ = std::fs::remove_dir_all(&dir);
         bars.push(Bar {
             name: format!("render+store ≥ {BAR_RECIPIENTS:.0} recipients/s"),
@@ -200,7 +200,7 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
     if wants(Part::Insert) {
         let dir = root.path().join("insert");
         let r = store::bench_insert(&args, &dir).await?;
-        println!("{}", r.report());
+        print!("{}", r.report());
         let _ = std::fs::remove_dir_all(&dir);
         bars.push(Bar {
             name: format!(
@@ -216,12 +216,12 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
     }
     if wants(Part::Redirect) {
         let r = redirect::bench_redirect(&args, &root.path().join("redirect")).await?;
-        println!("{}", r.report());
+        print!("{}", r.report());
         bars.extend(r.bars());
     }
 
     println!(
-        "summary (bars of issue 3 on this machine; load average now {}):",
+        "\nsummary (bars of issue 3 on this machine; load average now {}):",
         load_average()
     );
     for b in &bars {
