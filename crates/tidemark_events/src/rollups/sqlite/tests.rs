@@ -132,6 +132,60 @@ async fn report_sums_per_listing_and_kind_for_the_account_of_the_tenant() {
     );
 }
 
+#[tokio::test]
+async fn the_report_seeks_each_listing_and_kind_and_sums_without_sorting() {
+    let (dir, _s) = open();
+    let conn = Connection::open(dir.path().join("rollups.db")).unwrap();
+    let plan: Vec<String> = conn
+        .prepare(&format!("EXPLAIN QUERY PLAN {REPORT_SUMS}"))
+        .unwrap()
+        .query_map(params![1, 0, 1, Option::<String>::None], |r| r.get(3))
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        plan,
+        vec![
+            "SCAN k".to_owned(),
+            "SEARCH d USING PRIMARY KEY (listing_id=? AND event=? AND day>? AND day<?)".to_owned()
+        ],
+        "no temp B-tree, no scan of listing_daily"
+    );
+    let plan: String = conn
+        .query_row(
+            "EXPLAIN QUERY PLAN SELECT listing_id FROM listings WHERE tenant = ?1 AND account_id = ?2
+             ORDER BY listing_id",
+            params!["t", 1],
+            |r| r.get(3),
+        )
+        .unwrap();
+    assert_eq!(
+        plan,
+        "SEARCH listings USING COVERING INDEX listings_account (tenant=? AND account_id=?)"
+    );
+}
+
+#[tokio::test]
+async fn kinds_no_longer_configured_still_report() {
+    let (_dir, s) = open();
+    let d = UtcDay::parse("2026-01-01").unwrap();
+    s.put_listings("t", &[(1, 1)]).await.unwrap();
+    s.upsert_day(d, vec![row(1, "phone_reveal", 3, 2)])
+        .await
+        .unwrap();
+    s.upsert_day(d, vec![row(1, "view", 1, 1)]).await.unwrap();
+    s.upsert_day(d.plus(-1), vec![row(1, "phone_reveal", 4, 4)])
+        .await
+        .unwrap();
+    assert_eq!(
+        s.report("t", 1, d.plus(-1), d, None).await.unwrap(),
+        vec![
+            report_row(1, "phone_reveal", 4, 4),
+            report_row(1, "view", 1, 1)
+        ]
+    );
+}
+
 /// The report bar of the issue: an account with 900 listings over a year of `listing_daily`
 /// (≈ 330,000 of its rows) among nine other such accounts. Prints p50/p99; run with
 /// `cargo test -p tidemark_events --release -- --ignored --nocapture report_latency`.
