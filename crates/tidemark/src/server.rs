@@ -112,6 +112,7 @@ pub async fn run(
             .map(|t| (t.name.clone(), t.key.clone())),
     ));
     let pool = Arc::clone(links.pool());
+    let links_for_shutdown = links.clone();
     let app = router(
         chat.clone(),
         links,
@@ -127,6 +128,8 @@ pub async fn run(
     tracing::info!("stopped accepting; stopping workers");
     cancel.cancel();
     while workers.join_next().await.is_some() {}
+    links_for_shutdown.drain_events().await;
+    drop(links_for_shutdown);
     match Arc::try_unwrap(pool) {
         Ok(pool) => {
             pool.shutdown().await;

@@ -378,3 +378,34 @@ async fn bad_input_stores_and_sends_nothing() {
         "nothing sent"
     );
 }
+
+/// The redirector answers before the click's event is fsynced; a clean shutdown (SIGTERM)
+/// still writes every click it answered.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicks_answered_before_shutdown_are_recorded() {
+    let mut server = TestServer::start(&[]).await;
+    let c = client();
+    let mid = mailing(
+        &c,
+        &server,
+        r#"<body><a href="https://shop.example/item/5">x</a></body>"#,
+    )
+    .await;
+    let (_, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/mailings/{mid}/render")),
+        Some(json!({"recipients": [{"email": "a@x.com", "fields": {"first_name": "A"}}]})),
+    )
+    .await;
+    let (ids, _) = tracking_ids(v["messages"][0]["html"].as_str().unwrap(), &server.base);
+    for _ in 0..50 {
+        assert_eq!(location(&server, &ids[0], Method::GET, "").await.0, 302);
+    }
+    assert!(server.terminate().success());
+    let conn = rusqlite::Connection::open(server.dir.join("events/raw.db")).unwrap();
+    let n: i64 = conn
+        .query_row("SELECT sum(events) FROM raw_day", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(n, 50);
+}

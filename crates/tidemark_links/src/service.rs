@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::UtcDay;
 use tidemark_events::Ingest;
+use tokio::sync::Semaphore;
 
 use crate::builder::{Build, Builder, BuiltMessage, Recipient, Skipped};
 use crate::config::LinksConfig;
@@ -67,7 +68,13 @@ pub struct LinksService {
     cfg: LinksConfig,
     clock: SharedClock,
     metrics: LinksMetrics,
+    /// Bounds the hit events being written in the background (back-pressure on the
+    /// redirector when the events store falls behind).
+    event_permits: Arc<Semaphore>,
 }
+
+/// Most hit events written in the background at once before the redirector waits.
+pub const MAX_PENDING_HIT_EVENTS: u32 = 10_000;
 
 /// Reads the id secret from config or `<dir>/id.key`, creating the file on first use.
 pub fn load_or_create_secret(cfg: &LinksConfig, dir: &Path) -> Result<[u8; 16]> {
@@ -168,6 +175,19 @@ impl LinksService {
             cfg,
             clock,
             metrics,
+            event_permits: Arc::new(Semaphore::new(MAX_PENDING_HIT_EVENTS as usize)),
+        }
+    }
+
+    /// Waits until every hit event handed to the background has been written (or has failed
+    /// and been counted). Called at shutdown, and by tests before they read the events.
+    pub async fn drain_events(&self) {
+        if let Ok(all) = self
+            .event_permits
+            .acquire_many(MAX_PENDING_HIT_EVENTS)
+            .await
+        {
+            drop(all);
         }
     }
 
@@ -410,11 +430,26 @@ impl LinksService {
                 (false, _) => self.metrics.opens.inc(),
             }
             let event = hit_event(&record, kind, ua, bot, &self.cfg.listing_path_prefix, now);
-            if let Err(error) = self.ingest.record(vec![event], now).await {
-                // The visitor still gets the right answer; the loss is counted and logged.
-                self.metrics.event_failures.inc();
-                tracing::warn!(%error, link_id = %record.link_id, "could not record a tracking hit");
-            }
+            // The event is written by the events store's next group commit; the visitor does
+            // not wait for its fsync (DESIGN principle 1: coordination off the hot path). The
+            // permit bounds how many are in flight; shutdown drains them.
+            let permit = Arc::clone(&self.event_permits)
+                .acquire_owned()
+                .await
+                .map_err(|_| LinksError::Unavailable("event recording is closed".into()))?;
+            let (ingest, metrics, link_id) = (
+                self.ingest.clone(),
+                self.metrics.clone(),
+                record.link_id.clone(),
+            );
+            tokio::spawn(async move {
+                if let Err(error) = ingest.record(vec![event], now).await {
+                    // The visitor got the right answer; the loss is counted and logged.
+                    metrics.event_failures.inc();
+                    tracing::warn!(%error, %link_id, "could not record a tracking hit");
+                }
+                drop(permit);
+            });
         }
         Ok(answer)
     }

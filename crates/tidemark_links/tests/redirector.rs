@@ -123,6 +123,7 @@ async fn clicks_and_opens_are_recorded_from_the_row_read() {
         Hit::NotFound
     );
 
+    h.svc.drain_events().await;
     let events = h.raw.day_events(UtcDay::of_ms(START)).await.unwrap();
     let summary: Vec<(String, Option<i64>, bool, String)> = events
         .iter()
@@ -168,6 +169,7 @@ async fn malformed_forged_and_unknown_ids_are_404() {
             "{bad}"
         );
     }
+    h.svc.drain_events().await;
     assert!(
         h.raw
             .day_events(UtcDay::of_ms(START))
