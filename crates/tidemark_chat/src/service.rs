@@ -1,8 +1,9 @@
 //! The chat service: validates requests, checks membership, and calls the commit path and the
 //! tiered reads. It also wires the embedded backends and owns the background workers.
 
+use std::collections::HashMap;
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use tidemark_core::clock::SharedClock;
 use tokio::task::JoinSet;
@@ -94,7 +95,13 @@ pub struct ChatService {
     clock: SharedClock,
     cfg: ChatConfig,
     metrics: ChatMetrics,
+    /// Members per `(tenant, conversation)`: membership never changes, so a SEND checks it
+    /// without a store read once the conversation was seen.
+    members: Arc<Mutex<HashMap<(String, String), Arc<[String]>>>>,
 }
+
+/// Conversations whose members are kept in memory before the cache starts over.
+const MEMBERS_CACHE_MAX: usize = 100_000;
 
 fn check_id(what: &str, v: &str) -> Result<()> {
     if v.trim().is_empty() {
@@ -132,6 +139,36 @@ impl ChatService {
             clock,
             cfg,
             metrics,
+            members: Arc::default(),
+        }
+    }
+
+    /// Checks that `sender` is a member, from the cache or the store (errors: unknown
+    /// conversation, not a member).
+    async fn check_member(&self, tenant: &str, conversation_id: &str, sender: &str) -> Result<()> {
+        let key = (tenant.to_owned(), conversation_id.to_owned());
+        let cached = self.members.lock().ok().and_then(|m| m.get(&key).cloned());
+        let members = match cached {
+            Some(m) => m,
+            None => {
+                let conv = self.conversation(tenant, conversation_id).await?;
+                let m: Arc<[String]> = conv.members.into();
+                if let Ok(mut cache) = self.members.lock() {
+                    if cache.len() >= MEMBERS_CACHE_MAX {
+                        cache.clear();
+                    }
+                    cache.insert(key, Arc::clone(&m));
+                }
+                m
+            }
+        };
+        if members.iter().any(|m| m == sender) {
+            Ok(())
+        } else {
+            Err(ChatError::NotMember {
+                user: sender.to_owned(),
+                conversation_id: conversation_id.to_owned(),
+            })
         }
     }
 
@@ -209,7 +246,7 @@ impl ChatService {
                 self.cfg.max_body_bytes
             )));
         }
-        self.member_conversation(&cmd.tenant, &cmd.conversation_id, &cmd.sender)
+        self.check_member(&cmd.tenant, &cmd.conversation_id, &cmd.sender)
             .await?;
         let timer = self.metrics.send_seconds.start_timer();
         let outcome = self.committer.commit(cmd).await?;

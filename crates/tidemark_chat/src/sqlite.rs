@@ -23,16 +23,21 @@ const RECORD_COLUMNS: &str = "tenant, conversation_id, conversation_seq, message
      client_msg_id, body, class, committed_at, expires_at";
 
 fn record_from_row(row: &Row<'_>) -> rusqlite::Result<MessageRecord> {
+    record_from_row_at(row, 0)
+}
+
+/// Reads [`RECORD_COLUMNS`] starting at column `base`.
+fn record_from_row_at(row: &Row<'_>, base: usize) -> rusqlite::Result<MessageRecord> {
     Ok(MessageRecord {
-        tenant: row.get(0)?,
-        conversation_id: row.get(1)?,
-        conversation_seq: row.get::<_, i64>(2)? as u64,
-        message_id: row.get(3)?,
-        sender: row.get(4)?,
-        client_msg_id: row.get(5)?,
-        body: row.get(6)?,
-        class: MessageClass::from_code(row.get(7)?),
-        committed_at_ms: row.get(8)?,
-        expires_at_ms: row.get(9)?,
+        tenant: row.get(base)?,
+        conversation_id: row.get(base + 1)?,
+        conversation_seq: row.get::<_, i64>(base + 2)? as u64,
+        message_id: row.get(base + 3)?,
+        sender: row.get(base + 4)?,
+        client_msg_id: row.get(base + 5)?,
+        body: row.get(base + 6)?,
+        class: MessageClass::from_code(row.get(base + 7)?),
+        committed_at_ms: row.get(base + 8)?,
+        expires_at_ms: row.get(base + 9)?,
     })
 }

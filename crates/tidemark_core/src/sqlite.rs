@@ -46,6 +46,8 @@ pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
+    // Savepoint sub-journals (one per group-commit job) stay in memory.
+    conn.pragma_update(None, "temp_store", "MEMORY")?;
     Ok(conn)
 }
 
@@ -61,11 +63,39 @@ pub struct GroupWriter {
 
 impl GroupWriter {
     /// Starts the writer thread on `conn`; `max_batch` bounds how many jobs share a transaction.
+    ///
+    /// WAL checkpoints are taken off the commit path: a companion thread runs a PASSIVE
+    /// checkpoint every [`CHECKPOINT_EVERY`] on its own connection, the writer's automatic
+    /// checkpoint only triggers past [`AUTOCHECKPOINT_PAGES`] as a safety net, and the writer
+    /// truncates the WAL when it stops.
     pub fn start(name: &str, conn: Connection, max_batch: usize) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
+        if let Err(e) = conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES) {
+            tracing::warn!(error = %e, "could not raise wal_autocheckpoint");
+        }
+        let path = conn
+            .path()
+            .filter(|p| !p.is_empty())
+            .map(std::path::PathBuf::from);
+        let (stop_tx, stop_rx) = mpsc::channel::<()>();
+        let checkpointer = path.map(|path| {
+            std::thread::Builder::new()
+                .name(format!("sqlite-checkpoint-{name}"))
+                .spawn(move || checkpoint_loop(&path, &stop_rx))
+                .expect("spawning the sqlite checkpoint thread")
+        });
         let thread = std::thread::Builder::new()
             .name(format!("sqlite-writer-{name}"))
-            .spawn(move || writer_loop(conn, rx, max_batch.max(1)))
+            .spawn(move || {
+                writer_loop(&conn, rx, max_batch.max(1));
+                drop(stop_tx);
+                if let Some(c) = checkpointer {
+                    let _ = c.join();
+                }
+                if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
+                    tracing::warn!(error = %e, "final wal checkpoint failed");
+                }
+            })
             .expect("spawning the sqlite writer thread");
         Self {
             tx: Some(tx),
@@ -131,19 +161,44 @@ where
     out
 }
 
-fn writer_loop(conn: Connection, rx: mpsc::Receiver<Job>, max_batch: usize) {
+/// How often the companion thread checkpoints the WAL into the database file.
+pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
+
+/// WAL size (pages) past which the writer checkpoints by itself (SQLite's default is 1,000).
+pub const AUTOCHECKPOINT_PAGES: i64 = 50_000;
+
+fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
+    let conn = match Connection::open(path).and_then(|c| {
+        c.busy_timeout(Duration::from_millis(50))?;
+        Ok(c)
+    }) {
+        Ok(c) => c,
+        Err(e) => {
+            tracing::warn!(error = %e, "checkpoint thread could not open the database");
+            return;
+        }
+    };
+    while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(CHECKPOINT_EVERY) {
+        // PASSIVE never waits for readers or the writer; busy is fine, it retries next time.
+        if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(PASSIVE)") {
+            tracing::debug!(error = %e, "passive checkpoint skipped");
+        }
+    }
+}
+
+fn writer_loop(conn: &Connection, rx: mpsc::Receiver<Job>, max_batch: usize) {
     let mut completions: Vec<Completion> = Vec::with_capacity(max_batch);
     while let Ok(first) = rx.recv() {
         let began = conn.execute_batch("BEGIN IMMEDIATE");
         if let Err(e) = began {
             tracing::error!(error = %e, "sqlite writer could not begin a transaction");
-            first(&conn)(Err(e.to_string()));
+            first(conn)(Err(e.to_string()));
             continue;
         }
-        completions.push(first(&conn));
+        completions.push(first(conn));
         while completions.len() < max_batch {
             match rx.try_recv() {
-                Ok(job) => completions.push(job(&conn)),
+                Ok(job) => completions.push(job(conn)),
                 Err(_) => break,
             }
         }

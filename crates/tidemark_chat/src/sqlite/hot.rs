@@ -3,7 +3,10 @@
 //! Tables: `conversation` (members, latest_seq, floor F), `member` (read pointers),
 //! `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed rows are the hot
 //! history index; `trim_score` set on commit), `dedup` (client dedup, own expiry, outlives
-//! trimming), `outbox` (offset = rowid − 1, AUTOINCREMENT so offsets are never reused),
+//! trimming), `outbox` (offset = rowid − 1, AUTOINCREMENT so offsets are never reused; a
+//! fused commit stores only the key of its `message` row — written in the same transaction, and
+//! trimmed only behind the watermark, i.e. after the archiver consumed the entry — while
+//! records appended through [`Outbox::append`] carry the full JSON envelope),
 //! `meta` (consumer positions, the archive watermark).
 
 use std::path::Path;
@@ -13,7 +16,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::clock::SharedClock;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw};
 
-use super::{RECORD_COLUMNS, record_from_row};
+use super::{RECORD_COLUMNS, record_from_row, record_from_row_at};
 use crate::error::{ChatError, Result};
 use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageRecord, RecordKey, Reservation,
@@ -71,7 +74,10 @@ CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE TABLE IF NOT EXISTS outbox (
     rowid INTEGER PRIMARY KEY AUTOINCREMENT,
     appended_at INTEGER NOT NULL,
-    envelope BLOB NOT NULL
+    envelope BLOB,
+    tenant TEXT,
+    conversation_id TEXT,
+    conversation_seq INTEGER
 );
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
@@ -203,6 +209,21 @@ fn append_outbox(conn: &Connection, records: &[MessageRecord], now_ms: i64) -> R
     Ok(())
 }
 
+/// The fused commit's outbox entry: a reference to the `message` row of the same transaction.
+fn append_outbox_ref(conn: &Connection, r: &MessageRecord, now_ms: i64) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO outbox (appended_at, tenant, conversation_id, conversation_seq)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![
+        now_ms,
+        r.tenant,
+        r.conversation_id,
+        r.conversation_seq as i64
+    ])?;
+    Ok(())
+}
+
 fn outbox_offsets(conn: &Connection) -> Result<(u64, u64)> {
     let high: i64 = conn
         .query_row(
@@ -248,7 +269,7 @@ impl FusedCommit for SqliteHot {
                 insert_message(conn, &record, STATE_COMMITTED, trim_score)?;
                 insert_dedup(conn, &record, now + params.dedup_window_ms)?;
                 if with_outbox {
-                    append_outbox(conn, std::slice::from_ref(&record), now)?;
+                    append_outbox_ref(conn, &record, now)?;
                 }
                 Ok(SendOutcome::Committed(record))
             })
@@ -716,19 +737,36 @@ impl Outbox for SqliteHot {
     async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>> {
         self.reads
             .read(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT rowid, envelope FROM outbox WHERE rowid > ?1 ORDER BY rowid LIMIT ?2",
-                )?;
-                let rows = stmt.query_map(params![from as i64, max as i64], |r| {
-                    Ok((r.get::<_, i64>(0)?, r.get::<_, Vec<u8>>(1)?))
-                })?;
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT o.rowid, o.envelope, m.tenant IS NOT NULL,
+                         {}
+                     FROM outbox o LEFT JOIN message m ON m.tenant = o.tenant
+                         AND m.conversation_id = o.conversation_id
+                         AND m.conversation_seq = o.conversation_seq
+                     WHERE o.rowid > ?1 ORDER BY o.rowid LIMIT ?2",
+                    RECORD_COLUMNS
+                        .split(", ")
+                        .map(|c| format!("m.{}", c.trim()))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ))?;
+                let mut rows = stmt.query(params![from as i64, max as i64])?;
                 let mut out = Vec::new();
-                for row in rows {
-                    let (rowid, bytes) = row?;
-                    let record: MessageRecord = serde_json::from_slice(&bytes).map_err(|e| {
-                        ChatError::Corrupt(format!("outbox offset {}: {e}", rowid - 1))
-                    })?;
-                    out.push(((rowid - 1) as u64, record));
+                while let Some(row) = rows.next()? {
+                    let offset = row.get::<_, i64>(0)? - 1;
+                    let envelope: Option<Vec<u8>> = row.get(1)?;
+                    let record = match envelope {
+                        Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
+                            ChatError::Corrupt(format!("outbox offset {offset}: {e}"))
+                        })?,
+                        None if row.get::<_, bool>(2)? => record_from_row_at(row, 3)?,
+                        None => {
+                            return Err(ChatError::Corrupt(format!(
+                                "outbox offset {offset} refers to a message that is no longer in the hot tier"
+                            )));
+                        }
+                    };
+                    out.push((offset as u64, record));
                 }
                 Ok(out)
             })
