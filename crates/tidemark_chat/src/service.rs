@@ -97,8 +97,11 @@ pub struct ChatService {
     metrics: ChatMetrics,
     /// Members per `(tenant, conversation)`: membership never changes, so a SEND checks it
     /// without a store read once the conversation was seen.
-    members: Arc<Mutex<HashMap<(String, String), Arc<[String]>>>>,
+    members: Arc<Mutex<MembersCache>>,
 }
+
+/// `(tenant, conversation_id)` → members.
+type MembersCache = HashMap<(String, String), Arc<[String]>>;
 
 /// Conversations whose members are kept in memory before the cache starts over.
 const MEMBERS_CACHE_MAX: usize = 100_000;
