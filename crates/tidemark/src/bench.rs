@@ -1,14 +1,19 @@
 //! Load generators (`tidemark bench …`): they drive a server over loopback HTTP (or a
 //! subsystem in process) and print figures. Not tests: nothing here asserts a speed.
 //!
-//! Shared pieces: [`load`] (the open-loop driver and its HTTP client) and [`process`] (a
-//! `tidemark serve` child on a free port, its metrics and CPU time).
+//! Shared pieces: [`load`] (the open-loop driver and its HTTP client), [`process`] (a
+//! `tidemark serve` child on a free port, its metrics and CPU time), and here the temp dir of a
+//! run, the machine's load average and the closing summary of bars.
 
 pub mod chat;
+pub mod events;
 pub mod links;
 mod load;
 mod process;
 
+use std::path::Path;
+
+use anyhow::Context;
 use clap::Subcommand;
 
 /// `tidemark bench <what>`.
@@ -18,6 +23,8 @@ pub enum BenchCommand {
     Chat(chat::ChatBenchArgs),
     /// Links: rewrite throughput, render+store rate, link-store insert rate, redirector load.
     Links(links::LinksBenchArgs),
+    /// Events: ingest events/s (JSON, line protocol), rollup of a big day, yearly report latency.
+    Events(events::EventsBenchArgs),
 }
 
 /// Runs the chosen benchmark.
@@ -25,6 +32,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
     match cmd {
         BenchCommand::Chat(args) => chat::run(args).await,
         BenchCommand::Links(args) => links::run(args).await,
+        BenchCommand::Events(args) => events::run(args).await,
     }
 }
 
@@ -50,4 +58,62 @@ where
         })?;
     rx.await
         .map_err(|_| anyhow::anyhow!("the {name} thread panicked"))?
+}
+
+/// A temp dir `tidemark-bench-<name>-…` under `parent` (default: the system temp dir) for the
+/// data of one run; removed when dropped.
+pub(crate) fn temp_root(parent: Option<&Path>, name: &str) -> anyhow::Result<tempfile::TempDir> {
+    let parent = parent.map_or_else(std::env::temp_dir, Path::to_owned);
+    tempfile::Builder::new()
+        .prefix(&format!("tidemark-bench-{name}-"))
+        .tempdir_in(&parent)
+        .with_context(|| format!("creating a temp dir in {}", parent.display()))
+}
+
+/// Bytes of the SQLite database at `db` and of its write-ahead log beside it.
+pub(crate) fn sqlite_bytes(db: &Path) -> u64 {
+    let mut wal = db.as_os_str().to_owned();
+    wal.push("-wal");
+    [db, Path::new(&wal)]
+        .iter()
+        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
+        .sum()
+}
+
+/// `/proc/loadavg`'s 1, 5 and 15 minute figures: other work on the machine disturbs these.
+pub(crate) fn load_average() -> String {
+    std::fs::read_to_string("/proc/loadavg").map_or_else(
+        |_| "-".into(),
+        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
+    )
+}
+
+/// One bar of an issue, for the closing summary.
+#[derive(Debug)]
+pub(crate) struct Bar {
+    /// What is asked, e.g. "redirect ≥ 10000 req/s".
+    pub(crate) name: String,
+    /// What was measured.
+    pub(crate) figure: String,
+    /// `None`: not measured (the run was not of the size the bar is about).
+    pub(crate) pass: Option<bool>,
+}
+
+/// Prints each bar of issue `issue` with PASS / FAIL / NOT MEASURED, and the load average now.
+pub(crate) fn print_summary(issue: u32, bars: &[Bar]) {
+    println!(
+        "\nsummary (bars of issue {issue} on this machine; load average now {}):",
+        load_average()
+    );
+    for b in bars {
+        let verdict = match b.pass {
+            Some(true) => "PASS",
+            Some(false) => "FAIL",
+            None => "NOT MEASURED",
+        };
+        println!("  {verdict:<12} {} — {}", b.name, b.figure);
+    }
+    if bars.is_empty() {
+        println!("  (no part with a bar was run)");
+    }
 }

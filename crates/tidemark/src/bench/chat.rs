@@ -154,11 +154,7 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     if args.conversations == 0 || args.max_in_flight == 0 || args.body_bytes == 0 {
         bail!("--conversations, --max-in-flight and --body-bytes must be positive");
     }
-    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let root = tempfile::Builder::new()
-        .prefix("tidemark-bench-chat-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
+    let root = super::temp_root(args.dir.as_deref(), "chat")?;
 
     let fs = {
         let dir = root.path().to_owned();

@@ -34,6 +34,8 @@ use tidemark_links::rewrite::{RewriteConfig, find_links, pixel_html, splice};
 use tidemark_links::rules::RuleConfig;
 use tidemark_links::service::LinksService;
 
+use super::{Bar, load_average, print_summary, temp_root};
+
 /// The corpus beside the repository (`shared/corpus/emails`), as seen from this crate.
 const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus/emails");
 /// Tenant of the in-process service.
@@ -159,11 +161,7 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         "sizes and rates must be positive, --wrk-connections ≥ --wrk-threads"
     );
     let wants = |p: Part| args.parts.contains(&p);
-    let parent = args.dir.clone().unwrap_or_else(std::env::temp_dir);
-    let root = tempfile::Builder::new()
-        .prefix("tidemark-bench-links-")
-        .tempdir_in(&parent)
-        .with_context(|| format!("creating a temp dir in {}", parent.display()))?;
+    let root = temp_root(args.dir.as_deref(), "links")?;
     let corpus_dir = args
         .corpus
         .clone()
@@ -220,40 +218,9 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         bars.extend(r.bars());
     }
 
-    println!(
-        "\nsummary (bars of issue 3 on this machine; load average now {}):",
-        load_average()
-    );
-    for b in &bars {
-        let verdict = match b.pass {
-            Some(true) => "PASS",
-            Some(false) => "FAIL",
-            None => "NOT MEASURED",
-        };
-        println!("  {verdict:<12} {} — {}", b.name, b.figure);
-    }
-    if bars.is_empty() {
-        println!("  (no part with a bar was run)");
-    }
+    print_summary(3, &bars);
     drop(root);
     Ok(())
-}
-
-/// `/proc/loadavg`'s 1, 5 and 15 minute figures: other work on the machine disturbs these.
-fn load_average() -> String {
-    std::fs::read_to_string("/proc/loadavg").map_or_else(
-        |_| "-".into(),
-        |l| l.split_whitespace().take(3).collect::<Vec<_>>().join(" "),
-    )
-}
-
-/// One bar of the summary.
-#[derive(Debug)]
-struct Bar {
-    name: String,
-    figure: String,
-    /// `None`: not measured.
-    pass: Option<bool>,
 }
 
 fn load_corpus(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {

@@ -1,6 +1,6 @@
 //! A `tidemark serve` child process of a benchmark: this same executable, on a free loopback
 //! port, with its own data directory and environment overrides, its log in a file beside the
-//! data; and what a benchmark reads about it (`/metrics`, CPU time from `/proc`).
+//! data; and what a benchmark reads about it (`/metrics`, CPU time from `/proc`, [`CpuMark`]).
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -208,4 +208,68 @@ pub(super) fn waited_children_ticks() -> Option<u64> {
     let cutime: u64 = fields.next()?.parse().ok()?;
     let cstime: u64 = fields.next()?.parse().ok()?;
     Some(cutime + cstime)
+}
+
+/// CPU used during a run, in cores (1.0 = one core busy).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct Cpu {
+    /// The server process.
+    pub(super) server: Option<f64>,
+    /// This process and the children it waited for (e.g. wrk).
+    pub(super) generator: Option<f64>,
+    /// Everything else on the machine (other work disturbs the figures).
+    pub(super) others: Option<f64>,
+}
+
+/// CPU counters at one instant; [`CpuMark::since`] turns two of them into a [`Cpu`].
+#[derive(Debug)]
+pub(super) struct CpuMark {
+    at: Instant,
+    server: Option<u64>,
+    generator: Option<u64>,
+    machine: Option<u64>,
+}
+
+impl CpuMark {
+    /// The counters now, for the server with process id `pid`.
+    pub(super) fn now(pid: Option<u32>) -> Self {
+        Self {
+            at: Instant::now(),
+            server: pid.and_then(cpu_ticks),
+            generator: cpu_ticks(std::process::id())
+                .and_then(|own| Some(own + waited_children_ticks()?)),
+            machine: machine_busy_ticks(),
+        }
+    }
+
+    /// CPU used from this mark until now.
+    pub(super) fn since(&self, pid: Option<u32>) -> Cpu {
+        let end = Self::now(pid);
+        let wall = (end.at - self.at).as_secs_f64();
+        let cores =
+            |a: Option<u64>, b: Option<u64>| Some((b? - a?) as f64 / clock_ticks_per_sec() / wall);
+        let (server, generator) = (
+            cores(self.server, end.server),
+            cores(self.generator, end.generator),
+        );
+        Cpu {
+            server,
+            generator,
+            others: cores(self.machine, end.machine)
+                .and_then(|all| Some((all - server? - generator?).max(0.0))),
+        }
+    }
+}
+
+impl std::fmt::Display for Cpu {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let opt = |v: Option<f64>| v.map_or_else(|| "-".into(), |v| format!("{v:.2}"));
+        write!(
+            f,
+            "cpu (cores): server {}, generator {}, other processes {}",
+            opt(self.server),
+            opt(self.generator),
+            opt(self.others)
+        )
+    }
 }

@@ -22,10 +22,7 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, call};
-use super::super::process::{
-    ServerProcess, clock_ticks_per_sec, cpu_ticks, machine_busy_ticks, scrape_metrics,
-    waited_children_ticks,
-};
+use super::super::process::{Cpu, CpuMark, ServerProcess, scrape_metrics};
 use super::hit::{HitSplit, bench_hit_split};
 use super::wrk::{self, WrkReport};
 use super::{BAR_P99_MS, BAR_REDIRECTS, Bar, LinksBenchArgs, SUBJECT};
@@ -50,65 +47,6 @@ const TEMPLATE: &str = r#"<!doctype html>
 "#;
 /// Recipients per render call (the API takes up to 10,000).
 const RENDER_CALL: usize = 1_000;
-
-/// CPU used during a run, in cores (1.0 = one core busy).
-#[derive(Debug, Clone, Copy)]
-struct Cpu {
-    server: Option<f64>,
-    /// This process and the children it waited for (wrk).
-    generator: Option<f64>,
-    /// Everything else on the machine (other work disturbs the figures).
-    others: Option<f64>,
-}
-
-#[derive(Debug)]
-struct CpuMark {
-    at: Instant,
-    server: Option<u64>,
-    generator: Option<u64>,
-    machine: Option<u64>,
-}
-
-impl CpuMark {
-    fn now(pid: Option<u32>) -> Self {
-        Self {
-            at: Instant::now(),
-            server: pid.and_then(cpu_ticks),
-            generator: cpu_ticks(std::process::id())
-                .and_then(|own| Some(own + waited_children_ticks()?)),
-            machine: machine_busy_ticks(),
-        }
-    }
-
-    fn since(&self, pid: Option<u32>) -> Cpu {
-        let end = Self::now(pid);
-        let wall = (end.at - self.at).as_secs_f64();
-        let cores =
-            |a: Option<u64>, b: Option<u64>| Some((b? - a?) as f64 / clock_ticks_per_sec() / wall);
-        let (server, generator) = (
-            cores(self.server, end.server),
-            cores(self.generator, end.generator),
-        );
-        Cpu {
-            server,
-            generator,
-            others: cores(self.machine, end.machine)
-                .and_then(|all| Some((all - server? - generator?).max(0.0))),
-        }
-    }
-}
-
-impl std::fmt::Display for Cpu {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "cpu (cores): server {}, generator {}, other processes {}",
-            opt(self.server),
-            opt(self.generator),
-            opt(self.others)
-        )
-    }
-}
 
 #[derive(Debug)]
 enum WrkOutcome {

@@ -146,10 +146,7 @@ pub(super) async fn bench_insert(
     }
     let wall = start.elapsed().as_secs_f64();
     drop(store);
-    let db_bytes = ["links.db", "links.db-wal"]
-        .iter()
-        .map(|f| std::fs::metadata(dir.join(f)).map_or(0, |m| m.len()))
-        .sum();
+    let db_bytes = super::super::sqlite_bytes(&dir.join("links.db"));
     Ok(InsertFigures {
         rows,
         batch: args.insert_batch,

@@ -1,5 +1,3 @@
-use std::time::Instant;
-
 use super::*;
 
 fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
@@ -183,68 +181,5 @@ async fn kinds_no_longer_configured_still_report() {
             report_row(1, "phone_reveal", 4, 4),
             report_row(1, "view", 1, 1)
         ]
-    );
-}
-
-/// The report bar of the issue: an account with 900 listings over a year of `listing_daily`
-/// (≈ 330,000 of its rows) among nine other such accounts. Prints p50/p99; run with
-/// `cargo test -p tidemark_events --release -- --ignored --nocapture report_latency`.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "measurement; prints figures"]
-async fn report_latency_900_listings_over_a_year() {
-    let (_dir, s) = open();
-    let accounts = 10i64;
-    let per_account = 900i64;
-    let pairs: Vec<(i64, i64)> = (0..accounts * per_account)
-        // Interleaved ids: an account's listings are spread over the whole key space.
-        .map(|i| (1_000_000 + i * 7919 % 9_000_001, i % accounts))
-        .collect();
-    s.put_listings("demo", &pairs).await.unwrap();
-    let last = UtcDay::parse("2026-11-29").unwrap();
-    let first = last.plus(-365);
-    let t = Instant::now();
-    for d in 0..366 {
-        let day = first.plus(d);
-        let rows = pairs
-            .iter()
-            .flat_map(|&(l, _)| {
-                let mut v = vec![row(l, "view", 20 + (l as u64 + d as u64) % 30, 10)];
-                if (l + i64::from(d)) % 10 == 0 {
-                    v.push(row(l, "click", 2, 1));
-                }
-                v
-            })
-            .collect();
-        s.upsert_day(day, rows).await.unwrap();
-    }
-    let load = t.elapsed();
-    let mut lat = Vec::new();
-    // listing_daily rows of account 0 in the period: one view a day, a click every tenth day.
-    let account_rows: usize = (0..366i64)
-        .map(|d| {
-            pairs
-                .iter()
-                .filter(|&&(_, a)| a == 0)
-                .map(|&(l, _)| 1 + usize::from((l + d) % 10 == 0))
-                .sum::<usize>()
-        })
-        .sum();
-    for i in 0..200 {
-        let t = Instant::now();
-        let r = s
-            .report("demo", i % accounts, first, last, None)
-            .await
-            .unwrap();
-        lat.push(t.elapsed());
-        assert_eq!(r.len(), 1800);
-    }
-    lat.sort();
-    println!(
-        "loaded 366 days × {} listings in {load:.1?}; report of 900 listings × 366 days ({} rows summed into 1800): p50 {:.1?} p99 {:.1?} max {:.1?}",
-        pairs.len(),
-        account_rows,
-        lat[100],
-        lat[197],
-        lat[199]
     );
 }
