@@ -15,7 +15,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tidemark_chat::metrics::ChatMetrics;
 use tidemark_chat::{ChatService, ChatStores};
 use tidemark_core::clock::{SharedClock, SystemClock};
-use tidemark_core::http::{ApiError, ApiKeys, require_tenant};
+use tidemark_core::http::{ApiError, ApiKeys, json_errors, require_tenant};
 use tidemark_events::http::EventsHttp;
 use tidemark_events::report_http::AnalyticsHttp;
 use tidemark_events::rollup::RollupService;
@@ -167,6 +167,7 @@ fn router(
         .merge(tidemark_events::dashboard::public_router())
         .merge(ops_routes)
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(axum::middleware::from_fn(json_errors))
 }
 
 async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {

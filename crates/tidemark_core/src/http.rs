@@ -203,6 +203,46 @@ pub async fn require_tenant(
     Ok(next.run(req).await)
 }
 
+/// Middleware for the whole router: an error answer that is not JSON yet — produced by the
+/// framework before a handler runs (405 wrong method, 400 undecodable path segment, 413 …) —
+/// is replaced by the same status with the `{"error": {...}}` body, so every 4xx/5xx is JSON.
+pub async fn json_errors(req: Request, next: Next) -> Response {
+    let resp = next.run(req).await;
+    let status = resp.status();
+    let is_json = resp
+        .headers()
+        .get(axum::http::header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
+    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        return resp;
+    }
+    let (parts, body) = resp.into_parts();
+    let text = axum::body::to_bytes(body, 4096)
+        .await
+        .map(|b| String::from_utf8_lossy(&b).trim().to_owned())
+        .unwrap_or_default();
+    let code = match status {
+        StatusCode::METHOD_NOT_ALLOWED => "method_not_allowed",
+        StatusCode::NOT_FOUND => "not_found",
+        StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
+        StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        s if s.is_server_error() => "internal",
+        _ => "bad_request",
+    };
+    let message = if text.is_empty() {
+        status.canonical_reason().unwrap_or("error").to_owned()
+    } else {
+        text
+    };
+    let mut out = ApiError::new(status, code, message).into_response();
+    if let Some(allow) = parts.headers.get(axum::http::header::ALLOW) {
+        out.headers_mut()
+            .insert(axum::http::header::ALLOW, allow.clone());
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -38,6 +38,8 @@ pub fn ingest_router(state: EventsHttp) -> Router {
         .route("/api/v2/write", post(write))
         .route("/write", post(write))
         .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        // `Content-Encoding: gzip`, as Telegraf and the InfluxDB clients can send.
+        .layer(tower_http::decompression::RequestDecompressionLayer::new())
         .with_state(state)
 }
 

@@ -200,6 +200,9 @@ fn point_event(
     let mut kind = None;
     for (k, v) in p.tags {
         if k == schema.tag {
+            if kind.is_some() {
+                return Err(format!("tag `{k}` given twice"));
+            }
             kind = Some(v);
         } else if schema.fields.contains_key(&k) {
             return Err(format!(
@@ -230,6 +233,21 @@ fn finish(events: Vec<Event>, bad: Vec<BadLine>) -> Result<Vec<Event>, IngestErr
         return Err(IngestError::Request("the batch holds no events".into()));
     }
     Ok(events)
+}
+
+/// How far in the future an event may be stamped (clock skew of producers): one day.
+pub const MAX_FUTURE_MS: i64 = 86_400_000;
+
+/// Event times must lie in `[1970-01-01, now + 1 day]`: any age of history is accepted, but
+/// not times before the Unix epoch or far in the future (whose day would never close).
+fn check_time(time_ms: i64, now_ms: i64) -> Result<(), String> {
+    if (0..=now_ms.saturating_add(MAX_FUTURE_MS)).contains(&time_ms) {
+        Ok(())
+    } else {
+        Err(format!(
+            "time {time_ms} (Unix ms) is outside the accepted range: from 1970-01-01 to one day after now"
+        ))
+    }
 }
 
 /// Checks events and appends them to the raw tier.
@@ -272,6 +290,7 @@ impl Ingest {
                 self.cfg
                     .schema
                     .check_kind(&e.kind)
+                    .and_then(|()| check_time(e.time_ms, now_ms))
                     .err()
                     .map(|error| BadLine { line: i + 1, error })
             })
@@ -302,6 +321,16 @@ mod tests {
         a.listing_id = Some(7);
         let b = a.clone();
         assert_eq!(ingest.record(vec![a.clone(), b], t).await.unwrap(), 2);
+        for wild in [-1, i64::MAX, t + MAX_FUTURE_MS + 1] {
+            let err = ingest
+                .record(vec![Event::new("view", wild)], t)
+                .await
+                .unwrap_err();
+            assert!(
+                err.to_string().contains("outside the accepted range"),
+                "{err}"
+            );
+        }
         let bad = Event::new("purchase", t);
         let err = ingest.record(vec![a.clone(), bad], t).await.unwrap_err();
         assert!(
@@ -359,10 +388,11 @@ mod tests {
         // The same timestamp without precision=ms is nanoseconds: a different instant.
         let ev = decode_line_protocol(&s, body, Precision::Ns, 0).unwrap();
         assert_eq!(ev[0].time_ms, 1_717_430);
-        let bad = "listing_event,event=view,user_id=u1 count=1i\nlisting_event,event=buy count=1i\nother,event=view count=1i\nlisting_event,event=view count=\"1\"\nlisting_event,event=view,region=eu count=1i\n";
+        let bad = "listing_event,event=view,user_id=u1 count=1i\nlisting_event,event=buy count=1i\nother,event=view count=1i\nlisting_event,event=view count=\"1\"\nlisting_event,event=view,region=eu count=1i\nlisting_event,event=view,event=click count=1i\n";
         match decode_line_protocol(&s, bad, Precision::Ns, 0) {
             Err(IngestError::Invalid(b)) => {
-                assert_eq!(b.len(), 5);
+                assert_eq!(b.len(), 6);
+                assert!(b[5].error.contains("given twice"), "{}", b[5].error);
                 assert!(
                     b[0].error.contains("`user_id` is a field, never a tag"),
                     "{}",

@@ -124,8 +124,11 @@ impl Schema {
             (FieldType::String, v @ FieldValue::Str(_))
             | (FieldType::Int, v @ FieldValue::Int(_))
             | (FieldType::Float, v @ FieldValue::Float(_))
-            | (FieldType::Bool, v @ FieldValue::Bool(_))
-            | (FieldType::Id, v @ FieldValue::Int(_)) => Ok(v),
+            | (FieldType::Bool, v @ FieldValue::Bool(_)) => Ok(v),
+            (FieldType::Id, FieldValue::Int(i)) if i >= 0 => Ok(FieldValue::Int(i)),
+            (FieldType::Id, FieldValue::Int(i)) => {
+                Err(format!("field `{name}` must be a non-negative id, got {i}"))
+            }
             (FieldType::Float, FieldValue::Int(i)) => Ok(FieldValue::Float(i as f64)),
             (FieldType::Id, FieldValue::Str(s)) => s
                 .parse::<i64>()
@@ -162,6 +165,11 @@ mod tests {
             s.check_field("count", FieldValue::Str("1".into()))
                 .unwrap_err()
                 .contains("declared int")
+        );
+        assert!(
+            s.check_field("listing_id", FieldValue::Int(-1))
+                .unwrap_err()
+                .contains("non-negative")
         );
         assert!(
             s.check_field("colour", FieldValue::Int(1))

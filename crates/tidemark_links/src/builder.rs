@@ -66,6 +66,8 @@ pub struct Builder<'a> {
     pub track_base: &'a str,
     /// The mailing.
     pub mailing_id: &'a str,
+    /// Most tracked links in one message.
+    pub max_links: usize,
 }
 
 impl Builder<'_> {
@@ -105,6 +107,13 @@ impl Builder<'_> {
     ) -> Result<BuiltMessage, String> {
         let rendered = self.template.render(&r.fields)?;
         let found = find_links(&rendered.html, self.rewrite).map_err(|e| e.to_string())?;
+        if found.len() > self.max_links {
+            return Err(format!(
+                "too many links ({} > {} per message)",
+                found.len(),
+                self.max_links
+            ));
+        }
         let mut replacements = Vec::with_capacity(found.len());
         let record = |id: String, url: String, position: Option<u32>, kind: LinkKind| LinkRecord {
             link_id: id,

@@ -21,6 +21,11 @@ pub struct LinksConfig {
     pub track_images: bool,
     /// Most recipients per render/send call (default 10,000).
     pub max_recipients: usize,
+    /// Largest mailing template in bytes (default 1 MiB).
+    pub max_template_bytes: usize,
+    /// Most tracked links in one message (default 500); a recipient whose message would have
+    /// more is skipped with a reason, a template that has more is refused.
+    pub max_links_per_message: usize,
     /// 128-bit secret of the id check, 32 hex digits. Default: generated once and kept in
     /// `<data_dir>/links/id.key`. Ids made with another secret are rejected.
     pub id_secret: Option<String>,
@@ -41,6 +46,8 @@ impl Default for LinksConfig {
             retention_days: 180,
             track_images: false,
             max_recipients: 10_000,
+            max_template_bytes: 1024 * 1024,
+            max_links_per_message: 500,
             id_secret: None,
             listing_path_prefix: "/item/".into(),
             unsubscribe_markers: crate::rules::RuleConfig::default().unsubscribe_markers,

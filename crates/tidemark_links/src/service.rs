@@ -223,7 +223,23 @@ impl LinksService {
         lettre::Address::from_str(from.trim()).map_err(|e| {
             LinksError::Invalid(format!("from {from:?} is not an email address: {e}"))
         })?;
+        if html.len() > self.cfg.max_template_bytes {
+            return Err(LinksError::Invalid(format!(
+                "html is {} bytes; the limit is {} (links.max_template_bytes)",
+                html.len(),
+                self.cfg.max_template_bytes
+            )));
+        }
         MailTemplate::compile(html, subject)?;
+        let links = crate::rewrite::find_links(html, &self.rewrite)
+            .map_err(|e| LinksError::Invalid(e.to_string()))?
+            .len();
+        if links > self.cfg.max_links_per_message {
+            return Err(LinksError::Invalid(format!(
+                "the template has {links} trackable links; the limit is {} (links.max_links_per_message)",
+                self.cfg.max_links_per_message
+            )));
+        }
         let mailing = Mailing {
             mailing_id: uuid::Uuid::now_v7().to_string(),
             tenant: tenant.to_owned(),
@@ -284,6 +300,7 @@ impl LinksService {
         let (m, codec, rewrite) = (mailing.clone(), self.codec.clone(), self.rewrite.clone());
         let base = self.cfg.track_base.trim_end_matches('/').to_owned();
         let now = self.clock.now_ms();
+        let max_links = self.cfg.max_links_per_message;
         let build = tokio::task::spawn_blocking(move || -> Result<Build> {
             let template = MailTemplate::compile(&m.html, &m.subject)?;
             let builder = Builder {
@@ -292,6 +309,7 @@ impl LinksService {
                 codec: &codec,
                 track_base: &base,
                 mailing_id: &m.mailing_id,
+                max_links,
             };
             Ok(builder.build(&recipients, &suppressed, now))
         })

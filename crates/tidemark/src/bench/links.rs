@@ -549,6 +549,7 @@ async fn bench_render(
             codec: &codec,
             track_base: TRACK_BASE,
             mailing_id: &mid2,
+            max_links: usize::MAX,
         };
         let t = Instant::now();
         let now = tidemark_core::clock::Clock::now_ms(&SystemClock);

@@ -1,0 +1,129 @@
+//! Inputs a new user tried in order to break the server: every error answer is JSON, events
+//! outside the accepted time range are refused, gzip line protocol is accepted.
+
+mod common;
+
+use std::io::Write;
+
+use common::*;
+use serde_json::Value;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn framework_errors_are_json_too() {
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    for (method, path, status, code) in [
+        (
+            reqwest::Method::DELETE,
+            "/v1/events",
+            405,
+            "method_not_allowed",
+        ),
+        (
+            reqwest::Method::GET,
+            "/v1/conversations/%FF/messages",
+            400,
+            "bad_request",
+        ),
+        (reqwest::Method::GET, "/c/%FF", 400, "bad_request"),
+    ] {
+        let r = c
+            .request(method.clone(), server.url(path))
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "{method} {path}");
+        let v: Value = r.json().await.unwrap_or(Value::Null);
+        assert_eq!(v["error"]["code"], code, "{method} {path}: {v}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn event_times_are_bounded_and_gzip_is_accepted() {
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    let write = server.url("/api/v2/write?org=o&bucket=b&precision=ms");
+    for ts in ["9223372036854775807", "-1", "253402300800000"] {
+        let body = format!("listing_event,event=view listing_id=\"1\" {ts}");
+        let r = c
+            .post(&write)
+            .header("authorization", "Token dev-key")
+            .body(body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{ts}");
+        let v: Value = r.json().await.unwrap();
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap()
+                .contains("outside the accepted range"),
+            "{v}"
+        );
+    }
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    gz.write_all(b"listing_event,event=view listing_id=\"48213\",count=1i 1717430400123\n")
+        .unwrap();
+    let r = c
+        .post(&write)
+        .header("authorization", "Token dev-key")
+        .header("content-encoding", "gzip")
+        .body(gz.finish().unwrap())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    let conn = rusqlite::Connection::open(server.dir.join("events/raw.db")).unwrap();
+    let days: Vec<i64> = conn
+        .prepare("SELECT day FROM raw_day")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(
+        days,
+        vec![19877],
+        "only the gzip batch's day (2024-06-03) was stored"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn templates_and_messages_are_bounded() {
+    let server = TestServer::start(&[("TIDEMARK_LINKS__MAX_LINKS_PER_MESSAGE", "3")]).await;
+    let c = client();
+    let link = r#"<a href="https://ex.com/">x</a>"#;
+    let huge = "x".repeat(1024 * 1024 + 1);
+    for html in [link.repeat(4), huge] {
+        let (st, v) = call(
+            &c,
+            reqwest::Method::POST,
+            &server.url("/v1/mailings"),
+            Some(serde_json::json!({"subject": "s", "from": "a@b.example", "html": html})),
+        )
+        .await;
+        assert_eq!(st, 400, "{v}");
+    }
+    // Merge fields can add links per recipient: that recipient is skipped, the others rendered.
+    let (st, v) = call(&c, reqwest::Method::POST, &server.url("/v1/mailings"), Some(serde_json::json!({"subject": "s", "from": "a@b.example", "html": format!("{link}{{{{{{ extra }}}}}}")}))).await;
+    assert_eq!(st, 201, "{v}");
+    let mid = v["mailing_id"].as_str().unwrap();
+    let (st, v) = call(
+        &c,
+        reqwest::Method::POST,
+        &server.url(&format!("/v1/mailings/{mid}/render")),
+        Some(serde_json::json!({"recipients": [
+            {"email": "a@x.com", "fields": {"extra": ""}},
+            {"email": "b@x.com", "fields": {"extra": link.repeat(3)}}
+        ]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["messages"].as_array().unwrap().len(), 1);
+    assert_eq!(
+        v["skipped"][0]["reason"],
+        "too many links (4 > 3 per message)"
+    );
+}
