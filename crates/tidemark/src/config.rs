@@ -35,6 +35,9 @@ pub struct Config {
     pub data_dir: PathBuf,
     /// Tenants and their API keys (default: `demo` with key `dev-key`).
     pub tenants: Vec<TenantConfig>,
+    /// A connection must send its request headers within this time (default 30 s).
+    #[serde(with = "humantime_serde")]
+    pub header_read_timeout: std::time::Duration,
     /// Chat settings (`[chat]`).
     pub chat: ChatConfig,
     /// Link tracking settings (`[links]`).
@@ -52,6 +55,7 @@ impl Default for Config {
                 name: "demo".into(),
                 key: DEFAULT_DEV_KEY.into(),
             }],
+            header_read_timeout: std::time::Duration::from_secs(30),
             chat: ChatConfig::default(),
             links: LinksConfig::default(),
             events: EventsConfig::default(),

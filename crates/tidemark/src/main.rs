@@ -13,6 +13,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
 
   listen                       TIDEMARK_LISTEN                 default 127.0.0.1:8080
   data_dir                     TIDEMARK_DATA_DIR               default ./data
+  header_read_timeout          TIDEMARK_HEADER_READ_TIMEOUT    default 30s
   tenants = [{name, key}]      TIDEMARK_TENANTS='[{name=\"demo\",key=\"...\"}]'
                                                                default demo / dev-key (loopback only)
   [chat] mode                  TIDEMARK_CHAT__MODE             tiered | hot-only | sync-archive

@@ -122,9 +122,7 @@ pub async fn run(
         Ops { registry, chat },
     );
     tracing::info!(listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
-    axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await?;
+    serve_http(listener, app, config.header_read_timeout, shutdown).await;
     tracing::info!("stopped accepting; stopping workers");
     cancel.cancel();
     while workers.join_next().await.is_some() {}
@@ -167,7 +165,61 @@ fn router(
         .merge(tidemark_events::dashboard::public_router())
         .merge(ops_routes)
         .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_READ_TIMEOUT,
+        ))
         .layer(axum::middleware::from_fn(json_errors))
+}
+
+/// A request body must arrive within this time.
+pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
+/// How long a graceful stop waits for in-flight requests.
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The HTTP/1.1 accept loop: like `axum::serve`, plus a header read timeout (slow-loris
+/// defence); on `shutdown` it stops accepting and waits (up to [`DRAIN_TIMEOUT`]) for in-flight
+/// requests.
+async fn serve_http(
+    listener: TcpListener,
+    app: Router,
+    header_read_timeout: Duration,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) {
+    let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    tokio::pin!(shutdown);
+    loop {
+        let stream = tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => stream,
+                Err(error) => {
+                    // E.g. out of file descriptors: back off instead of spinning.
+                    tracing::warn!(%error, "accept failed");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    continue;
+                }
+            },
+            () = &mut shutdown => break,
+        };
+        let _ = stream.set_nodelay(true);
+        let service = hyper_util::service::TowerToHyperService::new(app.clone());
+        let conn = hyper::server::conn::http1::Builder::new()
+            .timer(hyper_util::rt::TokioTimer::new())
+            .header_read_timeout(header_read_timeout)
+            .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
+        let conn = graceful.watch(conn);
+        tokio::spawn(async move {
+            if let Err(error) = conn.await {
+                tracing::debug!(%error, "connection ended with an error");
+            }
+        });
+    }
+    drop(listener);
+    tokio::select! {
+        () = graceful.shutdown() => {}
+        () = tokio::time::sleep(DRAIN_TIMEOUT) => {
+            tracing::warn!("in-flight requests still running after the drain timeout");
+        }
+    }
 }
 
 async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {

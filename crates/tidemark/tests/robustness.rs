@@ -127,3 +127,30 @@ async fn templates_and_messages_are_bounded() {
         "too many links (4 > 3 per message)"
     );
 }
+
+/// A client that never finishes its headers (slow loris) is cut off after the header read
+/// timeout, and the server keeps answering others.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_never_finishes_its_headers_is_cut_off() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(&[("TIDEMARK_HEADER_READ_TIMEOUT", "1s")]).await;
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let mut slow = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    slow.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut buf = Vec::new();
+    let read = tokio::time::timeout(
+        std::time::Duration::from_secs(5),
+        slow.read_to_end(&mut buf),
+    )
+    .await;
+    assert!(read.is_ok(), "the connection was not closed within 5 s");
+    assert!(
+        buf.is_empty() || buf.starts_with(b"HTTP/1.1 408"),
+        "{}",
+        String::from_utf8_lossy(&buf)
+    );
+    let r = client().get(server.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
