@@ -105,6 +105,15 @@ pub async fn pull_history(
     })
 }
 
+/// An unread count and the latest seq it was counted against (read atomically with F).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct UnreadCount {
+    /// Messages in `(read_seq, latest_seq]` not sent by the user.
+    pub unread: u64,
+    /// The conversation's latest seq at the time of the hot read.
+    pub latest_seq: u64,
+}
+
 /// Unread count for `user`: messages in `(read_seq, latest]` not sent by `user`, over both tiers.
 pub async fn unread_count(
     hot: &dyn HotStore,
@@ -114,7 +123,7 @@ pub async fn unread_count(
     user: &str,
     read_seq: u64,
     now_ms: i64,
-) -> Result<u64> {
+) -> Result<UnreadCount> {
     let h = hot
         .hot_unread(tenant, conversation_id, user, read_seq, now_ms)
         .await?;
@@ -135,7 +144,10 @@ pub async fn unread_count(
             lo = hi + 1;
         }
     }
-    Ok(unread)
+    Ok(UnreadCount {
+        unread,
+        latest_seq: h.latest_seq,
+    })
 }
 
 /// Archive records in `[lo, hi]`, ascending, checked: each index entry must have its record.

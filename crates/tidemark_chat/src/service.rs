@@ -106,6 +106,18 @@ type MembersCache = HashMap<(String, String), Arc<[String]>>;
 /// Conversations whose members are kept in memory before the cache starts over.
 const MEMBERS_CACHE_MAX: usize = 100_000;
 
+/// [`ChatError::NotMember`] unless `user` is one of `members`.
+fn require_member(members: &[String], user: &str, conversation_id: &str) -> Result<()> {
+    if members.iter().any(|m| m == user) {
+        Ok(())
+    } else {
+        Err(ChatError::NotMember {
+            user: user.to_owned(),
+            conversation_id: conversation_id.to_owned(),
+        })
+    }
+}
+
 fn check_id(what: &str, v: &str) -> Result<()> {
     if v.trim().is_empty() {
         return Err(ChatError::Invalid(format!("{what} must not be empty")));
@@ -165,14 +177,7 @@ impl ChatService {
                 m
             }
         };
-        if members.iter().any(|m| m == sender) {
-            Ok(())
-        } else {
-            Err(ChatError::NotMember {
-                user: sender.to_owned(),
-                conversation_id: conversation_id.to_owned(),
-            })
-        }
+        require_member(&members, sender, conversation_id)
     }
 
     /// The configuration in force.
@@ -226,12 +231,7 @@ impl ChatService {
         user: &str,
     ) -> Result<ConversationMeta> {
         let conv = self.conversation(tenant, conversation_id).await?;
-        if !conv.members.iter().any(|m| m == user) {
-            return Err(ChatError::NotMember {
-                user: user.to_owned(),
-                conversation_id: conversation_id.to_owned(),
-            });
-        }
+        require_member(&conv.members, user, conversation_id)?;
         Ok(conv)
     }
 
@@ -332,6 +332,7 @@ impl ChatService {
             self.clock.now_ms(),
         )
         .await
+        .map(|c| c.unread)
     }
 
     /// The user's conversations with latest seq and unread count (fails whole if any count
@@ -345,7 +346,8 @@ impl ChatService {
         let now = self.clock.now_ms();
         let mut out = Vec::new();
         for m in self.stores.hot.memberships(tenant, user).await? {
-            let unread = reads::unread_count(
+            // One atomic hot read gives both the count and the latest seq it is against.
+            let count = reads::unread_count(
                 self.stores.hot.as_ref(),
                 self.stores.archive.as_deref(),
                 tenant,
@@ -355,14 +357,10 @@ impl ChatService {
                 now,
             )
             .await?;
-            let latest_seq = self
-                .conversation(tenant, &m.conversation_id)
-                .await?
-                .latest_seq;
             out.push(ConversationSummary {
                 conversation_id: m.conversation_id,
-                latest_seq,
-                unread,
+                latest_seq: count.latest_seq,
+                unread: count.unread,
             });
         }
         Ok(out)
