@@ -19,7 +19,9 @@ pub struct Event {
     pub session_id: Option<String>,
     /// The page.
     pub page_url: Option<String>,
-    /// How many occurrences this row stands for (default 1).
+    /// The `count` field as the producer sent it (default 1; the seed's writer sends `1i`).
+    /// Stored and archived as is; the daily rollup counts rows, as seed 002's job does, not
+    /// this value.
     pub count: i64,
     /// Other declared fields (e.g. `email`, `mailing_id`, `position`, `ua_class`, `bot`).
     pub fields: serde_json::Map<String, serde_json::Value>,
