@@ -6,6 +6,8 @@
 //! - [`sqlite`]: the embedded engine. Every write goes through one [`sqlite::GroupWriter`]
 //!   thread that runs many callers' jobs in one transaction and one fsync (group commit) and
 //!   answers each caller only after that fsync; reads use a pool of read-only connections.
+//! - [`mysql`]: the production relational engine (MariaDB / MySQL): one way to open a pool from
+//!   a URL, and scratch databases for tests.
 //! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, the JSON body extractor that
 //!   turns every bad body into such a 4xx, and per-tenant API-key auth.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
@@ -13,6 +15,7 @@
 pub mod clock;
 pub mod day;
 pub mod http;
+pub mod mysql;
 pub mod sqlite;
 pub mod timefmt;
 
