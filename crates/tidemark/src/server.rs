@@ -71,6 +71,10 @@ pub async fn run(
         ),
         schema: config.events.schema.clone(),
     };
+    // Issue 5 wiring: a conversation's first message about a listing is one `contact` event.
+    let chat = chat.with_contact_sink(Arc::new(crate::wiring::ContactEvents {
+        ingest: ingest.clone(),
+    }));
     let mut links_cfg = config.links.clone();
     if links_cfg.track_base.is_empty() {
         links_cfg.track_base = format!("http://{}", listener.local_addr()?);
@@ -113,6 +117,7 @@ pub async fn run(
     ));
     let pool = Arc::clone(links.pool());
     let links_for_shutdown = links.clone();
+    let chat_for_shutdown = chat.clone();
     let app = router(
         chat.clone(),
         links,
@@ -126,6 +131,7 @@ pub async fn run(
     tracing::info!("stopped accepting; stopping workers");
     cancel.cancel();
     while workers.join_next().await.is_some() {}
+    chat_for_shutdown.drain_contacts().await;
     links_for_shutdown.drain_events().await;
     drop(links_for_shutdown);
     match Arc::try_unwrap(pool) {
