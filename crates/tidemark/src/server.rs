@@ -167,6 +167,7 @@ fn router(
         .with_state(ops);
     Router::new()
         .merge(v1)
+        .merge(crate::openapi::router())
         .merge(tidemark_links::http::public_router(links))
         .merge(tidemark_events::dashboard::public_router())
         .merge(ops_routes)

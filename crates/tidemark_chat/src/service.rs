@@ -254,6 +254,14 @@ impl ChatService {
                 new.members.len()
             )));
         }
+        if let Some(l) = new.listing_id
+            && i64::try_from(l).is_err()
+        {
+            return Err(ChatError::Invalid(format!(
+                "listing_id {l} is out of range (at most {})",
+                i64::MAX
+            )));
+        }
         let mut seen = std::collections::HashSet::new();
         for m in &new.members {
             check_id("member", m)?;
