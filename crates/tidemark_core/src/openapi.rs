@@ -4,12 +4,12 @@
 //! are particular to them (201, 404 unknown conversation, 409 `raw_gone`, …); the answers every
 //! operation has are added once, by [`V1Conventions`], to the merged document:
 //!
-//! - the bearer-key security requirement and its 401 answer (unless an operation declares its
-//!   own security, as the document itself does: it is served without a key);
+//! - the bearer-key security requirement and its 401 answer;
 //! - 400 (a path segment or query that does not parse, a value out of range) and 503 (a store
 //!   could not be reached; nothing was acknowledged).
 //!
-//! Operations with a JSON body list [`JsonBodyErrors`] (400/413/415/422 from the extractor).
+//! An operation that declares its own security (the document itself, served without a key) is
+//! left as it is. Operations with a JSON body list [`JsonBodyErrors`] (400/413/415/422 from the extractor).
 //! Every error answer has the [`ErrorBody`] schema.
 
 use std::collections::BTreeMap;
@@ -65,8 +65,9 @@ impl IntoResponses for JsonBodyErrors {
 }
 
 /// Adds what every `/v1` operation has in common to a merged document: the [`ErrorBody`]
-/// schemas, the bearer security scheme, and per operation the bearer requirement with its 401
-/// answer, 400 and 503. Answers an operation documents itself are kept as they are.
+/// schemas, the bearer security scheme, and to every `/v1` operation that does not declare its
+/// own security the bearer requirement with its 401 answer, 400 and 503. Answers an operation
+/// documents itself are kept as they are.
 #[derive(Debug, Clone, Copy)]
 pub struct V1Conventions;
 
@@ -104,15 +105,17 @@ impl Modify for V1Conventions {
                 &mut item.trace,
             ];
             for op in ops.into_iter().flatten() {
-                let responses = &mut op.responses.responses;
-                if op.security.is_none() {
-                    op.security = Some(vec![SecurityRequirement::new::<_, _, &str>(BEARER, [])]);
-                    responses.entry("401".into()).or_insert_with(|| {
-                        RefOr::T(error_response(
-                            "No `Authorization: Bearer <key>` header, or an unknown key (`unauthorized`)",
-                        ))
-                    });
+                if op.security.is_some() {
+                    // Declares its own security, e.g. the document itself: left as it is.
+                    continue;
                 }
+                op.security = Some(vec![SecurityRequirement::new::<_, _, &str>(BEARER, [])]);
+                let responses = &mut op.responses.responses;
+                responses.entry("401".into()).or_insert_with(|| {
+                    RefOr::T(error_response(
+                        "No `Authorization: Bearer <key>` header, or an unknown key (`unauthorized`)",
+                    ))
+                });
                 responses.entry("400".into()).or_insert_with(|| {
                     RefOr::T(error_response(
                         "Bad request: a path segment or query parameter is invalid (`bad_request`)",
@@ -165,7 +168,9 @@ mod tests {
         assert_eq!(codes, ["200", "400", "401", "503"]);
         assert_eq!(x["responses"]["400"]["description"], "own 400");
         let open = &v["paths"]["/v1/open"]["get"];
-        assert!(open["responses"].get("401").is_none(), "{open}");
+        let codes: Vec<&String> = open["responses"].as_object().unwrap().keys().collect();
+        assert_eq!(codes, ["200", "400"], "{open}");
+        assert_eq!(open["security"], serde_json::json!([{}]));
         assert!(v["paths"]["/healthz"]["get"]["responses"]["503"].is_null());
         assert_eq!(
             v["components"]["securitySchemes"]["bearer"]["scheme"],
