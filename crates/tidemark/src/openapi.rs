@@ -30,8 +30,9 @@ struct MetaApi;
 async fn openapi_json() {}
 
 /// The merged document: every `/v1` operation of chat, links and events, plus this document's
-/// own route.
-pub fn document() -> utoipa::openapi::OpenApi {
+/// own route. `kinds` is the configured closed set of event kinds (`[events] kinds`): the
+/// `kind` of an event and of a report filter is one of them.
+pub fn document(kinds: &[String]) -> utoipa::openapi::OpenApi {
     let mut api = MetaApi::openapi();
     api.merge(tidemark_chat::http::ChatApi::openapi());
     api.merge(tidemark_links::http::LinksApi::openapi());
@@ -47,12 +48,47 @@ pub fn document() -> utoipa::openapi::OpenApi {
         .license(Some(utoipa::openapi::License::new("MIT")))
         .build();
     V1Conventions.modify(&mut api);
+    set_event_kinds(&mut api, kinds);
     api
 }
 
-/// `GET /v1/openapi.json`, the document rendered once.
-pub fn router() -> Router {
-    let body = document()
+/// The configured kinds as the enum of an event's `kind` and of the report's `kind` filter.
+fn set_event_kinds(api: &mut utoipa::openapi::OpenApi, kinds: &[String]) {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    let kind_schema = || {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(kinds.iter().cloned()))
+            .build()
+    };
+    let event = api
+        .components
+        .as_mut()
+        .and_then(|c| c.schemas.get_mut("EventJson"));
+    if let Some(RefOr::T(Schema::Object(event))) = event
+        && let Some(kind) = event.properties.get_mut("kind")
+    {
+        let description = match kind {
+            RefOr::T(Schema::Object(o)) => o.description.clone(),
+            _ => None,
+        };
+        let mut schema = kind_schema();
+        schema.description = description;
+        *kind = RefOr::T(Schema::Object(schema));
+    }
+    if let Some(item) = api.paths.paths.get_mut("/v1/accounts/{aid}/report")
+        && let Some(op) = item.get.as_mut()
+        && let Some(params) = op.parameters.as_mut()
+        && let Some(kind) = params.iter_mut().find(|p| p.name == "kind")
+    {
+        kind.schema = Some(RefOr::T(Schema::Object(kind_schema())));
+    }
+}
+
+/// `GET /v1/openapi.json`, the document rendered once, for the configured event `kinds`.
+pub fn router(kinds: &[String]) -> Router {
+    let body = document(kinds)
         .to_json()
         .expect("the OpenAPI document serializes");
     Router::new().route(
@@ -70,7 +106,20 @@ mod tests {
 
     #[test]
     fn the_document_has_every_operation_with_its_answers() {
-        let v = serde_json::to_value(document()).unwrap();
+        let kinds = ["view".to_owned(), "click".to_owned()];
+        let v = serde_json::to_value(document(&kinds)).unwrap();
+        assert_eq!(
+            v["components"]["schemas"]["EventJson"]["properties"]["kind"]["enum"],
+            serde_json::json!(["view", "click"])
+        );
+        let report = &v["paths"]["/v1/accounts/{aid}/report"]["get"]["parameters"];
+        let kind = report
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "kind")
+            .unwrap();
+        assert_eq!(kind["schema"]["enum"], serde_json::json!(["view", "click"]));
         assert_eq!(v["info"]["title"], "Tidemark");
         assert_eq!(v["info"]["version"], env!("CARGO_PKG_VERSION"));
         let send = &v["paths"]["/v1/conversations/{cid}/messages"]["post"];

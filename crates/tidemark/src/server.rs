@@ -154,6 +154,7 @@ fn router(
     keys: Arc<ApiKeys>,
     ops: Ops,
 ) -> Router {
+    let kinds = events.ingest.config().schema.kinds.clone();
     let v1 = tidemark_chat::http::router(chat)
         .merge(tidemark_links::http::api_router(links.clone()))
         .merge(tidemark_events::recent::router(events.clone()))
@@ -167,7 +168,7 @@ fn router(
         .with_state(ops);
     Router::new()
         .merge(v1)
-        .merge(crate::openapi::router())
+        .merge(crate::openapi::router(&kinds))
         .merge(tidemark_links::http::public_router(links))
         .merge(tidemark_events::dashboard::public_router())
         .merge(ops_routes)

@@ -190,11 +190,12 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
     }
     std::fs::write(&config, toml).unwrap();
 
-    let examples = std::env::var("TIDEMARK_SCHEMATHESIS_EXAMPLES").unwrap_or_else(|_| "40".into());
-    let seed = std::env::var("TIDEMARK_SCHEMATHESIS_SEED").unwrap_or_else(|_| "20261130".into());
+    let examples = std::env::var("OPENAPI_TEST_EXAMPLES").unwrap_or_else(|_| "40".into());
+    let seed = std::env::var("OPENAPI_TEST_SEED").unwrap_or_else(|_| "20261130".into());
     let started = Instant::now();
-    let out = Command::new("schemathesis")
-        .arg("--config-file")
+    // The CLI of the python3 that `scripts/test` installs it into.
+    let out = Command::new("python3")
+        .args(["-m", "schemathesis.cli", "--config-file"])
         .arg(&config)
         .arg("run")
         .arg(server.url("/v1/openapi.json"))

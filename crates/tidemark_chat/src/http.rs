@@ -109,8 +109,10 @@ async fn create_conversation(
 struct SendMessage {
     /// The client's idempotency key (non-blank, at most 128 bytes): a retry with the same
     /// `(sender, client_msg_id)` gets the first acknowledgement back (200) and appends nothing.
+    #[schema(min_length = 1, max_length = 128)]
     client_msg_id: String,
     /// The sending member (non-blank, at most 128 bytes).
+    #[schema(min_length = 1, max_length = 128)]
     sender: String,
     /// The text, 1 byte up to the configured limit (`chat.max_body_bytes`, 64 KiB by default).
     #[schema(min_length = 1)]
@@ -303,6 +305,7 @@ async fn list_messages(
 #[serde(deny_unknown_fields)]
 struct MarkRead {
     /// The member.
+    #[schema(min_length = 1, max_length = 128)]
     user: String,
     /// The last seq they have read: at most the latest seq; the pointer never moves back.
     seq: u64,

@@ -16,6 +16,7 @@ use crate::rewrite::{LinkKind, RewriteConfig, find_links, pixel_html, splice};
 #[serde(deny_unknown_fields)]
 pub struct Recipient {
     /// Email address.
+    #[schema(format = Email)]
     pub email: String,
     /// Merge fields (`{{ first_name }}` …).
     #[serde(default)]

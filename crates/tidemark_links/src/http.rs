@@ -64,11 +64,14 @@ pub fn public_router(svc: LinksService) -> Router {
 #[serde(deny_unknown_fields)]
 struct NewMailing {
     /// Subject template (non-blank).
+    #[schema(min_length = 1)]
     subject: String,
     /// HTML template (non-blank, at most `links.max_template_bytes`); its links are rewritten
     /// to tracked `/c/` links and an open pixel is added when rendered.
+    #[schema(min_length = 1)]
     html: String,
     /// Sender address.
+    #[schema(format = Email)]
     from: String,
 }
 
