@@ -201,9 +201,10 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
         .arg(server.url("/v1/openapi.json"))
         .args(["--header", &format!("Authorization: Bearer {KEY}")])
         .args(["--max-examples", &examples, "--seed", &seed])
-        // Examples, the coverage phase (boundaries, missing and wrong-typed values) and
-        // random fuzzing; the stateful phase needs links the document does not declare.
-        .args(["--phases", "examples,coverage,fuzzing"])
+        // Examples, the coverage phase (boundaries, missing and wrong-typed values), random
+        // fuzzing, and stateful sequences over the links schemathesis infers (a created
+        // conversation's id used in the next calls).
+        .args(["--phases", "examples,coverage,fuzzing,stateful"])
         // `positive_data_acceptance` is left out: the server validates more than JSON Schema
         // can say (email addresses, a closed set of kinds from the config, non-blank ids),
         // and answers such inputs with a documented 400.

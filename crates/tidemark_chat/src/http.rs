@@ -21,7 +21,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::model::{MessageClass, MessageRecord, SendAck, SendCommand, SendOutcome};
 use crate::reads::Anchor;
-use crate::service::{ChatService, NewConversation, parse_class};
+use crate::service::{ChatService, MAX_ID_BYTES, NewConversation, parse_class};
 
 /// The OpenAPI description of the chat routes (the server merges it into `/v1/openapi.json`).
 #[derive(Debug, utoipa::OpenApi)]
@@ -50,13 +50,30 @@ pub fn router(service: ChatService) -> Router {
         .with_state(service)
 }
 
+/// The schema of a user id in `CreateConversation::members`: not blank, at most 128 bytes.
+#[derive(Debug)]
+struct UserId;
+
+impl utoipa::PartialSchema for UserId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("A user id: not blank, at most 128 bytes."))
+            .min_length(Some(1))
+            .max_length(Some(MAX_ID_BYTES))
+            .into()
+    }
+}
+
+impl ToSchema for UserId {}
+
 /// A new conversation.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateConversation {
     /// Its members, fixed for its life: 2 to 100 distinct non-blank user ids of at most 128
     /// bytes each.
-    #[schema(min_items = 2, max_items = 100)]
+    #[schema(min_items = 2, max_items = 100, value_type = Vec<UserId>)]
     members: Vec<String>,
     /// The listing it is about, if any: its first message then records one `contact` event
     /// for that listing.

@@ -192,12 +192,18 @@ async fn send(
         .into_response())
 }
 
+/// An email address.
+#[derive(Debug, ToSchema)]
+#[schema(format = Email)]
+#[allow(dead_code)] // the schema of the addresses in `Emails::emails`, never built
+struct EmailAddress(String);
+
 /// Addresses for the suppression list.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Emails {
     /// One or more email addresses (case and surrounding blanks do not matter).
-    #[schema(min_items = 1)]
+    #[schema(min_items = 1, value_type = Vec<EmailAddress>)]
     emails: Vec<String>,
 }
 
