@@ -7,6 +7,7 @@
 
 mod common;
 
+use std::path::Path;
 use std::process::Command;
 use std::time::Instant;
 
@@ -15,7 +16,8 @@ use reqwest::Method;
 use serde_json::{Value, json};
 
 /// Every route under `/v1`, as `(method, path)`. A route added to the server must be added
-/// here and documented (`utoipa::path`), or this test fails.
+/// here and documented (`utoipa::path`), or this test fails: the routes registered in the
+/// sources (`.route("/v1/…", …)`) are checked against this list too.
 const V1_ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/openapi.json"),
     ("POST", "/v1/conversations"),
@@ -40,6 +42,83 @@ const V1_ROUTES: &[(&str, &str)] = &[
 const METHODS: [&str; 8] = [
     "get", "put", "post", "delete", "patch", "head", "options", "trace",
 ];
+
+/// The `(method, path)` of every `.route("/v1/…", get(…).post(…))` in the crates' sources.
+fn routes_in_sources() -> Vec<(String, String)> {
+    let crates = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let mut files = Vec::new();
+    for krate in std::fs::read_dir(&crates).unwrap() {
+        let mut dirs = vec![krate.unwrap().path().join("src")];
+        while let Some(dir) = dirs.pop() {
+            let Ok(entries) = std::fs::read_dir(&dir) else {
+                continue;
+            };
+            for e in entries {
+                let p = e.unwrap().path();
+                if p.is_dir() {
+                    dirs.push(p);
+                } else if p.extension().is_some_and(|x| x == "rs") {
+                    files.push(p);
+                }
+            }
+        }
+    }
+    let mut out = Vec::new();
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        let mut rest = text.as_str();
+        while let Some(i) = rest.find(".route(") {
+            let after = &rest[i + ".route(".len()..];
+            // The arguments, up to the matching `)`.
+            let mut depth = 1;
+            let mut end = after.len();
+            for (j, ch) in after.char_indices() {
+                match ch {
+                    '(' => depth += 1,
+                    ')' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            end = j;
+                            break;
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            let args = after[..end].trim_start();
+            rest = &after[end..];
+            let Some(literal) = args.strip_prefix('"') else {
+                continue; // e.g. the document's own route, registered by a constant
+            };
+            let path = &literal[..literal.find('"').unwrap()];
+            if !path.starts_with("/v1/") {
+                continue;
+            }
+            let handlers = &literal[path.len() + 1..];
+            for m in ["get", "post", "put", "delete", "patch"] {
+                for (k, _) in handlers.match_indices(&format!("{m}(")) {
+                    let before = handlers[..k].chars().last();
+                    if before.is_none_or(|c| !(c.is_alphanumeric() || c == '_')) {
+                        out.push((m.to_uppercase(), path.to_owned()));
+                    }
+                }
+            }
+        }
+    }
+    out.sort();
+    out
+}
+
+#[test]
+fn every_v1_route_in_the_sources_is_in_the_list() {
+    let mut listed: Vec<(String, String)> = V1_ROUTES
+        .iter()
+        .filter(|(_, p)| *p != "/v1/openapi.json")
+        .map(|(m, p)| ((*m).to_owned(), (*p).to_owned()))
+        .collect();
+    listed.sort();
+    assert_eq!(routes_in_sources(), listed);
+}
 
 async fn document(server: &TestServer) -> Value {
     // Served without a key.
