@@ -172,16 +172,28 @@ async fn listings_rollups_and_the_account_report() {
         (st, &v["rows"]),
         (200, &json!([report_row(101, "view", 1, 1)]))
     );
-    // The other tenant has not mapped these listings: its account 7 has none.
-    let (st, v) = call_as(
-        &c,
-        OTHER_KEY,
-        Method::GET,
-        &server.url(&format!("/v1/accounts/7/report?{range}")),
-        None,
-    )
-    .await;
-    assert_eq!((st, &v["rows"]), (200, &json!([])));
+    // The analytics are the first tenant's: the other tenant can neither read nor feed them.
+    for (method, path, body) in [
+        (Method::GET, format!("/v1/accounts/7/report?{range}"), None),
+        (Method::GET, format!("/v1/events/top?day={yesterday}"), None),
+        (Method::GET, "/v1/events/recent?minutes=5".to_owned(), None),
+        (Method::POST, format!("/v1/rollups/{yesterday}"), None),
+        (
+            Method::PUT,
+            "/v1/listings/101".to_owned(),
+            Some(json!({"account_id": 8})),
+        ),
+        (
+            Method::POST,
+            "/v1/events".to_owned(),
+            Some(json!([ev(y + 5, "view", Some(101), Some("s9"))])),
+        ),
+    ] {
+        let (st, v) = call_as(&c, OTHER_KEY, method.clone(), &server.url(&path), body).await;
+        assert_eq!(st, 403, "{method} {path}: {v}");
+        assert_eq!(v["error"]["code"], "forbidden", "{v}");
+    }
+    assert_eq!(report(&c, &server, &range).await.1["rows"], expected);
 
     // A re-run overwrites, never doubles.
     let (st, _) = call(

@@ -181,13 +181,14 @@ impl ApiKeys {
         }
     }
 
-    /// The tenant for an `Authorization` header value (`Bearer <key>` or `Token <key>`).
+    /// The tenant for an `Authorization` header value (`Bearer <key>` or `Token <key>`; the
+    /// scheme is case-insensitive, RFC 9110 §11.1).
     pub fn tenant_for(&self, authorization: &str) -> Option<Tenant> {
-        let key = authorization
-            .strip_prefix("Bearer ")
-            .or_else(|| authorization.strip_prefix("Token "))?
-            .trim();
-        self.by_key.get(key).map(|t| Tenant(t.clone()))
+        let (scheme, key) = authorization.trim_start().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") && !scheme.eq_ignore_ascii_case("token") {
+            return None;
+        }
+        self.by_key.get(key.trim()).map(|t| Tenant(t.clone()))
     }
 }
 
@@ -265,6 +266,12 @@ mod tests {
             Some(Tenant("demo".into()))
         );
         assert_eq!(keys.tenant_for("Bearer other"), None);
+        assert_eq!(
+            keys.tenant_for("bearer dev-key"),
+            Some(Tenant("demo".into())),
+            "the scheme is case-insensitive"
+        );
+        assert_eq!(keys.tenant_for("Basic dev-key"), None);
         assert_eq!(keys.tenant_for("dev-key"), None);
     }
 }
