@@ -104,6 +104,7 @@ impl From<JsonRejection> for ApiError {
         let code = match status {
             StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
             StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            StatusCode::UNPROCESSABLE_ENTITY => "unprocessable_entity",
             _ => "bad_request",
         };
         let status = if status.is_client_error() {
@@ -234,6 +235,7 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         StatusCode::NOT_FOUND => "not_found",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable_entity",
         s if s.is_server_error() => "internal",
         _ => "bad_request",
     };
