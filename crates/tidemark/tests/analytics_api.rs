@@ -237,6 +237,34 @@ async fn listings_rollups_and_the_account_report() {
     .await;
     assert_eq!(st, 400, "{v}");
     assert_bad(st, &v, "listing_id must be non-negative");
+    // So are account ids (found by the new-user trial: -7 was stored and reported on).
+    let r = put("/v1/listings/101", json!({"account_id": -7}))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_bad(
+        400,
+        &r.json().await.unwrap(),
+        "account_id must be non-negative",
+    );
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/listings"),
+        Some(json!([{"listing_id": 102, "account_id": -8}])),
+    )
+    .await;
+    assert_bad(st, &v, "account_id must be non-negative");
+    let (st, v) = report(&c, &server, &range).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = call(
+        &c,
+        Method::GET,
+        &server.url(&format!("/v1/accounts/-7/report?{range}")),
+        None,
+    )
+    .await;
+    assert_bad(st, &v, "account id must be non-negative");
     let r = put("/v1/listings/101", json!({"account_id": "eight"}))
         .await
         .unwrap();

@@ -70,14 +70,14 @@ fn id(what: &str, s: &str) -> Result<i64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("{what} must be an integer, got {s:?}")))
 }
 
-/// Listing ids are non-negative, as ingest requires of an event's `listing_id`.
-fn listing_id(what: &str, lid: i64) -> Result<i64, ApiError> {
-    if lid < 0 {
+/// Listing and account ids are non-negative, as ingest requires of an event's `listing_id`.
+fn non_negative(what: &str, v: i64) -> Result<i64, ApiError> {
+    if v < 0 {
         return Err(ApiError::bad_request(format!(
-            "{what} must be non-negative, got {lid}"
+            "{what} must be non-negative, got {v}"
         )));
     }
-    Ok(lid)
+    Ok(v)
 }
 
 fn day(what: &str, s: &str) -> Result<UtcDay, ApiError> {
@@ -93,6 +93,7 @@ fn store_error(e: impl std::fmt::Display) -> ApiError {
 #[serde(deny_unknown_fields)]
 struct AccountBody {
     /// The owning account.
+    #[schema(minimum = 0)]
     account_id: i64,
 }
 
@@ -114,10 +115,11 @@ async fn put_listing(
     Path(lid): Path<String>,
     ApiJson(body): ApiJson<AccountBody>,
 ) -> Result<StatusCode, ApiError> {
-    let lid = listing_id("listing id", id("listing id", &lid)?)?;
+    let lid = non_negative("listing id", id("listing id", &lid)?)?;
+    let account = non_negative("account_id", body.account_id)?;
     s.rollups
         .rollups()
-        .put_listings(&tenant, &[(lid, body.account_id)])
+        .put_listings(&tenant, &[(lid, account)])
         .await
         .map_err(store_error)?;
     Ok(StatusCode::NO_CONTENT)
@@ -131,6 +133,7 @@ struct ListingBody {
     #[schema(minimum = 0)]
     listing_id: i64,
     /// The owning account.
+    #[schema(minimum = 0)]
     account_id: i64,
 }
 
@@ -165,7 +168,12 @@ async fn post_listings(
     }
     let pairs = items
         .iter()
-        .map(|i| Ok((listing_id("listing_id", i.listing_id)?, i.account_id)))
+        .map(|i| {
+            Ok((
+                non_negative("listing_id", i.listing_id)?,
+                non_negative("account_id", i.account_id)?,
+            ))
+        })
         .collect::<Result<Vec<(i64, i64)>, ApiError>>()?;
     let n = s
         .rollups
@@ -210,7 +218,7 @@ struct ReportBody {
     get,
     path = "/v1/accounts/{aid}/report",
     tag = "events",
-    params(("aid" = i64, Path, description = "Account id"), ReportParams),
+    params(("aid" = u64, Path, description = "Account id", minimum = 0, maximum = 9223372036854775807_i64), ReportParams),
     responses((status = 200, description = "The report (no rows: an empty list)", body = ReportBody))
 )]
 async fn report(
@@ -219,7 +227,7 @@ async fn report(
     Path(aid): Path<String>,
     ApiQuery(q): ApiQuery<ReportParams>,
 ) -> Result<axum::Json<ReportBody>, ApiError> {
-    let account_id = id("account id", &aid)?;
+    let account_id = non_negative("account id", id("account id", &aid)?)?;
     let from = q
         .from
         .ok_or_else(|| ApiError::bad_request("missing `from` (YYYY-MM-DD)"))?;
