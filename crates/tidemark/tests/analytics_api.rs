@@ -332,12 +332,29 @@ async fn listings_rollups_and_the_account_report() {
         None,
     )
     .await;
-    assert_eq!((st, &v["error"]["code"]), (409, &json!("raw_gone")), "{v}");
+    assert_eq!((st, &v["error"]["code"]), (404, &json!("no_events")), "{v}");
     assert_eq!(
         v["error"]["message"],
         format!(
-            "raw events for {empty} are gone (the raw tier has no record of that day); existing totals are kept"
+            "the raw tier has no event of {empty}; nothing rolled up, existing totals are kept"
         )
+    );
+    // A day in the future says so (found by the new-user trial: it said "gone").
+    let future = today.plus(40);
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{future}")),
+        None,
+    )
+    .await;
+    assert_eq!((st, &v["error"]["code"]), (404, &json!("no_events")), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(a day in the future)"),
+        "{v}"
     );
     let r = c
         .get(server.url(&format!("/v1/accounts/7/report?{range}")))
@@ -402,7 +419,7 @@ async fn listings_rollups_and_the_account_report() {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("raw events for {empty} are gone")),
+        stderr.contains(&format!("the raw tier has no event of {empty}")),
         "{stderr}"
     );
     let out = cli("yesterday".into());

@@ -5,7 +5,7 @@
 //! | `PUT /v1/listings/{lid}` `{"account_id": n}` | 204 |
 //! | `POST /v1/listings` `[{"listing_id": n, "account_id": m}, …]` | 200 `{"upserted": n}` (all or nothing) |
 //! | `GET /v1/accounts/{aid}/report?from=YYYY-MM-DD&to=YYYY-MM-DD[&kind=…]` | 200 `{"account_id", "from", "to", "rows": [{"listing_id", "kind", "total", "uniques_daily_sum"}]}` |
-//! | `POST /v1/rollups/{day}` | 200 the rollup's outcome; 409 `raw_gone` when the day's raw events are gone |
+//! | `POST /v1/rollups/{day}` | 200 the rollup's outcome; 404 `no_events` for a day without any event (e.g. in the future); 409 `raw_gone` when the day's raw events are gone |
 //!
 //! Bad ids, dates, a range with `from > to` or longer than [`MAX_REPORT_DAYS`], and a kind
 //! outside the configured set are 400 with a JSON error, and change nothing.
@@ -59,6 +59,9 @@ impl From<RollupError> for ApiError {
         match e {
             RollupError::RawGone { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "raw_gone", e.to_string())
+            }
+            RollupError::NoEvents { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "no_events", e.to_string())
             }
             RollupError::Raw(_) | RollupError::Store(_) => ApiError::unavailable(e.to_string()),
         }
@@ -270,6 +273,7 @@ async fn report(
     params(("day" = String, Path, description = "The UTC day, `YYYY-MM-DD`", format = Date)),
     responses(
         (status = 200, description = "Rolled up", body = RollupOutcome),
+        (status = 404, description = "No event of the day was ever stored, e.g. a day in the future (`no_events`); nothing written", body = ErrorBody),
         (status = 409, description = "The day's raw events are gone (`raw_gone`); existing totals are kept", body = ErrorBody),
     )
 )]
