@@ -203,7 +203,9 @@ pub async fn require_tenant(
         .headers()
         .get(axum::http::header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .ok_or_else(|| ApiError::unauthorized("missing Authorization: Bearer <key> header"))?;
+        .ok_or_else(|| {
+            ApiError::unauthorized("missing Authorization header (Bearer <key> or Token <key>)")
+        })?;
     let tenant = keys
         .tenant_for(header)
         .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
