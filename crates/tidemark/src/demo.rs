@@ -48,7 +48,7 @@ pub struct DemoArgs {
     )]
     pub server: String,
     /// The tenant's API key.
-    #[arg(long, env = "TIDEMARK_DEMO_KEY", default_value = "dev-key")]
+    #[arg(long, default_value = "dev-key")]
     pub key: String,
     /// Start a fresh server in a temporary directory instead (stopped at the end).
     #[arg(long)]
