@@ -129,10 +129,9 @@ pub async fn drop_database(url: &str) -> Result<(), MysqlError> {
     Ok(())
 }
 
-/// The MariaDB server tests use: `TEST_MYSQL_URL`, default `mysql://root@127.0.0.1:3306`
-/// (not a `TIDEMARK_*` name: the server reads every `TIDEMARK_*` variable as configuration and
-/// refuses unknown ones).
-/// (the machine's MariaDB; `scripts/test` checks it is up).
+/// The MariaDB server tests use: `TEST_MYSQL_URL`, default `mysql://root@127.0.0.1:3306` (the
+/// machine's MariaDB; `scripts/test` checks it is up). Not a `TIDEMARK_*` name: the server
+/// reads every `TIDEMARK_*` variable as configuration and refuses unknown ones.
 pub fn test_server_url() -> String {
     std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }
