@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -37,7 +37,7 @@ pub enum IngestError {
     Request(String),
     /// The raw tier could not store the batch; nothing was acknowledged.
     #[error("raw tier unavailable: {0}")]
-    Unavailable(#[from] SqliteError),
+    Unavailable(#[from] StoreError),
     /// The batch holds events for a day already dropped from the raw tier; nothing stored.
     #[error("{0}")]
     DayDropped(String),

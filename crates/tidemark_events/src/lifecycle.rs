@@ -27,7 +27,7 @@ use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::{DAY_MS, UtcDay};
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 use tokio_util::sync::CancellationToken;
 
 use crate::archive::RawArchive;
@@ -145,7 +145,7 @@ pub struct LifecycleReport {
 pub enum LifecycleError {
     /// The raw catalog could not be read.
     #[error("raw catalog: {0}")]
-    Catalog(#[from] SqliteError),
+    Catalog(#[from] StoreError),
 }
 
 /// The raw-tier scheduler (see the module docs).

@@ -11,6 +11,7 @@ use rusqlite::{Connection, OptionalExtension, params};
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
+use tidemark_core::store::StoreError;
 
 use crate::model::Event;
 
@@ -62,7 +63,7 @@ pub struct MinuteCount {
 pub enum RawError {
     /// The store failed; nothing was written.
     #[error(transparent)]
-    Store(#[from] SqliteError),
+    Store(#[from] StoreError),
     /// Events for a day whose raw partition was already rolled up, archived and dropped: they
     /// could never be counted, so the batch is refused rather than stranded.
     #[error(
@@ -73,6 +74,12 @@ pub enum RawError {
 
 impl From<rusqlite::Error> for RawError {
     fn from(e: rusqlite::Error) -> Self {
+        RawError::Store(e.into())
+    }
+}
+
+impl From<SqliteError> for RawError {
+    fn from(e: SqliteError) -> Self {
         RawError::Store(e.into())
     }
 }
@@ -92,35 +99,34 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
         day: UtcDay,
         after: i64,
         limit: usize,
-    ) -> Result<(Vec<Event>, Option<i64>), SqliteError>;
+    ) -> Result<(Vec<Event>, Option<i64>), StoreError>;
 
     /// Every day in the catalog, ascending.
-    async fn days(&self) -> Result<Vec<DayState>, SqliteError>;
+    async fn days(&self) -> Result<Vec<DayState>, StoreError>;
 
     /// Records that the day was rolled up as of arrival `arrival_ms`.
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError>;
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError>;
 
     /// Records that the day was archived as of arrival `arrival_ms`.
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError>;
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError>;
 
     /// Drops the day's partition whole and marks it dropped at `now_ms` — but only if, at that
     /// instant (atomically with appends), the day is still rolled up and archived up to its last
     /// arrival (DESIGN principle 2). Returns whether it was dropped.
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError>;
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError>;
 
     /// Non-bot events per minute and kind with `since_ms ≤ time < until_ms`.
     async fn counts_per_minute(
         &self,
         since_ms: i64,
         until_ms: i64,
-    ) -> Result<Vec<MinuteCount>, SqliteError>;
+    ) -> Result<Vec<MinuteCount>, StoreError>;
 
     /// The `limit` listings with most non-bot events on `day`: `(listing_id, events)`.
-    async fn top_listings(&self, day: UtcDay, limit: usize)
-    -> Result<Vec<(i64, u64)>, SqliteError>;
+    async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError>;
 
     /// All events of one day, in arrival order (reads every chunk; for tests and tools).
-    async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, SqliteError> {
+    async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, StoreError> {
         let mut out = Vec::new();
         let mut cursor = Some(0);
         while let Some(after) = cursor {
@@ -238,7 +244,7 @@ impl RawStore for SqliteRaw {
         day: UtcDay,
         after: i64,
         limit: usize,
-    ) -> Result<(Vec<Event>, Option<i64>), SqliteError> {
+    ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
         self.reads
             .read(move |conn| {
                 if !table_exists(conn, day)? {
@@ -279,7 +285,7 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn days(&self) -> Result<Vec<DayState>, SqliteError> {
+    async fn days(&self) -> Result<Vec<DayState>, StoreError> {
         self.reads
             .read(|conn| {
                 let mut stmt = conn.prepare_cached(
@@ -301,15 +307,15 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.set_mark("rolled_up_arrival_ms", day, arrival_ms).await
     }
 
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.set_mark("archived_arrival_ms", day, arrival_ms).await
     }
 
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError> {
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
         self.writer
             .write(move |conn| {
                 // Serialised with appends on the writer: an event that arrived after the last
@@ -323,7 +329,7 @@ impl RawStore for SqliteRaw {
                 if marked == 1 {
                     conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", table(day)))?;
                 }
-                Ok::<_, SqliteError>(marked == 1)
+                Ok::<_, StoreError>(marked == 1)
             })
             .await
     }
@@ -332,7 +338,7 @@ impl RawStore for SqliteRaw {
         &self,
         since_ms: i64,
         until_ms: i64,
-    ) -> Result<Vec<MinuteCount>, SqliteError> {
+    ) -> Result<Vec<MinuteCount>, StoreError> {
         self.reads
             .read(move |conn| {
                 let mut out = Vec::new();
@@ -364,11 +370,7 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn top_listings(
-        &self,
-        day: UtcDay,
-        limit: usize,
-    ) -> Result<Vec<(i64, u64)>, SqliteError> {
+    async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError> {
         self.reads
             .read(move |conn| {
                 if !table_exists(conn, day)? {
@@ -402,14 +404,14 @@ impl SqliteRaw {
         column: &'static str,
         day: UtcDay,
         arrival_ms: i64,
-    ) -> Result<(), SqliteError> {
+    ) -> Result<(), StoreError> {
         self.writer
             .write(move |conn| {
                 conn.execute(
                     &format!("UPDATE raw_day SET {column} = max(coalesce({column}, ?2), ?2) WHERE day = ?1"),
                     params![day.0, arrival_ms],
                 )?;
-                Ok::<_, SqliteError>(())
+                Ok::<_, StoreError>(())
             })
             .await
     }

@@ -15,7 +15,7 @@ mod sqlite;
 use async_trait::async_trait;
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 
 pub use sqlite::SqliteRollups;
 
@@ -53,11 +53,11 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
     /// (a re-run overwrites, never doubles) and rows of `day` not in `rows` are deleted.
     /// `rows` must not hold two rows of the same `(listing_id, kind)`.
     /// Returns the number of rows written.
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, SqliteError>;
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError>;
 
     /// Sets the account of each `(listing_id, account_id)` for `tenant` (insert or move), all
     /// or nothing; a later pair for the same listing wins. Returns the number of pairs applied.
-    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, SqliteError>;
+    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError>;
 
     /// Per listing of `account_id` (as mapped by `tenant`) and kind: sums of `listing_daily`
     /// over `from..=to`, optionally only `kind`; ordered by listing and kind. Reads only
@@ -69,8 +69,8 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
-    ) -> Result<Vec<ReportRow>, SqliteError>;
+    ) -> Result<Vec<ReportRow>, StoreError>;
 
     /// Every row of `day`, ordered by listing and kind (for tests and tools).
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, SqliteError>;
+    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError>;
 }

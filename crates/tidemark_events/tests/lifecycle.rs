@@ -14,7 +14,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::{DAY_MS, UtcDay};
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 use tidemark_core::{Clock, ManualClock};
 use tidemark_events::archive::RawArchive;
 use tidemark_events::lifecycle::{Failure, Lifecycle, LifecycleReport, SETTLE_MS, Step};
@@ -34,15 +34,16 @@ struct Switchable {
 
 #[async_trait]
 impl RollupStore for Switchable {
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, SqliteError> {
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         if self.fail.load(Ordering::SeqCst) {
-            return Err(SqliteError::CommitFailed(
+            return Err(tidemark_core::sqlite::SqliteError::CommitFailed(
                 "injected rollup store failure".into(),
-            ));
+            )
+            .into());
         }
         self.inner.upsert_day(day, rows).await
     }
-    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, SqliteError> {
+    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError> {
         self.inner.put_listings(tenant, pairs).await
     }
     async fn report(
@@ -52,10 +53,10 @@ impl RollupStore for Switchable {
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
-    ) -> Result<Vec<ReportRow>, SqliteError> {
+    ) -> Result<Vec<ReportRow>, StoreError> {
         self.inner.report(tenant, account_id, from, to, kind).await
     }
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, SqliteError> {
+    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {
         self.inner.day_rows(day).await
     }
 }

@@ -279,7 +279,7 @@ impl RawStore for Meddling {
         day: UtcDay,
         after: i64,
         limit: usize,
-    ) -> Result<(Vec<Event>, Option<i64>), SqliteError> {
+    ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
         if self.chunks.fetch_add(1, Ordering::SeqCst) == 0 && self.append_during_read {
             let late = ev("view", Some(1), Some("s8"), Some("/item/1"));
             self.inner
@@ -293,22 +293,22 @@ impl RawStore for Meddling {
         }
         Ok((chunk, next))
     }
-    async fn days(&self) -> Result<Vec<DayState>, SqliteError> {
+    async fn days(&self) -> Result<Vec<DayState>, StoreError> {
         self.inner.days().await
     }
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.inner.mark_rolled_up(day, arrival_ms).await
     }
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.inner.mark_archived(day, arrival_ms).await
     }
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError> {
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
         self.inner.drop_day(day, now_ms).await
     }
-    async fn counts_per_minute(&self, a: i64, b: i64) -> Result<Vec<MinuteCount>, SqliteError> {
+    async fn counts_per_minute(&self, a: i64, b: i64) -> Result<Vec<MinuteCount>, StoreError> {
         self.inner.counts_per_minute(a, b).await
     }
-    async fn top_listings(&self, d: UtcDay, n: usize) -> Result<Vec<(i64, u64)>, SqliteError> {
+    async fn top_listings(&self, d: UtcDay, n: usize) -> Result<Vec<(i64, u64)>, StoreError> {
         self.inner.top_listings(d, n).await
     }
 }

@@ -30,6 +30,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use tidemark_core::day::UtcDay;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
+use tidemark_core::store::StoreError;
 
 use super::{DailyRow, ReportRow, RollupStore};
 
@@ -96,7 +97,7 @@ fn replace_day(
     conn: &Connection,
     day: UtcDay,
     mut rows: Vec<DailyRow>,
-) -> Result<usize, SqliteError> {
+) -> Result<usize, StoreError> {
     // Listing order: each listing's rows of the day land next to each other in the B-tree.
     rows.sort_by(|a, b| (a.listing_id, &a.kind).cmp(&(b.listing_id, &b.kind)));
     let mut upsert = conn.prepare_cached(
@@ -146,13 +147,13 @@ fn replace_day(
 
 #[async_trait]
 impl RollupStore for SqliteRollups {
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, SqliteError> {
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         self.writer
             .write(move |conn| replace_day(conn, day, rows))
             .await
     }
 
-    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, SqliteError> {
+    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError> {
         let tenant = tenant.to_owned();
         let pairs = pairs.to_vec();
         self.writer
@@ -164,7 +165,7 @@ impl RollupStore for SqliteRollups {
                 for (listing_id, account_id) in &pairs {
                     stmt.execute(params![tenant, listing_id, account_id])?;
                 }
-                Ok::<_, SqliteError>(pairs.len())
+                Ok::<_, StoreError>(pairs.len())
             })
             .await
     }
@@ -176,7 +177,7 @@ impl RollupStore for SqliteRollups {
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
-    ) -> Result<Vec<ReportRow>, SqliteError> {
+    ) -> Result<Vec<ReportRow>, StoreError> {
         let tenant = tenant.to_owned();
         let kind = kind.map(str::to_owned);
         self.reads
@@ -209,7 +210,7 @@ impl RollupStore for SqliteRollups {
             .await
     }
 
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, SqliteError> {
+    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {
         self.reads
             .read(move |conn| {
                 let mut stmt = conn.prepare_cached(
