@@ -12,6 +12,7 @@
 
 pub mod archive;
 pub mod config;
+pub mod conformance;
 pub mod dashboard;
 pub mod http;
 pub mod ingest;

@@ -92,8 +92,9 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// [`RawError::DayDropped`] if any event belongs to a dropped day.
     async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError>;
 
-    /// Up to `limit` events of `day` after the cursor `after` (0 to start), in arrival order,
-    /// and the cursor to continue from (`None` when the day is exhausted).
+    /// Up to `limit` events of `day` after the cursor `after` (0 to start), in the backend's
+    /// stable order (SQLite: arrival; InfluxDB: time), and the cursor to continue from (`None`
+    /// when the day is exhausted). The cursor is opaque to callers.
     async fn read_chunk(
         &self,
         day: UtcDay,

@@ -19,6 +19,7 @@
 
 pub mod builder;
 pub mod config;
+pub mod conformance;
 pub mod error;
 pub mod http;
 pub mod id;
