@@ -23,7 +23,6 @@
 //!
 //! Days are stored as days since 1970-01-01 (UTC), as [`UtcDay`] and the raw catalog do.
 
-use std::collections::HashSet;
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -32,7 +31,7 @@ use tidemark_core::day::UtcDay;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
 use tidemark_core::store::StoreError;
 
-use super::{DailyRow, ReportRow, RollupStore};
+use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS listing_daily (
@@ -122,27 +121,19 @@ fn replace_day(
             to_i64(r.uniques)
         ])?;
     }
-    let produced: HashSet<(i64, &str)> = rows
-        .iter()
-        .map(|r| (r.listing_id, r.kind.as_str()))
-        .collect();
     let mut existing =
         conn.prepare_cached("SELECT listing_id, event FROM listing_daily WHERE day = ?1")?;
-    let stale: Vec<(i64, String)> = existing
+    let existing: Vec<(i64, String)> = existing
         .query_map([day.0], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .filter(|row| {
-            row.as_ref().map_or(true, |(l, k): &(i64, String)| {
-                !produced.contains(&(*l, k.as_str()))
-            })
-        })
         .collect::<rusqlite::Result<_>>()?;
+    let stale = stale_keys(existing, &rows);
     let mut delete = conn.prepare_cached(
         "DELETE FROM listing_daily WHERE listing_id = ?1 AND event = ?3 AND day = ?2",
     )?;
     for (listing_id, event) in &stale {
         delete.execute(params![listing_id, day.0, event])?;
     }
-    Ok(produced.len())
+    Ok(produced_keys(&rows).len())
 }
 
 #[async_trait]
