@@ -193,7 +193,11 @@ fn sorted(mut v: Vec<Event>) -> Vec<Event> {
 /// up to its last arrival, and then refuses late events ([`RawError::DayDropped`]); chunked
 /// reads see every event once; dashboard counts exclude bots.
 pub async fn raw_store(raw: Arc<dyn RawStore>) {
-    let d0 = day("2026-11-28");
+    // Two days before today: inside a production store's retention (InfluxDB's 7 days).
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64);
+    let d0 = UtcDay::of_ms(now_ms).plus(-2);
     let d1 = d0.plus(1);
     let t = d0.start_ms() + 10 * 3_600_000; // 10:00 on d0
 

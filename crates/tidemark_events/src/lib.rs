@@ -26,8 +26,9 @@ pub mod report_http;
 pub mod rollup;
 pub mod rollups;
 pub mod schema;
+pub mod testing;
 
 pub use config::EventsConfig;
 pub use ingest::{Ingest, IngestError};
 pub use model::Event;
-pub use raw::{DayState, MinuteCount, RawError, RawStore, SqliteRaw};
+pub use raw::{DayState, InfluxRaw, MinuteCount, RawError, RawStore, SqliteRaw};

@@ -7,13 +7,19 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
 use tidemark_core::store::StoreError;
 
 use crate::model::Event;
+
+mod catalog;
+pub mod influx;
+
+use catalog::Mark;
+pub use influx::{InfluxRaw, InfluxTarget};
 
 /// The catalog entry of one UTC day of the raw tier: how many events it holds, when the last
 /// one arrived, and up to which arrival it has been rolled up and archived. A day is
@@ -146,17 +152,6 @@ pub struct SqliteRaw {
     reads: ReadPool,
 }
 
-const CATALOG: &str = "
-CREATE TABLE IF NOT EXISTS raw_day (
-    day INTEGER PRIMARY KEY,
-    events INTEGER NOT NULL,
-    last_arrival_ms INTEGER NOT NULL,
-    rolled_up_arrival_ms INTEGER,
-    archived_arrival_ms INTEGER,
-    dropped_ms INTEGER
-);
-";
-
 fn table(day: UtcDay) -> String {
     format!("raw_{}", day.compact())
 }
@@ -183,7 +178,7 @@ impl SqliteRaw {
     /// Opens (creating if needed) the raw tier at `path`.
     pub fn open(path: &Path) -> Result<Self, SqliteError> {
         let conn = open_rw(path)?;
-        conn.execute_batch(CATALOG)?;
+        catalog::open(&conn)?;
         let writer = GroupWriter::start("events-raw", conn, 256);
         let reads = ReadPool::open(path, 4)?;
         Ok(Self { writer, reads })
@@ -199,11 +194,7 @@ impl RawStore for SqliteRaw {
                 for e in &events {
                     let day = UtcDay::of_ms(e.time_ms);
                     if !per_day.contains_key(&day) {
-                        let dropped: Option<i64> = conn
-                            .prepare_cached("SELECT dropped_ms FROM raw_day WHERE day = ?1")?
-                            .query_row([day.0], |r| r.get(0))
-                            .optional()?
-                            .flatten();
+                        let dropped = catalog::dropped_ms(conn, day)?;
                         if dropped.is_some() {
                             return Err(RawError::DayDropped(day));
                         }
@@ -227,13 +218,8 @@ impl RawStore for SqliteRaw {
                         serde_json::Value::Object(e.fields.clone()).to_string()
                     ])?;
                 }
-                let mut cat = conn.prepare_cached(
-                    "INSERT INTO raw_day (day, events, last_arrival_ms) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (day) DO UPDATE SET events = events + excluded.events,
-                         last_arrival_ms = max(last_arrival_ms, excluded.last_arrival_ms)",
-                )?;
                 for (day, n) in per_day {
-                    cat.execute(params![day.0, n, now_ms])?;
+                    catalog::add_events(conn, day, n, now_ms)?;
                 }
                 Ok::<_, RawError>(())
             })
@@ -287,33 +273,15 @@ impl RawStore for SqliteRaw {
     }
 
     async fn days(&self) -> Result<Vec<DayState>, StoreError> {
-        self.reads
-            .read(|conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT day, events, last_arrival_ms, rolled_up_arrival_ms, archived_arrival_ms,
-                         dropped_ms FROM raw_day ORDER BY day",
-                )?;
-                let rows = stmt.query_map([], |r| {
-                    Ok(DayState {
-                        day: UtcDay(r.get(0)?),
-                        events: r.get::<_, i64>(1)? as u64,
-                        last_arrival_ms: r.get(2)?,
-                        rolled_up_arrival_ms: r.get(3)?,
-                        archived_arrival_ms: r.get(4)?,
-                        dropped_ms: r.get(5)?,
-                    })
-                })?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-            })
-            .await
+        self.reads.read(|conn| Ok(catalog::days(conn)?)).await
     }
 
     async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
-        self.set_mark("rolled_up_arrival_ms", day, arrival_ms).await
+        self.set_mark(Mark::RolledUp, day, arrival_ms).await
     }
 
     async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
-        self.set_mark("archived_arrival_ms", day, arrival_ms).await
+        self.set_mark(Mark::Archived, day, arrival_ms).await
     }
 
     async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
@@ -321,16 +289,11 @@ impl RawStore for SqliteRaw {
             .write(move |conn| {
                 // Serialised with appends on the writer: an event that arrived after the last
                 // rollup or archive makes the day not current, and it is kept.
-                let marked = conn.execute(
-                    "UPDATE raw_day SET dropped_ms = ?2 WHERE day = ?1 AND dropped_ms IS NULL
-                       AND rolled_up_arrival_ms >= last_arrival_ms
-                       AND archived_arrival_ms >= last_arrival_ms",
-                    params![day.0, now_ms],
-                )?;
-                if marked == 1 {
+                let marked = catalog::mark_dropped_if_current(conn, day, now_ms)?;
+                if marked {
                     conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", table(day)))?;
                 }
-                Ok::<_, StoreError>(marked == 1)
+                Ok::<_, StoreError>(marked)
             })
             .await
     }
@@ -400,20 +363,9 @@ fn table_exists(conn: &Connection, day: UtcDay) -> rusqlite::Result<bool> {
 }
 
 impl SqliteRaw {
-    async fn set_mark(
-        &self,
-        column: &'static str,
-        day: UtcDay,
-        arrival_ms: i64,
-    ) -> Result<(), StoreError> {
+    async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.writer
-            .write(move |conn| {
-                conn.execute(
-                    &format!("UPDATE raw_day SET {column} = max(coalesce({column}, ?2), ?2) WHERE day = ?1"),
-                    params![day.0, arrival_ms],
-                )?;
-                Ok::<_, StoreError>(())
-            })
+            .write(move |conn| Ok::<_, StoreError>(catalog::set_mark(conn, mark, day, arrival_ms)?))
             .await
     }
 }
