@@ -26,6 +26,7 @@ pub mod report_http;
 pub mod rollup;
 pub mod rollups;
 pub mod schema;
+pub mod stores;
 pub mod testing;
 
 pub use config::EventsConfig;

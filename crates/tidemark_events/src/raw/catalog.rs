@@ -16,8 +16,8 @@ use tidemark_core::day::UtcDay;
 use super::DayState;
 
 /// The catalog table. `pending` counts events of appends in flight (InfluxDB: being written to
-/// the server, not yet counted); `next_seq` numbers a day's events (InfluxDB: the nanosecond
-/// tie-break of equal timestamps).
+/// the server, not yet counted) and `pending_since_ms` is when the latest of them began;
+/// `next_seq` numbers a day's events (InfluxDB: the nanosecond tie-break of equal timestamps).
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS raw_day (
     day INTEGER PRIMARY KEY,
@@ -27,6 +27,7 @@ CREATE TABLE IF NOT EXISTS raw_day (
     archived_arrival_ms INTEGER,
     dropped_ms INTEGER,
     pending INTEGER NOT NULL DEFAULT 0,
+    pending_since_ms INTEGER,
     next_seq INTEGER NOT NULL DEFAULT 0
 );
 ";
@@ -42,6 +43,10 @@ pub(crate) fn open(conn: &Connection) -> rusqlite::Result<()> {
         (
             "pending",
             "ALTER TABLE raw_day ADD COLUMN pending INTEGER NOT NULL DEFAULT 0",
+        ),
+        (
+            "pending_since_ms",
+            "ALTER TABLE raw_day ADD COLUMN pending_since_ms INTEGER",
         ),
         (
             "next_seq",
@@ -100,9 +105,11 @@ pub(crate) fn begin_append(
         .prepare_cached("SELECT next_seq FROM raw_day WHERE day = ?1")?
         .query_row([day.0], |r| r.get(0))?;
     conn.prepare_cached(
-        "UPDATE raw_day SET pending = pending + ?2, next_seq = next_seq + ?2 WHERE day = ?1",
+        "UPDATE raw_day SET pending = pending + ?2, next_seq = next_seq + ?2,
+             pending_since_ms = max(coalesce(pending_since_ms, ?3), ?3)
+         WHERE day = ?1",
     )?
-    .execute(params![day.0, n])?;
+    .execute(params![day.0, n, now_ms])?;
     Ok(first)
 }
 
@@ -141,12 +148,6 @@ pub(crate) fn abort_append(
     )?
     .execute(params![day.0, n, now_ms])?;
     Ok(())
-}
-
-/// Forgets appends that were in flight when the process stopped (at start, before any
-/// append): their events were either stored or not, and the rollup counts what it reads.
-pub(crate) fn clear_pending(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch("UPDATE raw_day SET pending = 0 WHERE pending != 0")
 }
 
 /// Every day, ascending.
@@ -195,9 +196,15 @@ pub(crate) fn set_mark(
     Ok(())
 }
 
+/// How long an append may stay in flight before it is taken for dead (its process stopped
+/// between beginning and finishing it). Far above the longest write: InfluxDB requests time out
+/// after 30 s and are tried 4 times.
+pub(crate) const PENDING_EXPIRES_MS: i64 = 10 * 60 * 1000;
+
 /// Marks the day dropped at `now_ms` if, at this instant, it is rolled up and archived up to
-/// its last arrival and no append is in flight (DESIGN principle 2); returns whether it did.
-/// The caller then removes the day's data.
+/// its last arrival and no append is in flight (appends begun more than
+/// [`PENDING_EXPIRES_MS`] ago are dead; DESIGN principle 2); returns whether it did. The
+/// caller then removes the day's data.
 pub(crate) fn mark_dropped_if_current(
     conn: &Connection,
     day: UtcDay,
@@ -205,9 +212,53 @@ pub(crate) fn mark_dropped_if_current(
 ) -> rusqlite::Result<bool> {
     Ok(conn.execute(
         "UPDATE raw_day SET dropped_ms = ?2 WHERE day = ?1 AND dropped_ms IS NULL
-           AND pending = 0
+           AND (pending = 0 OR pending_since_ms < ?2 - ?3)
            AND rolled_up_arrival_ms >= last_arrival_ms
            AND archived_arrival_ms >= last_arrival_ms",
-        params![day.0, now_ms],
+        params![day.0, now_ms, PENDING_EXPIRES_MS],
     )? == 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_append_in_flight_holds_the_day_until_it_is_taken_for_dead() {
+        let conn = Connection::open_in_memory().unwrap();
+        open(&conn).unwrap();
+        let day = UtcDay(20_000);
+        assert_eq!(begin_append(&conn, day, 3, 1_000).unwrap(), 0);
+        finish_append(&conn, day, 3, 1_000).unwrap();
+        assert_eq!(
+            begin_append(&conn, day, 2, 2_000).unwrap(),
+            3,
+            "numbers go on"
+        );
+        set_mark(&conn, Mark::RolledUp, day, 5_000).unwrap();
+        set_mark(&conn, Mark::Archived, day, 5_000).unwrap();
+        assert!(
+            !mark_dropped_if_current(&conn, day, 6_000).unwrap(),
+            "in flight"
+        );
+        // The process died: after the expiry the day may go.
+        assert!(mark_dropped_if_current(&conn, day, 2_001 + PENDING_EXPIRES_MS).unwrap());
+        let s = days(&conn).unwrap()[0];
+        assert_eq!((s.events, s.last_arrival_ms), (3, 1_000));
+    }
+
+    #[test]
+    fn a_finished_or_failed_append_makes_the_day_dirty() {
+        let conn = Connection::open_in_memory().unwrap();
+        open(&conn).unwrap();
+        let day = UtcDay(20_000);
+        begin_append(&conn, day, 1, 1_000).unwrap();
+        finish_append(&conn, day, 1, 1_000).unwrap();
+        set_mark(&conn, Mark::RolledUp, day, 1_000).unwrap();
+        begin_append(&conn, day, 1, 1_000).unwrap();
+        abort_append(&conn, day, 1, 1_000).unwrap();
+        let s = days(&conn).unwrap()[0];
+        assert_eq!((s.events, s.last_arrival_ms), (1, 1_001));
+        assert!(!s.rollup_current());
+    }
 }

@@ -333,7 +333,6 @@ impl InfluxRaw {
             .map_err(|e| unavailable(format!("HTTP client: {e}")))?;
         let conn = open_rw(catalog_path)?;
         catalog::open(&conn)?;
-        catalog::clear_pending(&conn)?;
         let writer = GroupWriter::start("events-influx-catalog", conn, 64);
         let reads = ReadPool::open(catalog_path, 4)?;
         let raw = Self {
