@@ -77,7 +77,16 @@ fn link_records(s: &TestServer) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn render_rewrite_and_redirect() {
-    let server = TestServer::start(&[]).await;
+    render_rewrite_and_redirect_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_rewrite_and_redirect_on_mariadb_and_influxdb() {
+    render_rewrite_and_redirect_in(Mode::Production).await;
+}
+
+async fn render_rewrite_and_redirect_in(mode: Mode) {
+    let server = TestServer::start_in(mode, &[]).await;
     let c = client();
     let html = concat!(
         "<html><body><p>Hi {{ first_name }}</p>",
@@ -173,6 +182,11 @@ async fn render_rewrite_and_redirect() {
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
+    if let Some(e) = &server.engines {
+        // The records are in MariaDB's day partitions.
+        assert_eq!(Engines::mysql_count(&e.links_db, "links").await, 4);
+    }
+    server.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
