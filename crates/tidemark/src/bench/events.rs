@@ -108,6 +108,11 @@ pub struct EventsBenchArgs {
     /// Timed report runs (after one untimed run).
     #[arg(long, default_value_t = 200)]
     pub report_runs: usize,
+    /// Run the report part on MariaDB / MySQL instead of SQLite: the server's URL
+    /// (`mysql://user[:password]@host[:port]`); a scratch database is created there and
+    /// dropped afterwards (issue 7, measurement 3).
+    #[arg(long)]
+    pub report_mysql: Option<String>,
     /// Directory under which the temporary data dirs go [default: the system temp dir].
     /// Removed afterwards.
     #[arg(long)]
