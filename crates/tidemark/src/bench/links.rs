@@ -13,6 +13,7 @@
 
 mod hit;
 mod redirect;
+mod schemas;
 mod store;
 mod wrk;
 
@@ -101,6 +102,19 @@ pub struct LinksBenchArgs {
     /// Records per insert call.
     #[arg(long, default_value_t = 10_000)]
     pub insert_batch: usize,
+    /// Run the insert part on MariaDB instead of SQLite: the server's URL
+    /// (`mysql://user[:password]@host[:port]`); each schema gets a scratch database, dropped
+    /// afterwards (issue 7, measurement 1; seed 001: 0 to 20 million rows).
+    #[arg(long)]
+    pub insert_mysql: Option<String>,
+    /// The MariaDB schemas the insert part compares (with `--insert-mysql`).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "random-pk,autoinc-unique,tidemark"
+    )]
+    pub mysql_schemas: Vec<schemas::MysqlSchema>,
     /// Recipients rendered through the server to get the redirect part's `/c/` ids.
     #[arg(long, default_value_t = 2_000)]
     pub recipients: usize,
@@ -195,7 +209,33 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
             pass: Some(r.recipients_per_sec() >= BAR_RECIPIENTS),
         });
     }
-    if wants(Part::Insert) {
+    if wants(Part::Insert)
+        && let Some(server) = &args.insert_mysql
+    {
+        for schema in &args.mysql_schemas {
+            let r = store::bench_insert_mysql(&args, server, *schema).await?;
+            print!("{}", r.report());
+            bars.push(Bar {
+                name: format!(
+                    "{}: last million within {:.0} % of the first{}",
+                    schema.label(),
+                    (1.0 - BAR_FLAT) * 100.0,
+                    if *schema == schemas::MysqlSchema::Tidemark {
+                        ""
+                    } else {
+                        " (seed: degrades)"
+                    }
+                ),
+                figure: r.ratio().map_or_else(
+                    || "fewer than two segments".into(),
+                    |x| format!("last/first = {x:.2}"),
+                ),
+                pass: (*schema == schemas::MysqlSchema::Tidemark)
+                    .then(|| r.ratio().map(|x| x >= BAR_FLAT))
+                    .flatten(),
+            });
+        }
+    } else if wants(Part::Insert) {
         let dir = root.path().join("insert");
         let r = store::bench_insert(&args, &dir).await?;
         print!("{}", r.report());
