@@ -94,6 +94,11 @@ bind-address = \"127.0.0.1:{rpc}\"
         Ok(())
     }
 
+    /// The process id of the running `influxd` (e.g. to read its memory in `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// The Tidemark URL of database `db` on this server: `influxdb://127.0.0.1:<port>/<db>`.
     pub fn url(&self, db: &str) -> String {
         format!("influxdb://127.0.0.1:{}/{db}", self.port)

@@ -10,13 +10,16 @@
 //!    over the existing rows.
 //! 4. **report** — [`report`]: the yearly account report
 //!    ([`RollupStore::report`](tidemark_events::rollups::RollupStore::report)) over
-//!    `listing_daily` filled day by day in process.
+//!    `listing_daily` filled day by day in process (on MariaDB with `--report-mysql`).
+//! 5. **influx-schema** (not run by default) — [`influx_schema`]: identifiers as tags vs as
+//!    fields on a real InfluxDB: series cardinality, write rate and memory as users grow.
 //!
 //! Events are shaped like the issue's: kinds view / click / contact, a listing id, user,
 //! device and session ids, and `page_url` `/item/<listing>`; all are derived from the event's
 //! number, so every run writes the same data. It prints the figures, then each bar of the issue
 //! with PASS/FAIL; it asserts nothing.
 
+mod influx_schema;
 mod ingest;
 mod report;
 mod rollup;
@@ -54,6 +57,8 @@ pub enum Part {
     Rollup,
     /// Yearly report of one account.
     Report,
+    /// InfluxDB: identifiers as tags vs as fields (seed 002's measurement).
+    InfluxSchema,
 }
 
 /// Arguments of `tidemark bench events`.
@@ -113,6 +118,16 @@ pub struct EventsBenchArgs {
     /// dropped afterwards (issue 7, measurement 3).
     #[arg(long)]
     pub report_mysql: Option<String>,
+    /// Steps of distinct users of the influx-schema part (increasing).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10000,50000,100000,200000"
+    )]
+    pub influx_users: Vec<u64>,
+    /// Events per user in the influx-schema part.
+    #[arg(long, default_value_t = 5)]
+    pub influx_events_per_user: u64,
     /// Directory under which the temporary data dirs go [default: the system temp dir].
     /// Removed afterwards.
     #[arg(long)]
@@ -168,6 +183,11 @@ async fn run_here(args: EventsBenchArgs) -> anyhow::Result<()> {
     }
     if wants(Part::Report) {
         let r = report::bench_report(&args, &root.path().join("report")).await?;
+        print!("{}", r.report());
+        bars.push(r.bar());
+    }
+    if wants(Part::InfluxSchema) {
+        let r = influx_schema::bench_schemas(&args).await?;
         print!("{}", r.report());
         bars.push(r.bar());
     }
