@@ -31,7 +31,15 @@ pub async fn open_raw(
         return Ok(Arc::new(SqliteRaw::open(&events_dir.join("raw.db"))?));
     }
     if url.starts_with("influxdb://") {
-        let raw = InfluxRaw::connect(url, &events_dir.join("influx-catalog.db")).await?;
+        // The retention policy follows `events.raw_retention` unless the URL sets its own.
+        let url = if url.contains("retention=") {
+            url.to_owned()
+        } else {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let hours = cfg.raw_retention.as_secs().div_ceil(3600).max(1);
+            format!("{url}{sep}retention={hours}h")
+        };
+        let raw = InfluxRaw::connect(&url, &events_dir.join("influx-catalog.db")).await?;
         return Ok(Arc::new(raw));
     }
     Err(unknown("raw", url, "an influxdb:// URL"))

@@ -127,6 +127,25 @@ async fn influx_down_means_nothing_acknowledged_and_it_recovers() {
         vec![("view", t), ("click", t + 2)]
     );
     assert_eq!(raw.days().await.unwrap()[0].events, 2);
+
+    // Events past the retention policy would be dropped by InfluxDB (and the rest of their
+    // request kept): the whole batch is refused before anything is written.
+    let old = t - 30 * 86_400_000;
+    let err = raw
+        .append(vec![Event::new("view", t + 3), Event::new("view", old)], 5)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("older than the raw tier's retention"),
+        "{err}"
+    );
+    assert_eq!(raw.day_events(day).await.unwrap().len(), 2);
+    assert_eq!(
+        raw.days().await.unwrap().len(),
+        1,
+        "no catalog entry for the old day"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

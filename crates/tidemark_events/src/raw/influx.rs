@@ -152,6 +152,14 @@ pub struct InfluxRaw {
     reads: ReadPool,
 }
 
+/// The machine's clock (Unix ms): InfluxDB's retention runs on it, whatever clock the caller
+/// injects for arrivals.
+fn wall_clock_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
+}
+
 /// The nanosecond timestamp of an event with day sequence number `seq`.
 fn point_ns(time_ms: i64, seq: i64) -> i64 {
     time_ms
@@ -537,6 +545,17 @@ impl RawStore for InfluxRaw {
         let mut per_day: BTreeMap<UtcDay, i64> = BTreeMap::new();
         for e in &events {
             *per_day.entry(UtcDay::of_ms(e.time_ms)).or_default() += 1;
+        }
+        // InfluxDB drops points of shard groups already past retention, and stores the rest of
+        // their request (a partial write): refuse such a batch whole before writing anything.
+        let horizon =
+            wall_clock_ms() - i64::try_from(self.target.retention.as_millis()).unwrap_or(i64::MAX);
+        if let Some(day) = per_day.keys().find(|d| d.plus(1).start_ms() <= horizon) {
+            return Err(RawError::Store(rejected(format!(
+                "events of {day} are older than the raw tier's retention ({} h): InfluxDB \
+                 would drop them; nothing of the batch was stored",
+                self.target.retention.as_secs() / 3600
+            ))));
         }
         let counts: Vec<(UtcDay, i64)> = per_day.into_iter().collect();
         let reserve = counts.clone();
