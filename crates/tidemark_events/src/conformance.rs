@@ -182,7 +182,7 @@ fn event(kind: &str, time_ms: i64, listing_id: i64, session: &str) -> Event {
 /// Sorted the way the suite compares event lists: by time, then by everything else (a backend
 /// returns a day in its own stable order: SQLite by arrival, InfluxDB by time).
 fn sorted(mut v: Vec<Event>) -> Vec<Event> {
-    v.sort_by_key(|e| (e.time_ms, serde_json::to_string(e).unwrap_or_default()));
+    v.sort_by_cached_key(|e| (e.time_ms, serde_json::to_string(e).unwrap_or_default()));
     v
 }
 
