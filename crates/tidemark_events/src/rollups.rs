@@ -23,7 +23,7 @@ use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::store::StoreError;
 
-pub use mysql::MysqlRollups;
+pub use mysql::{MysqlRollups, REPORT as MYSQL_REPORT_SQL};
 pub use sqlite::SqliteRollups;
 
 /// One row of `listing_daily` for a given day: a listing's `total` and `uniques` of one kind.

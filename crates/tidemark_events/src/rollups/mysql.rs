@@ -52,7 +52,7 @@ const ROWS_PER_INSERT: usize = 1_000;
 
 /// The report: per listing of the account and kind, sums over the period (`CAST` keeps the
 /// sums `BIGINT UNSIGNED`; `SUM` alone would be `DECIMAL`).
-const REPORT: &str = "SELECT d.listing_id, d.event,
+pub const REPORT: &str = "SELECT d.listing_id, d.event,
         CAST(SUM(d.total) AS UNSIGNED) AS total, CAST(SUM(d.uniques) AS UNSIGNED) AS uniques
      FROM listings l
      JOIN listing_daily d ON d.listing_id = l.id AND d.day BETWEEN ? AND ?
