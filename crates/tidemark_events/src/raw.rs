@@ -132,6 +132,14 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// The `limit` listings with most non-bot events on `day`: `(listing_id, events)`.
     async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError>;
 
+    /// When the store itself removes `day`, whatever Tidemark decides (Unix ms): InfluxDB's
+    /// retention policy does. `None` (the default) for stores that keep a day until
+    /// [`RawStore::drop_day`]. The lifecycle alerts a day before (DESIGN principle 2).
+    fn expires_at_ms(&self, day: UtcDay) -> Option<i64> {
+        let _ = day;
+        None
+    }
+
     /// All events of one day, in arrival order (reads every chunk; for tests and tools).
     async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, StoreError> {
         let mut out = Vec::new();

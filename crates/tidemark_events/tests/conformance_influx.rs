@@ -62,6 +62,13 @@ async fn series_cardinality_is_the_number_of_kinds_and_retention_is_seven_days()
         .collect();
     raw.append(events, t + 1_000).await.unwrap();
     assert_eq!(raw.day_events(UtcDay::of_ms(t)).await.unwrap().len(), 2_000);
+    // InfluxDB removes the day by itself 7 days after its end: the lifecycle watches that.
+    let day = UtcDay::of_ms(t);
+    assert_eq!(
+        raw.expires_at_ms(day),
+        Some(day.plus(8).start_ms()),
+        "the end of the day + 7 days"
+    );
     // One series per kind, whatever the identifiers (seed 002).
     let v = influx_query(&server, "tidemark", "SHOW SERIES").await;
     let series = v["results"][0]["series"][0]["values"].clone();

@@ -659,6 +659,15 @@ impl RawStore for InfluxRaw {
         Ok(marked)
     }
 
+    fn expires_at_ms(&self, day: UtcDay) -> Option<i64> {
+        // Shard groups of one day are deleted once their end is older than the retention.
+        Some(
+            day.plus(1).start_ms().saturating_add(
+                i64::try_from(self.target.retention.as_millis()).unwrap_or(i64::MAX),
+            ),
+        )
+    }
+
     async fn counts_per_minute(
         &self,
         since_ms: i64,
