@@ -128,6 +128,10 @@ pub struct EventsBenchArgs {
     /// Events per user in the influx-schema part.
     #[arg(long, default_value_t = 5)]
     pub influx_events_per_user: u64,
+    /// Write plots into this directory (e.g. `docs/benchmarks`): `report-latency.svg` (report
+    /// part), `influx-series.svg`, `influx-rate.svg` and `influx-rss.svg` (influx-schema part).
+    #[arg(long)]
+    pub plot_dir: Option<PathBuf>,
     /// Directory under which the temporary data dirs go [default: the system temp dir].
     /// Removed afterwards.
     #[arg(long)]
@@ -185,11 +189,17 @@ async fn run_here(args: EventsBenchArgs) -> anyhow::Result<()> {
         let r = report::bench_report(&args, &root.path().join("report")).await?;
         print!("{}", r.report());
         bars.push(r.bar());
+        if let Some(dir) = &args.plot_dir {
+            r.plot(dir, args.report_mysql.is_some())?;
+        }
     }
     if wants(Part::InfluxSchema) {
         let r = influx_schema::bench_schemas(&args).await?;
         print!("{}", r.report());
         bars.push(r.bar());
+        if let Some(dir) = &args.plot_dir {
+            r.plot(dir)?;
+        }
     }
     print_summary(4, &bars);
     drop(root);

@@ -115,6 +115,10 @@ pub struct LinksBenchArgs {
         default_value = "random-pk,autoinc-unique,tidemark"
     )]
     pub mysql_schemas: Vec<schemas::MysqlSchema>,
+    /// Write the MariaDB insert comparison as `insert-mysql.svg` into this directory
+    /// (e.g. `docs/benchmarks`).
+    #[arg(long)]
+    pub plot_dir: Option<PathBuf>,
     /// Recipients rendered through the server to get the redirect part's `/c/` ids.
     #[arg(long, default_value_t = 2_000)]
     pub recipients: usize,
@@ -212,9 +216,14 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
     if wants(Part::Insert)
         && let Some(server) = &args.insert_mysql
     {
+        let mut curves = Vec::new();
         for schema in &args.mysql_schemas {
             let r = store::bench_insert_mysql(&args, server, *schema).await?;
             print!("{}", r.report());
+            curves.push(super::plot::Series {
+                name: schema.label().to_owned(),
+                points: r.curve(),
+            });
             bars.push(Bar {
                 name: format!(
                     "{}: last million within {:.0} % of the first{}",
@@ -234,6 +243,15 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
                     .then(|| r.ratio().map(|x| x >= BAR_FLAT))
                     .flatten(),
             });
+        }
+        if let Some(dir) = &args.plot_dir {
+            super::plot::write_chart(
+                &dir.join("insert-mysql.svg"),
+                "Seed 001 on MariaDB: link-table insert rate as the table grows",
+                "rows in the table",
+                "rows/s (per million rows)",
+                &curves,
+            )?;
         }
     } else if wants(Part::Insert) {
         let dir = root.path().join("insert");

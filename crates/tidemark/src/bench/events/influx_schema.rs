@@ -181,6 +181,43 @@ impl SchemaFigures {
         s
     }
 
+    /// `influx-series.svg`, `influx-rate.svg` and `influx-rss.svg` in `dir`, each against the
+    /// number of distinct users, tags vs fields.
+    pub(super) fn plot(&self, dir: &std::path::Path) -> anyhow::Result<()> {
+        use super::super::plot::{Series, write_chart};
+        let two = |f: fn(&Step) -> f64| {
+            [
+                ("identifiers as tags", &self.tags),
+                ("identifiers as fields (Tidemark)", &self.fields),
+            ]
+            .map(|(name, steps)| Series {
+                name: name.to_owned(),
+                points: steps.iter().map(|s| (s.users as f64, f(s))).collect(),
+            })
+        };
+        write_chart(
+            &dir.join("influx-series.svg"),
+            "Seed 002 on InfluxDB 1.x: series cardinality",
+            "distinct users",
+            "series (SHOW SERIES EXACT CARDINALITY)",
+            &two(|s| s.series as f64),
+        )?;
+        write_chart(
+            &dir.join("influx-rate.svg"),
+            "Seed 002 on InfluxDB 1.x: write throughput of each step",
+            "distinct users",
+            "events/s",
+            &two(|s| s.events_per_sec),
+        )?;
+        write_chart(
+            &dir.join("influx-rss.svg"),
+            "Seed 002 on InfluxDB 1.x: influxd resident memory",
+            "distinct users",
+            "RSS (MB)",
+            &two(|s| s.rss_mb),
+        )
+    }
+
     pub(super) fn bar(&self) -> Bar {
         let last = self.fields.last();
         Bar {

@@ -88,6 +88,33 @@ impl ReportFigures {
         )
     }
 
+    /// `report-latency.svg` in `dir`: the timed runs' latency by percentile.
+    pub(super) fn plot(&self, dir: &Path, mysql: bool) -> anyhow::Result<()> {
+        let n = self.latencies.len().max(1) as f64;
+        let points = self
+            .latencies
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (100.0 * (i + 1) as f64 / n, d.as_secs_f64() * 1000.0))
+            .collect();
+        super::super::plot::write_chart(
+            &dir.join("report-latency.svg"),
+            &format!(
+                "Account report on {}: {} listings x {} days ({} rows of the account)",
+                if mysql { "MariaDB" } else { "SQLite" },
+                self.listings,
+                self.days,
+                self.account_rows
+            ),
+            "percentile of runs",
+            "latency (ms)",
+            &[super::super::plot::Series {
+                name: format!("RollupStore::report, {} runs", self.latencies.len()),
+                points,
+            }],
+        )
+    }
+
     pub(super) fn bar(&self) -> Bar {
         let p99 = self.p99_ms();
         Bar {

@@ -78,6 +78,18 @@ impl InsertFigures {
         Some(rate(full[full.len() - 1]) / rate(full[0]))
     }
 
+    /// `(rows so far, rows/s of the segment ending there)`, for the plot.
+    pub(super) fn curve(&self) -> Vec<(f64, f64)> {
+        let mut upto = 0;
+        self.segments
+            .iter()
+            .map(|(n, secs)| {
+                upto += n;
+                (upto as f64, *n as f64 / secs)
+            })
+            .collect()
+    }
+
     pub(super) fn report(&self) -> String {
         let mut s = format!(
             "\n3. link-store insert ({}, {} records per call, one day)\n\
