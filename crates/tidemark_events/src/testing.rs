@@ -13,6 +13,8 @@ use std::time::{Duration, Instant};
 pub struct InfluxServer {
     child: Option<Child>,
     dir: PathBuf,
+    /// `[http] max-row-limit` (0: InfluxDB's default, no limit).
+    max_row_limit: usize,
     /// The HTTP port on 127.0.0.1.
     pub port: u16,
     rpc_port: u16,
@@ -26,6 +28,12 @@ impl InfluxServer {
     /// Starts `influxd run` (the binary named by `TIDEMARK_INFLUXD`, default `influxd` on the
     /// `PATH`) and waits until its HTTP port accepts connections (at most 20 s).
     pub fn start() -> std::io::Result<Self> {
+        Self::start_with_max_row_limit(0)
+    }
+
+    /// Like [`InfluxServer::start`], with `[http] max-row-limit = n`: a query answers at most
+    /// `n` rows (what a production server may be configured to do).
+    pub fn start_with_max_row_limit(n: usize) -> std::io::Result<Self> {
         static N: AtomicU64 = AtomicU64::new(0);
         let dir = std::env::temp_dir().join(format!(
             "tidemark-influx-{}-{}",
@@ -36,6 +44,7 @@ impl InfluxServer {
         let mut server = Self {
             child: None,
             dir,
+            max_row_limit: n,
             port: free_port()?,
             rpc_port: free_port()?,
         };
@@ -58,6 +67,7 @@ bind-address = \"127.0.0.1:{rpc}\"
 [http]
   bind-address = \"127.0.0.1:{port}\"
   log-enabled = false
+  max-row-limit = {rows}
 [[udp]]
   enabled = false
 [monitor]
@@ -66,7 +76,8 @@ bind-address = \"127.0.0.1:{rpc}\"
   enabled = false
 ",
             rpc = self.rpc_port,
-            port = self.port
+            port = self.port,
+            rows = self.max_row_limit
         );
         let path = self.dir.join("influxdb.conf");
         std::fs::write(&path, config)?;

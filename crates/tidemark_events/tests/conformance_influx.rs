@@ -41,6 +41,17 @@ async fn influx_raw_store() {
     conformance::raw_store(Arc::new(raw)).await;
 }
 
+/// A server that answers at most 3 rows per query (`max-row-limit`) still gives every event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn influx_raw_store_behind_a_row_limit() {
+    let server = InfluxServer::start_with_max_row_limit(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = InfluxRaw::connect(&server.url("tidemark"), &dir.path().join("catalog.db"))
+        .await
+        .unwrap();
+    conformance::raw_store(Arc::new(raw)).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn series_cardinality_is_the_number_of_kinds_and_retention_is_seven_days() {
     let server = InfluxServer::start().unwrap();

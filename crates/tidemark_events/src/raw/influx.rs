@@ -25,7 +25,9 @@
 //! rewrites the same points: idempotent); (3) count the events, or, on failure, release them
 //! and answer the error (ingest answers 503: nothing acknowledged that is not stored).
 //!
-//! **Reads** page through one day in time order with `time > <last ns>` as the cursor.
+//! **Reads** page through one day in time order with `time > <last ns>` as the cursor, at most
+//! [`READ_PAGE`] points per request, until a request comes back empty (so a server whose
+//! `max-row-limit` is lower still gives every point).
 //!
 //! **Drop**: the catalog marks the day dropped only if rolled up and archived up to its last
 //! arrival with no append pending; then the day's shard is dropped whole (`DROP SHARD`), or its
@@ -64,8 +66,9 @@ pub const RETENTION_POLICY: &str = "tidemark_raw";
 pub const WRITE_LINES: usize = 5_000;
 /// Attempts per request (the first and three retries: after 50 ms, 200 ms, 800 ms).
 const ATTEMPTS: u32 = 4;
-/// Points per read request.
-const READ_PAGE: usize = 50_000;
+/// Points per read request: InfluxDB's usual `max-row-limit`. A server configured lower
+/// answers fewer rows; reads then simply ask again from the last timestamp.
+const READ_PAGE: usize = 10_000;
 const NS_PER_MS: i64 = 1_000_000;
 const BACKEND: &str = "influxdb";
 
@@ -233,53 +236,69 @@ struct Series {
     values: Vec<Vec<Value>>,
 }
 
-/// The series of the first statement of a `/query` answer, or its error.
+/// The series of the first statement of a `/query` answer, or its error. Queries are sent
+/// chunked (`chunked=true`: one JSON document per line, a series continued over several of
+/// them, none cut by the server's `max-row-limit`); the pieces of one series are joined.
 fn parse_answer(body: &[u8]) -> Result<Vec<Series>, StoreError> {
-    let v: Value = serde_json::from_slice(body)
-        .map_err(|e| rejected(format!("unreadable /query answer: {e}")))?;
-    if let Some(err) = v.get("error").and_then(Value::as_str) {
-        return Err(rejected(err.to_owned()));
-    }
-    let Some(first) = v.get("results").and_then(|r| r.get(0)) else {
-        return Ok(Vec::new());
-    };
-    if let Some(err) = first.get("error").and_then(Value::as_str) {
-        return Err(rejected(err.to_owned()));
-    }
-    let mut out = Vec::new();
-    for s in first
-        .get("series")
-        .and_then(Value::as_array)
-        .into_iter()
-        .flatten()
+    let mut out: Vec<Series> = Vec::new();
+    let mut continued = false;
+    for doc in body
+        .split(|b| *b == b'\n')
+        .filter(|l| !l.iter().all(u8::is_ascii_whitespace))
     {
-        let strings = |k: &str| -> Vec<String> {
-            s.get(k)
-                .and_then(Value::as_array)
-                .map(|a| {
-                    a.iter()
-                        .map(|c| c.as_str().unwrap_or_default().to_owned())
-                        .collect()
-                })
-                .unwrap_or_default()
+        let v: Value = serde_json::from_slice(doc)
+            .map_err(|e| rejected(format!("unreadable /query answer: {e}")))?;
+        if let Some(err) = v.get("error").and_then(Value::as_str) {
+            return Err(rejected(err.to_owned()));
+        }
+        let Some(first) = v.get("results").and_then(|r| r.get(0)) else {
+            continue;
         };
-        out.push(Series {
-            tags: s
-                .get("tags")
-                .and_then(Value::as_object)
-                .cloned()
-                .unwrap_or_default(),
-            columns: strings("columns"),
-            values: s
-                .get("values")
-                .and_then(Value::as_array)
-                .map(|rows| {
-                    rows.iter()
-                        .map(|r| r.as_array().cloned().unwrap_or_default())
-                        .collect()
-                })
-                .unwrap_or_default(),
-        });
+        if let Some(err) = first.get("error").and_then(Value::as_str) {
+            return Err(rejected(err.to_owned()));
+        }
+        for s in first
+            .get("series")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let strings = |k: &str| -> Vec<String> {
+                s.get(k)
+                    .and_then(Value::as_array)
+                    .map(|a| {
+                        a.iter()
+                            .map(|c| c.as_str().unwrap_or_default().to_owned())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            };
+            let piece = Series {
+                tags: s
+                    .get("tags")
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default(),
+                columns: strings("columns"),
+                values: s
+                    .get("values")
+                    .and_then(Value::as_array)
+                    .map(|rows| {
+                        rows.iter()
+                            .map(|r| r.as_array().cloned().unwrap_or_default())
+                            .collect()
+                    })
+                    .unwrap_or_default(),
+            };
+            match out.last_mut() {
+                Some(last) if continued && last.tags == piece.tags => {
+                    last.values.extend(piece.values)
+                }
+                _ => out.push(piece),
+            }
+            // In a chunked answer, `partial` on a series: it goes on in the next document.
+            continued = s.get("partial").and_then(Value::as_bool) == Some(true);
+        }
     }
     Ok(out)
 }
@@ -419,9 +438,12 @@ impl InfluxRaw {
     fn query_url(&self, q: &str, epoch: &str) -> String {
         let mut u = url::Url::parse(&format!("{}/query", self.target.base))
             .unwrap_or_else(|_| url::Url::parse("http://invalid/query").expect("static URL"));
+        // Chunked answers are not cut by the server's `max-row-limit`.
         u.query_pairs_mut()
             .append_pair("db", &self.target.database)
             .append_pair("epoch", epoch)
+            .append_pair("chunked", "true")
+            .append_pair("chunk_size", "10000")
             .append_pair("q", q);
         u.into()
     }
@@ -613,16 +635,27 @@ impl RawStore for InfluxRaw {
             return Ok((Vec::new(), None));
         }
         let mut out = Vec::with_capacity(limit.min(READ_PAGE));
-        let mut last = None;
-        for s in self.page("*", day, after, limit, false).await? {
-            for row in &s.values {
-                let (ns, e) = event_of(&s.columns, row)?;
-                last = Some(ns);
-                out.push(e);
+        let mut cursor = after;
+        loop {
+            let want = (limit - out.len()).min(READ_PAGE);
+            let mut got = 0;
+            for s in self.page("*", day, cursor, want, false).await? {
+                for row in &s.values {
+                    let (ns, e) = event_of(&s.columns, row)?;
+                    cursor = ns;
+                    out.push(e);
+                    got += 1;
+                }
+            }
+            if out.len() >= limit {
+                return Ok((out, Some(cursor)));
+            }
+            // Nothing more: the day is exhausted. Fewer rows than asked may only be the
+            // server's row limit, so that is not taken as the end.
+            if got == 0 {
+                return Ok((out, None));
             }
         }
-        let next = if out.len() == limit { last } else { None };
-        Ok((out, next))
     }
 
     async fn days(&self) -> Result<Vec<DayState>, StoreError> {
@@ -740,7 +773,7 @@ impl RawStore for InfluxRaw {
                     }
                 }
             }
-            if n < READ_PAGE {
+            if n == 0 {
                 break;
             }
         }
@@ -783,6 +816,22 @@ mod tests {
                 "{bad}"
             );
         }
+    }
+
+    #[test]
+    fn chunked_answers_are_joined_and_errors_surface() {
+        let body = br#"{"results":[{"statement_id":0,"series":[{"name":"m","tags":{"event":"a"},"columns":["time","count"],"values":[[1,2]],"partial":true}],"partial":true}]}
+{"results":[{"statement_id":0,"series":[{"name":"m","tags":{"event":"a"},"columns":["time","count"],"values":[[2,3]]},{"name":"m","tags":{"event":"b"},"columns":["time","count"],"values":[[1,1]]}]}]}
+"#;
+        let series = parse_answer(body).unwrap();
+        assert_eq!(series.len(), 2);
+        assert_eq!(series[0].values.len(), 2);
+        assert_eq!(series[1].tags["event"], "b");
+        assert!(matches!(
+            parse_answer(br#"{"results":[{"statement_id":0,"error":"boom"}]}"#),
+            Err(StoreError::Rejected { message, .. }) if message == "boom"
+        ));
+        assert!(parse_answer(b"not json").is_err());
     }
 
     #[test]
