@@ -11,7 +11,7 @@
 //! 4. **report** — [`report`]: the yearly account report
 //!    ([`RollupStore::report`](tidemark_events::rollups::RollupStore::report)) over
 //!    `listing_daily` filled day by day in process (on MariaDB with `--report-mysql`).
-//! 5. **influx-schema** (not run by default) — [`influx_schema`]: identifiers as tags vs as
+//! 5. **influx-schema** (not run by default) — `influx_schema.rs`: identifiers as tags vs as
 //!    fields on a real InfluxDB: series cardinality, write rate and memory as users grow.
 //!
 //! Events are shaped like the issue's: kinds view / click / contact, a listing id, user,

@@ -26,7 +26,7 @@
 //! and answer the error (ingest answers 503: nothing acknowledged that is not stored).
 //!
 //! **Reads** page through one day in time order with `time > <last ns>` as the cursor, at most
-//! [`READ_PAGE`] points per request, until a request comes back empty (so a server whose
+//! 10,000 points per request, until a request comes back empty (so a server whose
 //! `max-row-limit` is lower still gives every point).
 //!
 //! **Drop**: the catalog marks the day dropped only if rolled up and archived up to its last
