@@ -194,7 +194,16 @@ async fn render_rewrite_and_redirect_in(mode: Mode) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suppressions_and_sending_to_eml_files() {
-    let server = TestServer::start(&[]).await;
+    suppressions_and_sending_to_eml_files_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suppressions_and_sending_to_eml_files_on_mariadb_and_influxdb() {
+    suppressions_and_sending_to_eml_files_in(Mode::Production).await;
+}
+
+async fn suppressions_and_sending_to_eml_files_in(mode: Mode) {
+    let server = TestServer::start_in(mode, &[]).await;
     let c = client();
     let mid = mailing(&c, &server, r#"<html><body>Hi {{ first_name }} <a href="https://shop.example/item/7">see</a></body></html>"#).await;
     let (st, v) = call(
@@ -287,6 +296,7 @@ async fn suppressions_and_sending_to_eml_files() {
     .await;
     assert_eq!(st, 200);
     assert_eq!(v["messages"].as_array().unwrap().len(), 2);
+    server.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
