@@ -112,6 +112,16 @@ impl TestServer {
 
     /// Starts a server on a fresh temp dir in `mode` (production: its own engines).
     pub async fn start_in(mode: Mode, env: &[(&str, &str)]) -> Self {
+        Self::start_in_with(mode, env, |_| Vec::new()).await
+    }
+
+    /// Like [`TestServer::start_in`]; in production mode `more` adds variables that may name
+    /// the engines (e.g. a raw-tier URL with its own retention), set last.
+    pub async fn start_in_with(
+        mode: Mode,
+        env: &[(&str, &str)],
+        more: impl FnOnce(&Engines) -> Vec<(String, String)>,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
         let engines = match mode {
@@ -120,6 +130,12 @@ impl TestServer {
         };
         let mut all: Vec<(String, String)> = engines.as_ref().map(Engines::env).unwrap_or_default();
         all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        if let Some(e) = &engines {
+            for (k, v) in more(e) {
+                all.retain(|(key, _)| *key != k);
+                all.push((k, v));
+            }
+        }
         let mut s = Self {
             child: None,
             base: String::new(),
