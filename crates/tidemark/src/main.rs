@@ -1,6 +1,6 @@
 //! The `tidemark` binary: `serve` (HTTP API + every background worker) and the load generators.
 
-use tidemark::{bench, config, mail, rollup_cmd, server};
+use tidemark::{bench, config, demo, mail, rollup_cmd, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -63,6 +63,9 @@ enum Command {
     /// Load generators that print figures.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Replay one marketplace day through the HTTP API and print a summary
+    /// (`tidemark demo --server http://127.0.0.1:8080 --key dev-key`, or `--embedded`).
+    Demo(demo::DemoArgs),
     /// Roll up one UTC day of raw events into `listing_daily` now (`tidemark rollup --day YYYY-MM-DD`).
     Rollup(rollup_cmd::RollupArgs),
 }
@@ -100,6 +103,7 @@ fn main() -> anyhow::Result<()> {
             Command::Mail(m) => mail::run(m).await,
             Command::Bench(b) => bench::run(b).await,
             Command::Rollup(r) => rollup_cmd::run(r).await,
+            Command::Demo(d) => demo::run(d).await.map(|_| ()),
         }
     })
 }

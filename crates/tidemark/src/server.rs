@@ -71,6 +71,10 @@ pub async fn run(
         ),
         schema: config.events.schema.clone(),
     };
+    // Issue 5 wiring: a conversation's first message about a listing is one `contact` event.
+    let chat = chat.with_contact_sink(Arc::new(crate::wiring::ContactEvents {
+        ingest: ingest.clone(),
+    }));
     let mut links_cfg = config.links.clone();
     if links_cfg.track_base.is_empty() {
         links_cfg.track_base = format!("http://{}", listener.local_addr()?);
@@ -115,6 +119,7 @@ pub async fn run(
     ));
     let pool = Arc::clone(links.pool());
     let links_for_shutdown = links.clone();
+    let chat_for_shutdown = chat.clone();
     let app = router(
         chat.clone(),
         links,
@@ -128,6 +133,7 @@ pub async fn run(
     tracing::info!("stopped accepting; stopping workers");
     cancel.cancel();
     while workers.join_next().await.is_some() {}
+    chat_for_shutdown.drain_contacts().await;
     links_for_shutdown.drain_events().await;
     drop(links_for_shutdown);
     match Arc::try_unwrap(pool) {
@@ -150,6 +156,7 @@ fn router(
     keys: Arc<ApiKeys>,
     ops: Ops,
 ) -> Router {
+    let kinds = events.ingest.config().schema.kinds.clone();
     let v1 = tidemark_chat::http::router(chat)
         .merge(tidemark_links::http::api_router(links.clone()))
         .merge(tidemark_events::recent::router(events.clone()))
@@ -163,6 +170,7 @@ fn router(
         .with_state(ops);
     Router::new()
         .merge(v1)
+        .merge(crate::openapi::router(&kinds))
         .merge(tidemark_links::http::public_router(links))
         .merge(tidemark_events::dashboard::public_router())
         .merge(ops_routes)

@@ -217,6 +217,26 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
         &r.json().await.unwrap(),
         "listing id must be an integer",
     );
+    // Listing ids are non-negative, as in events (found by schemathesis: -5 was stored).
+    let r = put("/v1/listings/-5", json!({"account_id": 8}))
+        .await
+        .unwrap();
+    let st = r.status().as_u16();
+    assert_eq!(st, 400);
+    assert_bad(
+        st,
+        &r.json().await.unwrap(),
+        "listing id must be non-negative",
+    );
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/listings"),
+        Some(json!([{"listing_id": 102, "account_id": 8}, {"listing_id": -1, "account_id": 8}])),
+    )
+    .await;
+    assert_eq!(st, 400, "{v}");
+    assert_bad(st, &v, "listing_id must be non-negative");
     let r = put("/v1/listings/101", json!({"account_id": "eight"}))
         .await
         .unwrap();

@@ -170,6 +170,33 @@ async fn contract_and_bad_inputs() {
             403,
             "forbidden",
         ),
+        // Found by schemathesis: ids beyond i64 were accepted, and a listing id stored wrapped
+        // to a negative number (its contact event then failed); seqs are i64 in every store.
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["a", "b"], "listing_id": 9_223_372_036_854_775_808_u64})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            server.url(&format!(
+                "/v1/conversations/{cid}/messages?before=9223372036854775808"
+            )),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            server.url(&format!(
+                "/v1/conversations/{cid}/messages?after=18446744073709551615"
+            )),
+            None,
+            400,
+            "bad_request",
+        ),
         (
             Method::GET,
             server.url("/v1/nothing-here"),

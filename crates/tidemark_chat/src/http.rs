@@ -14,12 +14,28 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
-use tidemark_core::http::{ApiError, ApiJson, ApiQuery, Tenant};
+use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, Tenant};
+use tidemark_core::openapi::JsonBodyErrors;
 use tidemark_core::timefmt::rfc3339_ms;
+use utoipa::{IntoParams, ToSchema};
 
-use crate::model::{MessageRecord, SendAck, SendCommand, SendOutcome};
+use crate::model::{MessageClass, MessageRecord, SendAck, SendCommand, SendOutcome};
 use crate::reads::Anchor;
-use crate::service::{ChatService, NewConversation, parse_class};
+use crate::service::{ChatService, MAX_ID_BYTES, NewConversation, parse_class};
+
+/// The OpenAPI description of the chat routes (the server merges it into `/v1/openapi.json`).
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(
+    paths(
+        create_conversation,
+        send_message,
+        list_messages,
+        mark_read,
+        user_conversations
+    ),
+    tags((name = "chat", description = "Conversations, messages, read pointers and unread counts"))
+)]
+pub struct ChatApi;
 
 /// The chat routes, with `service` as their state.
 pub fn router(service: ChatService) -> Router {
@@ -34,18 +50,55 @@ pub fn router(service: ChatService) -> Router {
         .with_state(service)
 }
 
-#[derive(Debug, Deserialize)]
+/// The schema of a user id in `CreateConversation::members`: not blank, at most 128 bytes.
+#[derive(Debug)]
+struct UserId;
+
+impl utoipa::PartialSchema for UserId {
+    fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
+        utoipa::openapi::schema::ObjectBuilder::new()
+            .schema_type(utoipa::openapi::schema::Type::String)
+            .description(Some("A user id: not blank, at most 128 bytes."))
+            .min_length(Some(1))
+            .max_length(Some(MAX_ID_BYTES))
+            .into()
+    }
+}
+
+impl ToSchema for UserId {}
+
+/// A new conversation.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct CreateConversation {
+    /// Its members, fixed for its life: 2 to 100 distinct non-blank user ids of at most 128
+    /// bytes each.
+    #[schema(min_items = 2, max_items = 100, value_type = Vec<UserId>)]
     members: Vec<String>,
+    /// The listing it is about, if any: its first message then records one `contact` event
+    /// for that listing.
+    #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
     listing_id: Option<u64>,
 }
 
-#[derive(Debug, Serialize)]
+/// A created conversation.
+#[derive(Debug, Serialize, ToSchema)]
 struct ConversationCreated {
+    /// The new conversation's id.
     conversation_id: String,
 }
 
+/// Creates a conversation between members, optionally about a listing.
+#[utoipa::path(
+    post,
+    path = "/v1/conversations",
+    tag = "chat",
+    request_body = CreateConversation,
+    responses(
+        (status = 201, description = "Created", body = ConversationCreated),
+        JsonBodyErrors,
+    )
+)]
 async fn create_conversation(
     State(svc): State<ChatService>,
     tenant: Tenant,
@@ -67,19 +120,34 @@ async fn create_conversation(
         .into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// A message to append to a conversation.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SendMessage {
+    /// The client's idempotency key (non-blank, at most 128 bytes): a retry with the same
+    /// `(sender, client_msg_id)` gets the first acknowledgement back (200) and appends nothing.
+    #[schema(min_length = 1, max_length = 128)]
     client_msg_id: String,
+    /// The sending member (non-blank, at most 128 bytes).
+    #[schema(min_length = 1, max_length = 128)]
     sender: String,
+    /// The text, 1 byte up to the configured limit (`chat.max_body_bytes`, 64 KiB by default).
+    #[schema(min_length = 1)]
     body: String,
+    /// Retention class; `standard` when absent.
+    #[schema(value_type = Option<MessageClass>)]
     class: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+/// The acknowledgement of a committed message.
+#[derive(Debug, Serialize, ToSchema)]
 struct AckBody {
+    /// Its position in the conversation, from 1, without gaps.
     conversation_seq: u64,
+    /// Its id.
     message_id: String,
+    /// When it was committed, RFC 3339 UTC.
+    #[schema(format = DateTime)]
     committed_at: String,
 }
 
@@ -93,6 +161,21 @@ impl From<SendAck> for AckBody {
     }
 }
 
+/// Appends a message (SEND); idempotent per `(sender, client_msg_id)`.
+#[utoipa::path(
+    post,
+    path = "/v1/conversations/{cid}/messages",
+    tag = "chat",
+    params(("cid" = String, Path, description = "Conversation id")),
+    request_body = SendMessage,
+    responses(
+        (status = 201, description = "Committed now", body = AckBody),
+        (status = 200, description = "A retry of a committed message: its first acknowledgement", body = AckBody),
+        (status = 403, description = "The sender is not a member (`forbidden`)", body = ErrorBody),
+        (status = 404, description = "No such conversation (`not_found`)", body = ErrorBody),
+        JsonBodyErrors,
+    )
+)]
 async fn send_message(
     State(svc): State<ChatService>,
     tenant: Tenant,
@@ -126,21 +209,37 @@ async fn send_message(
     Ok((status, axum::Json(AckBody::from(outcome.ack()))).into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// Which page of history: the newest (no anchor), or the page before or after a seq.
+#[derive(Debug, Deserialize, IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 struct HistoryParams {
+    /// The page of messages just before this seq (not together with `after`).
+    #[param(maximum = 9_223_372_036_854_775_807_i64)]
     before: Option<u64>,
+    /// The page of messages just after this seq (not together with `before`).
+    #[param(maximum = 9_223_372_036_854_775_807_i64)]
     after: Option<u64>,
+    /// Page width in seqs, 1 to 200 (default 50).
+    #[param(minimum = 1, maximum = 200)]
     limit: Option<u64>,
 }
 
-#[derive(Debug, Serialize)]
+/// One message of a history page.
+#[derive(Debug, Serialize, ToSchema)]
 struct MessageBody {
+    /// Its position in the conversation.
     conversation_seq: u64,
+    /// Its id.
     message_id: String,
+    /// The sending member.
     sender: String,
+    /// The text.
     body: String,
-    class: crate::model::MessageClass,
+    /// Retention class.
+    class: MessageClass,
+    /// When it was committed, RFC 3339 UTC.
+    #[schema(format = DateTime)]
     committed_at: String,
 }
 
@@ -157,19 +256,46 @@ impl From<MessageRecord> for MessageBody {
     }
 }
 
-#[derive(Debug, Serialize)]
+/// A page of history, oldest first.
+#[derive(Debug, Serialize, ToSchema)]
 struct HistoryBody {
+    /// The page's messages, oldest first (expired ephemeral messages and trimmed seqs are
+    /// absent).
     messages: Vec<MessageBody>,
+    /// The lowest seq still readable.
     earliest_available_seq: u64,
+    /// The conversation's newest seq (0 before its first message).
     latest_seq: u64,
 }
 
+/// Reads a page of a conversation's history (PULL_HISTORY), from both tiers.
+#[utoipa::path(
+    get,
+    path = "/v1/conversations/{cid}/messages",
+    tag = "chat",
+    params(("cid" = String, Path, description = "Conversation id"), HistoryParams),
+    responses(
+        (status = 200, description = "The page", body = HistoryBody),
+        (status = 404, description = "No such conversation (`not_found`)", body = ErrorBody),
+        (status = 500, description = "Data the page needs is missing or corrupt (`corrupt_history`); never a partial page", body = ErrorBody),
+    )
+)]
 async fn list_messages(
     State(svc): State<ChatService>,
     tenant: Tenant,
     Path(cid): Path<String>,
     ApiQuery(q): ApiQuery<HistoryParams>,
 ) -> Result<Response, ApiError> {
+    for (name, seq) in [("before", q.before), ("after", q.after)] {
+        if let Some(s) = seq
+            && i64::try_from(s).is_err()
+        {
+            return Err(ApiError::bad_request(format!(
+                "{name} {s} is out of range (at most {})",
+                i64::MAX
+            )));
+        }
+    }
     let anchor = match (q.before, q.after) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -191,13 +317,31 @@ async fn list_messages(
     .into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// Moves a member's read pointer.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct MarkRead {
+    /// The member.
+    #[schema(min_length = 1, max_length = 128)]
     user: String,
+    /// The last seq they have read: at most the latest seq; the pointer never moves back.
     seq: u64,
 }
 
+/// Moves a member's read pointer (never backwards).
+#[utoipa::path(
+    put,
+    path = "/v1/conversations/{cid}/read",
+    tag = "chat",
+    params(("cid" = String, Path, description = "Conversation id")),
+    request_body = MarkRead,
+    responses(
+        (status = 204, description = "Stored"),
+        (status = 403, description = "The user is not a member (`forbidden`)", body = ErrorBody),
+        (status = 404, description = "No such conversation (`not_found`)", body = ErrorBody),
+        JsonBodyErrors,
+    )
+)]
 async fn mark_read(
     State(svc): State<ChatService>,
     tenant: Tenant,
@@ -208,18 +352,35 @@ async fn mark_read(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Serialize)]
+/// One conversation of a user.
+#[derive(Debug, Serialize, ToSchema)]
 struct SummaryBody {
+    /// The conversation.
     conversation_id: String,
+    /// Its newest seq.
     latest_seq: u64,
+    /// Messages after the user's read pointer that are still readable.
     unread: u64,
 }
 
-#[derive(Debug, Serialize)]
+/// A user's conversations.
+#[derive(Debug, Serialize, ToSchema)]
 struct ConversationsBody {
+    /// Every conversation the user is a member of, with its unread count.
     conversations: Vec<SummaryBody>,
 }
 
+/// Lists a user's conversations with their latest seq and unread count.
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user}/conversations",
+    tag = "chat",
+    params(("user" = String, Path, description = "User id")),
+    responses(
+        (status = 200, description = "The user's conversations (none: an empty list)", body = ConversationsBody),
+        (status = 500, description = "An unread count could not be computed from corrupt data (`corrupt_history`)", body = ErrorBody),
+    )
+)]
 async fn user_conversations(
     State(svc): State<ChatService>,
     tenant: Tenant,

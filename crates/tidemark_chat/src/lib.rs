@@ -11,6 +11,8 @@
 //! 4. **Read** ([`reads`]): seq > F from the hot tier, seq ≤ F from the archive, merged; any
 //!    missing record fails the whole request.
 //! 5. **Recover** ([`recovery`]): re-publishes records a crash left RESERVED.
+//! 6. **Contact** ([`contact`]): the first committed message about a listing becomes one
+//!    `contact` event for the events subsystem.
 //!
 //! Ports ([`ports`]) keep the storage apart from these rules; [`sqlite`] is the embedded
 //! backend, [`http`] the routes, [`service`] the API the routes call.
@@ -19,6 +21,7 @@ pub mod archiver;
 pub mod commit;
 pub mod config;
 pub mod conformance;
+pub mod contact;
 pub mod error;
 pub mod http;
 pub mod metrics;

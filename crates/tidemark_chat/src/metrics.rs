@@ -25,6 +25,10 @@ pub struct ChatMetrics {
     pub trimmed: IntCounter,
     /// RESERVED records re-published by the recovery worker.
     pub recovered: IntCounter,
+    /// First contacts about a listing handed to the events subsystem.
+    pub contacts: IntCounter,
+    /// First contacts the events subsystem could not store (logged).
+    pub contact_failures: IntCounter,
 }
 
 impl ChatMetrics {
@@ -41,6 +45,8 @@ impl ChatMetrics {
         registry.register(Box::new(m.watermark_ms.clone()))?;
         registry.register(Box::new(m.trimmed.clone()))?;
         registry.register(Box::new(m.recovered.clone()))?;
+        registry.register(Box::new(m.contacts.clone()))?;
+        registry.register(Box::new(m.contact_failures.clone()))?;
         Ok(m)
     }
 
@@ -88,6 +94,14 @@ impl ChatMetrics {
             recovered: c(
                 "tidemark_chat_recovered_total",
                 "RESERVED records re-published by recovery",
+            ),
+            contacts: c(
+                "tidemark_chat_contacts_total",
+                "First contacts about a listing handed to the events subsystem",
+            ),
+            contact_failures: c(
+                "tidemark_chat_contact_failures_total",
+                "First contacts the events subsystem could not store",
             ),
         }
     }

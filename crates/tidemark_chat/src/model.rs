@@ -11,7 +11,7 @@ pub const SEQ_BUCKET_SIZE: u64 = 1000;
 pub const EPHEMERAL_TTL_MS: i64 = 24 * 3600 * 1000;
 
 /// Retention class of a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum MessageClass {
     /// Kept for the life of the history.

@@ -8,13 +8,15 @@ use std::sync::{Arc, Mutex};
 use tidemark_core::clock::SharedClock;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::archiver::Archiver;
 use crate::commit::{CommitPath, Committer};
 use crate::config::{ChatConfig, ChatMode};
+use crate::contact::{ContactSink, FirstContact};
 use crate::error::{ChatError, Result};
 use crate::metrics::ChatMetrics;
-use crate::model::{ConversationMeta, MessageClass, SendCommand, SendOutcome};
+use crate::model::{ConversationMeta, MessageClass, MessageRecord, SendCommand, SendOutcome};
 use crate::ports::{Archive, HotStore, Outbox};
 use crate::reads::{self, Anchor, HistoryPage, PageRequest};
 use crate::recovery::{Recovery, backfill_untracked};
@@ -98,6 +100,11 @@ pub struct ChatService {
     /// Members per `(tenant, conversation)`: membership never changes, so a SEND checks it
     /// without a store read once the conversation was seen.
     members: Arc<Mutex<MembersCache>>,
+    /// Where first contacts about a listing go, if anywhere ([`crate::contact`]).
+    contacts: Option<Arc<dyn ContactSink>>,
+    /// The background tasks handing contacts to the sink; [`ChatService::drain_contacts`]
+    /// waits for them at shutdown.
+    contact_tasks: TaskTracker,
 }
 
 /// `(tenant, conversation_id)` → members.
@@ -155,7 +162,56 @@ impl ChatService {
             cfg,
             metrics,
             members: Arc::default(),
+            contacts: None,
+            contact_tasks: TaskTracker::new(),
         }
+    }
+
+    /// Sends each first contact about a listing to `sink` (issue 5 wiring).
+    pub fn with_contact_sink(mut self, sink: Arc<dyn ContactSink>) -> Self {
+        self.contacts = Some(sink);
+        self
+    }
+
+    /// Waits until every first contact handed off so far was stored or failed (shutdown).
+    pub async fn drain_contacts(&self) {
+        self.contact_tasks.close();
+        self.contact_tasks.wait().await;
+    }
+
+    /// After a fresh commit of seq 1: if the conversation is about a listing, hands one
+    /// [`FirstContact`] to the sink on a tracked task. A retry is a duplicate, never a fresh
+    /// commit, so a contact is never counted twice.
+    async fn first_contact(&self, record: &MessageRecord) {
+        let Some(sink) = &self.contacts else { return };
+        let (tenant, conversation_id) = (record.tenant.as_str(), record.conversation_id.as_str());
+        let listing_id = match self.conversation(tenant, conversation_id).await {
+            Ok(conv) => conv.listing_id,
+            Err(error) => {
+                self.metrics.contact_failures.inc();
+                tracing::warn!(%error, conversation_id, "first contact: conversation unreadable");
+                return;
+            }
+        };
+        let Some(listing_id) = listing_id else { return };
+        let contact = FirstContact {
+            tenant: tenant.to_owned(),
+            conversation_id: conversation_id.to_owned(),
+            listing_id,
+            sender: record.sender.clone(),
+            committed_at_ms: record.committed_at_ms,
+        };
+        let (sink, metrics) = (Arc::clone(sink), self.metrics.clone());
+        self.contact_tasks.spawn(async move {
+            let cid = contact.conversation_id.clone();
+            match sink.record(contact).await {
+                Ok(()) => metrics.contacts.inc(),
+                Err(error) => {
+                    metrics.contact_failures.inc();
+                    tracing::warn!(%error, conversation_id = %cid, "could not record a first contact");
+                }
+            }
+        });
     }
 
     /// Checks that `sender` is a member, from the cache or the store (errors: unknown
@@ -196,6 +252,14 @@ impl ChatService {
             return Err(ChatError::Invalid(format!(
                 "members must list 2 to {MAX_MEMBERS} users, got {}",
                 new.members.len()
+            )));
+        }
+        if let Some(l) = new.listing_id
+            && i64::try_from(l).is_err()
+        {
+            return Err(ChatError::Invalid(format!(
+                "listing_id {l} is out of range (at most {})",
+                i64::MAX
             )));
         }
         let mut seen = std::collections::HashSet::new();
@@ -255,7 +319,12 @@ impl ChatService {
         let outcome = self.committer.commit(cmd).await?;
         timer.observe_duration();
         match &outcome {
-            SendOutcome::Committed(_) => self.metrics.sends.inc(),
+            SendOutcome::Committed(record) => {
+                self.metrics.sends.inc();
+                if record.conversation_seq == 1 {
+                    self.first_contact(record).await;
+                }
+            }
             SendOutcome::Duplicate(_) => self.metrics.duplicates.inc(),
         }
         Ok(outcome)

@@ -66,15 +66,21 @@ impl ApiError {
     }
 }
 
-#[derive(Serialize)]
-struct ErrorBody<'a> {
-    error: ErrorInner<'a>,
+/// The JSON body of every 4xx/5xx answer: `{"error": {"code", "message"}}`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorBody<'a> {
+    /// What went wrong.
+    pub error: ErrorDetail<'a>,
 }
 
-#[derive(Serialize)]
-struct ErrorInner<'a> {
-    code: &'a str,
-    message: &'a str,
+/// The inside of an [`ErrorBody`].
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail<'a> {
+    /// Stable machine-readable code, e.g. `bad_request`, `unauthorized`, `not_found`,
+    /// `forbidden`, `payload_too_large`, `unsupported_media_type`, `unavailable`.
+    pub code: &'a str,
+    /// What was wrong, for a person.
+    pub message: &'a str,
 }
 
 impl IntoResponse for ApiError {
@@ -83,7 +89,7 @@ impl IntoResponse for ApiError {
             tracing::warn!(status = %self.status, code = self.code, message = %self.message, "request failed");
         }
         let body = ErrorBody {
-            error: ErrorInner {
+            error: ErrorDetail {
                 code: self.code,
                 message: &self.message,
             },

@@ -12,12 +12,15 @@
 //!   engine (SQLite, MariaDB, InfluxDB) is behind it.
 //! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, the JSON body extractor that
 //!   turns every bad body into such a 4xx, and per-tenant API-key auth.
+//! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
+//!   the bearer security scheme, for the document each subsystem contributes to.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
 
 pub mod clock;
 pub mod day;
 pub mod http;
 pub mod mysql;
+pub mod openapi;
 pub mod sqlite;
 pub mod store;
 pub mod timefmt;

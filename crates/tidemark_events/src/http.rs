@@ -12,9 +12,10 @@ use axum::extract::{DefaultBodyLimit, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 use tidemark_core::clock::SharedClock;
-use tidemark_core::http::{ApiError, ApiQuery, Tenant};
+use tidemark_core::http::{ApiError, ApiQuery, ErrorBody, Tenant};
+use utoipa::ToSchema;
 
 use crate::ingest::{Ingest, IngestError, decode_json, decode_line_protocol};
 use crate::lineproto::Precision;
@@ -30,6 +31,12 @@ pub struct EventsHttp {
     /// Clock for arrival times and points without a timestamp.
     pub clock: SharedClock,
 }
+
+/// The OpenAPI description of `POST /v1/events` (the InfluxDB write endpoints are outside
+/// `/v1` and described by InfluxDB's own documents).
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(paths(post_events))]
+pub(crate) struct IngestApi;
 
 /// The ingest routes.
 pub fn ingest_router(state: EventsHttp) -> Router {
@@ -59,18 +66,102 @@ fn utf8(body: &[u8]) -> Result<&str, ApiError> {
         .map_err(|e| ApiError::bad_request(format!("body is not valid UTF-8: {e}")))
 }
 
+/// One event of `POST /v1/events` (a JSON object; as an array item or one NDJSON line).
+/// Besides the properties below, any field declared in `[events.fields]` of the config may be
+/// given (`email`, `mailing_id`, `position`, `bot`, …) as a string, number or boolean; an
+/// undeclared one makes the event invalid.
+#[derive(Debug, ToSchema)]
+#[allow(dead_code)] // describes the decoder in `ingest::decode_json`, never built
+struct EventJson {
+    /// When it happened: RFC 3339, or whole Unix milliseconds; from 1970 to one day after now.
+    #[schema(schema_with = time_schema)]
+    time: serde_json::Value,
+    /// The kind: one of the configured closed set (by default `view`, `click`, `contact`,
+    /// `email_open`, `email_click`).
+    kind: String,
+    /// The listing it concerns: a non-negative integer or a string of decimal digits.
+    #[schema(schema_with = listing_id_schema)]
+    listing_id: Option<serde_json::Value>,
+    /// The user.
+    user_id: Option<String>,
+    /// The session.
+    session_id: Option<String>,
+    /// The page.
+    page_url: Option<String>,
+}
+
+fn time_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::DateTime))),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                .minimum(Some(0)),
+        )
+        .build()
+        .into()
+}
+
+fn listing_id_schema() -> utoipa::openapi::schema::Schema {
+    use utoipa::openapi::schema::{KnownFormat, ObjectBuilder, OneOfBuilder, SchemaFormat, Type};
+    OneOfBuilder::new()
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::Integer)
+                .format(Some(SchemaFormat::KnownFormat(KnownFormat::Int64)))
+                .minimum(Some(0)),
+        )
+        .item(
+            ObjectBuilder::new()
+                .schema_type(Type::String)
+                .pattern(Some("^[0-9]+$")),
+        )
+        .item(ObjectBuilder::new().schema_type(Type::Null))
+        .build()
+        .into()
+}
+
+/// How many events were stored.
+#[derive(Debug, Serialize, ToSchema)]
+struct Accepted {
+    /// Events of the batch, all stored durably.
+    accepted: usize,
+}
+
+/// Stores a batch of events, all or nothing. The body is a JSON array of events or NDJSON
+/// (one event per line), optionally `Content-Encoding: gzip`.
+#[utoipa::path(
+    post,
+    path = "/v1/events",
+    tag = "events",
+    request_body(
+        description = "A JSON array of events, or NDJSON: one event object per line",
+        content(
+            (Vec<EventJson> = "application/json"),
+            (String = "application/x-ndjson"),
+        ),
+    ),
+    responses(
+        (status = 202, description = "Every event of the batch is stored", body = Accepted),
+        (status = 400, description = "Not JSON / NDJSON, no events, or bad events (each bad line is named); nothing stored (`bad_request`)", body = ErrorBody),
+        (status = 413, description = "The body is too large (`payload_too_large`)", body = ErrorBody),
+        (status = 415, description = "An unsupported `Content-Encoding` (`unsupported_media_type`)", body = ErrorBody),
+    )
+)]
 async fn post_events(
     State(s): State<EventsHttp>,
     _t: Tenant,
     body: axum::body::Bytes,
 ) -> Result<Response, ApiError> {
     let events = decode_json(&s.ingest.config().schema, utf8(&body)?)?;
-    let n = s.ingest.record(events, s.clock.now_ms()).await?;
-    Ok((
-        StatusCode::ACCEPTED,
-        axum::Json(serde_json::json!({ "accepted": n })),
-    )
-        .into_response())
+    let accepted = s.ingest.record(events, s.clock.now_ms()).await?;
+    Ok((StatusCode::ACCEPTED, axum::Json(Accepted { accepted })).into_response())
 }
 
 /// Query of the write endpoints; `org`, `bucket`, `db`, `rp` are accepted and ignored (the

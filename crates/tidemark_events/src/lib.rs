@@ -29,6 +29,28 @@ pub mod schema;
 pub mod stores;
 pub mod testing;
 
+/// The OpenAPI description of the events' `/v1` routes (ingest, recent, top, listings,
+/// reports, rollups); the server merges it into `/v1/openapi.json`.
+#[derive(Debug, Clone, Copy)]
+pub struct EventsApi;
+
+impl utoipa::OpenApi for EventsApi {
+    fn openapi() -> utoipa::openapi::OpenApi {
+        let mut api = <http::IngestApi as utoipa::OpenApi>::openapi();
+        api.merge(<recent::RecentApi as utoipa::OpenApi>::openapi());
+        api.merge(<report_http::AnalyticsApi as utoipa::OpenApi>::openapi());
+        api.tags = Some(vec![
+            utoipa::openapi::tag::TagBuilder::new()
+                .name("events")
+                .description(Some(
+                    "Listing analytics: ingest, the raw tier's recent counts, listings, rollups and reports",
+                ))
+                .build(),
+        ]);
+        api
+    }
+}
+
 pub use config::EventsConfig;
 pub use ingest::{Ingest, IngestError};
 pub use model::Event;

@@ -23,7 +23,7 @@ use axum::http::StatusCode;
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use tidemark_core::day::UtcDay;
-use tidemark_core::http::{ApiError, ApiQuery, Tenant};
+use tidemark_core::http::{ApiError, ApiQuery, ErrorBody, Tenant};
 use tidemark_core::store::StoreError;
 use tidemark_core::timefmt::rfc3339_ms;
 
@@ -41,6 +41,11 @@ pub const DEFAULT_TOP: usize = 10;
 /// Largest `limit` of `top`.
 pub const MAX_TOP: usize = 1000;
 
+/// The OpenAPI description of `recent` and `top`.
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(paths(recent, top))]
+pub(crate) struct RecentApi;
+
 /// The authenticated routes (merge under the API-key layer).
 pub fn router(state: EventsHttp) -> Router {
     Router::new()
@@ -50,20 +55,23 @@ pub fn router(state: EventsHttp) -> Router {
 }
 
 /// One minute of the window.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct MinuteRow {
     /// Start of the minute, RFC 3339 UTC.
+    #[schema(format = DateTime)]
     pub minute: String,
     /// Non-bot events per kind (every kind of the answer, zeros included).
     pub counts: BTreeMap<String, u64>,
 }
 
 /// The answer of `GET /v1/events/recent`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Recent {
     /// Start of the window (inclusive), RFC 3339.
+    #[schema(format = DateTime)]
     pub since: String,
     /// End of the window (exclusive): the end of the current minute, RFC 3339.
+    #[schema(format = DateTime)]
     pub until: String,
     /// The kinds of every row, in display order (declared first).
     pub kinds: Vec<String>,
@@ -122,8 +130,11 @@ pub fn fill(since: i64, until: i64, declared: &[String], counts: &[MinuteCount])
 }
 
 /// Query of `recent`; strings so that a bad value gets a message naming it.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct RecentParams {
+    /// The window: the last this many whole UTC minutes, the current one last (default 60).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1440)]
     minutes: Option<String>,
 }
 
@@ -139,6 +150,14 @@ fn parse_minutes(raw: Option<&str>) -> Result<u32, ApiError> {
     }
 }
 
+/// Non-bot events per minute and kind over the last minutes, from the raw tier.
+#[utoipa::path(
+    get,
+    path = "/v1/events/recent",
+    tag = "events",
+    params(RecentParams),
+    responses((status = 200, description = "Every minute of the window, every kind in every minute", body = Recent))
+)]
 async fn recent(
     State(s): State<EventsHttp>,
     _t: Tenant,
@@ -161,25 +180,32 @@ async fn recent(
 }
 
 /// Query of `top`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 struct TopParams {
+    /// The UTC day, `YYYY-MM-DD`, or `today` (the default).
+    #[param(value_type = Option<String>, example = "today")]
     day: Option<String>,
+    /// How many listings, 1 to 1000 (default 10).
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 1000)]
     limit: Option<String>,
 }
 
 /// One listing of `top`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct TopListing {
     /// The listing.
+    #[schema(minimum = 0)]
     pub listing_id: i64,
     /// Its non-bot events of the day.
     pub events: u64,
 }
 
 /// The answer of `GET /v1/events/top`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Top {
     /// The UTC day, `YYYY-MM-DD`.
+    #[schema(format = Date)]
     pub day: String,
     /// Most events first (ties: lower listing id first).
     pub listings: Vec<TopListing>,
@@ -205,6 +231,17 @@ fn parse_limit(raw: Option<&str>) -> Result<usize, ApiError> {
     }
 }
 
+/// The listings with the most non-bot events of a day, from the raw tier.
+#[utoipa::path(
+    get,
+    path = "/v1/events/top",
+    tag = "events",
+    params(TopParams),
+    responses(
+        (status = 200, description = "Most events first", body = Top),
+        (status = 410, description = "The day's raw partition was dropped (`gone`): use the account report", body = ErrorBody),
+    )
+)]
 async fn top(
     State(s): State<EventsHttp>,
     _t: Tenant,

@@ -16,7 +16,9 @@ use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 use tidemark_core::day::UtcDay;
-use tidemark_core::http::{ApiError, ApiJson, ApiQuery, Tenant};
+use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, Tenant};
+use tidemark_core::openapi::JsonBodyErrors;
+use utoipa::{IntoParams, ToSchema};
 
 use crate::rollup::{RollupError, RollupOutcome, RollupService};
 use crate::rollups::ReportRow;
@@ -35,6 +37,11 @@ pub struct AnalyticsHttp {
     /// The schema (for the closed set of kinds a report may filter on).
     pub schema: Schema,
 }
+
+/// The OpenAPI description of the listing, report and rollup routes.
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(paths(put_listing, post_listings, report, roll_up))]
+pub(crate) struct AnalyticsApi;
 
 /// The listing, report and rollup routes.
 pub fn analytics_router(state: AnalyticsHttp) -> Router {
@@ -63,6 +70,16 @@ fn id(what: &str, s: &str) -> Result<i64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("{what} must be an integer, got {s:?}")))
 }
 
+/// Listing ids are non-negative, as ingest requires of an event's `listing_id`.
+fn listing_id(what: &str, lid: i64) -> Result<i64, ApiError> {
+    if lid < 0 {
+        return Err(ApiError::bad_request(format!(
+            "{what} must be non-negative, got {lid}"
+        )));
+    }
+    Ok(lid)
+}
+
 fn day(what: &str, s: &str) -> Result<UtcDay, ApiError> {
     UtcDay::parse(s).map_err(|e| ApiError::bad_request(format!("`{what}`: {e}")))
 }
@@ -71,19 +88,33 @@ fn store_error(e: impl std::fmt::Display) -> ApiError {
     ApiError::unavailable(format!("rollup store: {e}"))
 }
 
-#[derive(Debug, Deserialize)]
+/// The account a listing belongs to.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct AccountBody {
+    /// The owning account.
     account_id: i64,
 }
 
+/// Maps a listing to its account (replacing an earlier mapping).
+#[utoipa::path(
+    put,
+    path = "/v1/listings/{lid}",
+    tag = "events",
+    params(("lid" = u64, Path, description = "Listing id", minimum = 0, maximum = 9223372036854775807_i64)),
+    request_body = AccountBody,
+    responses(
+        (status = 204, description = "Stored"),
+        JsonBodyErrors,
+    )
+)]
 async fn put_listing(
     State(s): State<AnalyticsHttp>,
     Tenant(tenant): Tenant,
     Path(lid): Path<String>,
     ApiJson(body): ApiJson<AccountBody>,
 ) -> Result<StatusCode, ApiError> {
-    let lid = id("listing id", &lid)?;
+    let lid = listing_id("listing id", id("listing id", &lid)?)?;
     s.rollups
         .rollups()
         .put_listings(&tenant, &[(lid, body.account_id)])
@@ -92,49 +123,96 @@ async fn put_listing(
     Ok(StatusCode::NO_CONTENT)
 }
 
-#[derive(Debug, Deserialize)]
+/// One listing → account mapping.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct ListingBody {
+    /// The listing.
+    #[schema(minimum = 0)]
     listing_id: i64,
+    /// The owning account.
     account_id: i64,
 }
 
+/// How many mappings were stored.
+#[derive(Debug, Serialize, ToSchema)]
+struct Upserted {
+    /// Mappings of the request, all stored.
+    upserted: usize,
+}
+
+/// Maps many listings to their accounts, all or nothing (at most 100,000 per request).
+#[utoipa::path(
+    post,
+    path = "/v1/listings",
+    tag = "events",
+    request_body = Vec<ListingBody>,
+    responses(
+        (status = 200, description = "Stored", body = Upserted),
+        JsonBodyErrors,
+    )
+)]
 async fn post_listings(
     State(s): State<AnalyticsHttp>,
     Tenant(tenant): Tenant,
     ApiJson(items): ApiJson<Vec<ListingBody>>,
-) -> Result<axum::Json<serde_json::Value>, ApiError> {
+) -> Result<axum::Json<Upserted>, ApiError> {
     if items.len() > MAX_LISTINGS_PER_REQUEST {
         return Err(ApiError::bad_request(format!(
             "{} listings in one request; at most {MAX_LISTINGS_PER_REQUEST}",
             items.len()
         )));
     }
-    let pairs: Vec<(i64, i64)> = items.iter().map(|i| (i.listing_id, i.account_id)).collect();
+    let pairs = items
+        .iter()
+        .map(|i| Ok((listing_id("listing_id", i.listing_id)?, i.account_id)))
+        .collect::<Result<Vec<(i64, i64)>, ApiError>>()?;
     let n = s
         .rollups
         .rollups()
         .put_listings(&tenant, &pairs)
         .await
         .map_err(store_error)?;
-    Ok(axum::Json(serde_json::json!({ "upserted": n })))
+    Ok(axum::Json(Upserted { upserted: n }))
 }
 
-#[derive(Debug, Deserialize)]
+/// The period (at most 366 days) and an optional kind of a report.
+#[derive(Debug, Deserialize, IntoParams)]
+#[into_params(parameter_in = Query)]
 struct ReportParams {
+    /// First UTC day, `YYYY-MM-DD`.
+    #[param(required = true, value_type = String, format = Date)]
     from: Option<String>,
+    /// Last UTC day (inclusive), `YYYY-MM-DD`, not before `from`.
+    #[param(required = true, value_type = String, format = Date)]
     to: Option<String>,
+    /// Only this kind (one of the configured set).
     kind: Option<String>,
 }
 
-#[derive(Debug, Serialize)]
+/// An account's report over a period.
+#[derive(Debug, Serialize, ToSchema)]
 struct ReportBody {
+    /// The account.
     account_id: i64,
+    /// First day, `YYYY-MM-DD`.
+    #[schema(format = Date)]
     from: String,
+    /// Last day (inclusive), `YYYY-MM-DD`.
+    #[schema(format = Date)]
     to: String,
+    /// Per listing of the account and kind, the sums over the period.
     rows: Vec<ReportRow>,
 }
 
+/// Per listing and kind, an account's totals over a period, from the summary tier.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{aid}/report",
+    tag = "events",
+    params(("aid" = i64, Path, description = "Account id"), ReportParams),
+    responses((status = 200, description = "The report (no rows: an empty list)", body = ReportBody))
+)]
 async fn report(
     State(s): State<AnalyticsHttp>,
     Tenant(tenant): Tenant,
@@ -176,6 +254,17 @@ async fn report(
     }))
 }
 
+/// Rolls a UTC day's raw events up into the summary tier (a re-run overwrites, never doubles).
+#[utoipa::path(
+    post,
+    path = "/v1/rollups/{day}",
+    tag = "events",
+    params(("day" = String, Path, description = "The UTC day, `YYYY-MM-DD`", format = Date)),
+    responses(
+        (status = 200, description = "Rolled up", body = RollupOutcome),
+        (status = 409, description = "The day's raw events are gone (`raw_gone`); existing totals are kept", body = ErrorBody),
+    )
+)]
 async fn roll_up(
     State(s): State<AnalyticsHttp>,
     _t: Tenant,

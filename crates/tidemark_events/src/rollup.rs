@@ -47,10 +47,11 @@ use crate::rollups::{DailyRow, RollupStore};
 pub const ROLLUP_CHUNK: usize = 50_000;
 
 /// What one rollup did.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct RollupOutcome {
-    /// The day rolled up.
+    /// The day rolled up, `YYYY-MM-DD`.
     #[serde(serialize_with = "day_string")]
+    #[schema(value_type = String, format = Date)]
     pub day: UtcDay,
     /// Raw events read (all of the day, bots and events without a listing included).
     pub events_read: u64,

@@ -40,9 +40,10 @@ pub struct DailyRow {
 }
 
 /// One row of an account report: a listing's sums of one kind over the period.
-#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 pub struct ReportRow {
     /// The listing.
+    #[schema(minimum = 0)]
     pub listing_id: i64,
     /// The event kind.
     pub kind: String,

@@ -12,18 +12,20 @@ use crate::render::MailTemplate;
 use crate::rewrite::{LinkKind, RewriteConfig, find_links, pixel_html, splice};
 
 /// One recipient: address and merge fields.
-#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, serde::Deserialize, serde::Serialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct Recipient {
     /// Email address.
+    #[schema(format = Email)]
     pub email: String,
     /// Merge fields (`{{ first_name }}` …).
     #[serde(default)]
+    #[schema(value_type = Object)]
     pub fields: Map<String, Value>,
 }
 
 /// A message ready to send.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct BuiltMessage {
     /// Recipient.
     pub email: String,
@@ -34,7 +36,7 @@ pub struct BuiltMessage {
 }
 
 /// A recipient that gets no message, and why (`suppressed`, `missing field x`, …).
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct Skipped {
     /// Recipient.
     pub email: String,

@@ -18,7 +18,9 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
-use tidemark_core::http::{ApiError, ApiJson, Tenant};
+use tidemark_core::http::{ApiError, ApiJson, ErrorBody, Tenant};
+use tidemark_core::openapi::JsonBodyErrors;
+use utoipa::ToSchema;
 
 use crate::builder::{Recipient, Skipped};
 use crate::error::LinksError;
@@ -27,6 +29,15 @@ use crate::service::{Hit, LinksService, Route};
 
 /// Largest request body of the mailing routes (10,000 recipients with fields).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
+
+/// The OpenAPI description of the `/v1` links routes (the server merges it into
+/// `/v1/openapi.json`).
+#[derive(Debug, utoipa::OpenApi)]
+#[openapi(
+    paths(create_mailing, render, send, suppress, unsuppress),
+    tags((name = "links", description = "Mailings, tracked links and the suppression list"))
+)]
+pub struct LinksApi;
 
 /// The authenticated `/v1` routes.
 pub fn api_router(svc: LinksService) -> Router {
@@ -49,19 +60,40 @@ pub fn public_router(svc: LinksService) -> Router {
         .with_state(svc)
 }
 
-#[derive(Debug, Deserialize)]
+/// A new mailing: a template rendered per recipient.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct NewMailing {
+    /// Subject template (non-blank).
+    #[schema(min_length = 1)]
     subject: String,
+    /// HTML template (non-blank, at most `links.max_template_bytes`); its links are rewritten
+    /// to tracked `/c/` links and an open pixel is added when rendered.
+    #[schema(min_length = 1)]
     html: String,
+    /// Sender address.
+    #[schema(format = Email)]
     from: String,
 }
 
-#[derive(Debug, Serialize)]
+/// A created mailing.
+#[derive(Debug, Serialize, ToSchema)]
 struct MailingCreated {
+    /// The new mailing's id.
     mailing_id: String,
 }
 
+/// Creates a mailing from a subject and an HTML template.
+#[utoipa::path(
+    post,
+    path = "/v1/mailings",
+    tag = "links",
+    request_body = NewMailing,
+    responses(
+        (status = 201, description = "Created", body = MailingCreated),
+        JsonBodyErrors,
+    )
+)]
 async fn create_mailing(
     State(svc): State<LinksService>,
     tenant: Tenant,
@@ -77,18 +109,37 @@ async fn create_mailing(
         .into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// Who a mailing is rendered for.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Recipients {
+    /// 1 to `links.max_recipients` recipients.
+    #[schema(min_items = 1)]
     recipients: Vec<Recipient>,
 }
 
-#[derive(Debug, Serialize)]
+/// A mailing rendered for its recipients.
+#[derive(Debug, Serialize, ToSchema)]
 struct Rendered {
+    /// One message per recipient that gets one, in recipient order.
     messages: Vec<crate::builder::BuiltMessage>,
+    /// Recipients that get none (suppressed, a missing merge field …), in recipient order.
     skipped: Vec<Skipped>,
 }
 
+/// Renders a mailing for recipients and stores their tracked links, without sending.
+#[utoipa::path(
+    post,
+    path = "/v1/mailings/{mid}/render",
+    tag = "links",
+    params(("mid" = String, Path, description = "Mailing id")),
+    request_body = Recipients,
+    responses(
+        (status = 200, description = "Rendered; every link record is stored", body = Rendered),
+        (status = 404, description = "No such mailing (`not_found`)", body = ErrorBody),
+        JsonBodyErrors,
+    )
+)]
 async fn render(
     State(svc): State<LinksService>,
     tenant: Tenant,
@@ -103,12 +154,28 @@ async fn render(
     .into_response())
 }
 
-#[derive(Debug, Serialize)]
+/// Messages handed to the sending pool.
+#[derive(Debug, Serialize, ToSchema)]
 struct Queued {
+    /// Messages queued for sending.
     queued: usize,
+    /// Recipients that get none, and why.
     skipped: Vec<Skipped>,
 }
 
+/// Renders a mailing, stores its tracked links and queues the messages for sending.
+#[utoipa::path(
+    post,
+    path = "/v1/mailings/{mid}/send",
+    tag = "links",
+    params(("mid" = String, Path, description = "Mailing id")),
+    request_body = Recipients,
+    responses(
+        (status = 202, description = "Queued", body = Queued),
+        (status = 404, description = "No such mailing (`not_found`)", body = ErrorBody),
+        JsonBodyErrors,
+    )
+)]
 async fn send(
     State(svc): State<LinksService>,
     tenant: Tenant,
@@ -126,21 +193,59 @@ async fn send(
         .into_response())
 }
 
-#[derive(Debug, Deserialize)]
+/// An email address.
+#[derive(Debug, ToSchema)]
+#[schema(format = Email)]
+#[allow(dead_code)] // the schema of the addresses in `Emails::emails`, never built
+struct EmailAddress(String);
+
+/// Addresses for the suppression list.
+#[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct Emails {
+    /// One or more email addresses (case and surrounding blanks do not matter).
+    #[schema(min_items = 1, value_type = Vec<EmailAddress>)]
     emails: Vec<String>,
 }
 
+/// How many addresses were put on the suppression list.
+#[derive(Debug, Serialize, ToSchema)]
+struct Suppressed {
+    /// Addresses of the request, now suppressed.
+    suppressed: usize,
+}
+
+/// Adds addresses to the suppression list: no mailing renders for them any more.
+#[utoipa::path(
+    post,
+    path = "/v1/suppressions",
+    tag = "links",
+    request_body = Emails,
+    responses(
+        (status = 200, description = "Suppressed", body = Suppressed),
+        JsonBodyErrors,
+    )
+)]
 async fn suppress(
     State(svc): State<LinksService>,
     tenant: Tenant,
     ApiJson(body): ApiJson<Emails>,
 ) -> Result<Response, ApiError> {
-    let n = svc.suppress(&tenant.0, &body.emails).await?;
-    Ok(axum::Json(serde_json::json!({ "suppressed": n })).into_response())
+    let suppressed = svc.suppress(&tenant.0, &body.emails).await?;
+    Ok(axum::Json(Suppressed { suppressed }).into_response())
 }
 
+/// Removes an address from the suppression list.
+#[utoipa::path(
+    delete,
+    path = "/v1/suppressions/{email}",
+    tag = "links",
+    params(("email" = String, Path, description = "The address")),
+    responses(
+        (status = 204, description = "Removed"),
+        (status = 404, description = "The address was not on the list (`not_found`)", body = ErrorBody),
+    )
+)]
 async fn unsuppress(
     State(svc): State<LinksService>,
     tenant: Tenant,

@@ -23,6 +23,8 @@ pub struct LinksMetrics {
     pub expired: IntCounter,
     /// Hits whose analytics event could not be stored (the visitor was still redirected).
     pub event_failures: IntCounter,
+    /// Hits whose analytics event was stored in the events subsystem.
+    pub events_recorded: IntCounter,
 }
 
 impl LinksMetrics {
@@ -39,6 +41,7 @@ impl LinksMetrics {
             &m.not_found,
             &m.expired,
             &m.event_failures,
+            &m.events_recorded,
         ] {
             registry.register(Box::new(c.clone()))?;
         }
@@ -65,6 +68,10 @@ impl LinksMetrics {
             expired: c(
                 "tidemark_links_expired_total",
                 "Ids whose day partition was dropped",
+            ),
+            events_recorded: c(
+                "tidemark_links_events_recorded_total",
+                "Hits whose analytics event was stored",
             ),
             event_failures: c(
                 "tidemark_links_event_failures_total",

@@ -519,10 +519,13 @@ impl LinksService {
                 record.link_id.clone(),
             );
             tokio::spawn(async move {
-                if let Err(error) = ingest.record(vec![event], now).await {
-                    // The visitor got the right answer; the loss is counted and logged.
-                    metrics.event_failures.inc();
-                    tracing::warn!(%error, %link_id, "could not record a tracking hit");
+                match ingest.record(vec![event], now).await {
+                    Ok(_) => metrics.events_recorded.inc(),
+                    Err(error) => {
+                        // The visitor got the right answer; the loss is counted and logged.
+                        metrics.event_failures.inc();
+                        tracing::warn!(%error, %link_id, "could not record a tracking hit");
+                    }
                 }
                 drop(permit);
             });

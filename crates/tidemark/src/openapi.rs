@@ -1,0 +1,159 @@
+//! The OpenAPI 3 document of every `/v1` route, served at `GET /v1/openapi.json` (without a
+//! key). Each subsystem describes its own operations (`ChatApi`, `LinksApi`, `EventsApi`);
+//! here they are merged, and [`V1Conventions`] adds what every operation has in common: the
+//! bearer-key requirement with its 401, and the 400 and 503 answers.
+
+use axum::Router;
+use axum::http::header;
+use axum::response::IntoResponse;
+use axum::routing::get;
+use tidemark_core::openapi::V1Conventions;
+use utoipa::{Modify, OpenApi};
+
+/// The path the document is served at.
+pub const OPENAPI_PATH: &str = "/v1/openapi.json";
+
+/// This document itself (served without a key).
+#[derive(utoipa::OpenApi)]
+#[openapi(paths(openapi_json), tags((name = "meta", description = "The API's own description")))]
+struct MetaApi;
+
+/// The OpenAPI 3 document of this API.
+#[utoipa::path(
+    get,
+    path = "/v1/openapi.json",
+    tag = "meta",
+    security(()),
+    responses((status = 200, description = "This document", body = Object, content_type = "application/json"))
+)]
+#[allow(dead_code)] // documents the route `router` serves with the prebuilt document
+async fn openapi_json() {}
+
+/// The merged document: every `/v1` operation of chat, links and events, plus this document's
+/// own route. `kinds` is the configured closed set of event kinds (`[events] kinds`): the
+/// `kind` of an event and of a report filter is one of them.
+pub fn document(kinds: &[String]) -> utoipa::openapi::OpenApi {
+    let mut api = MetaApi::openapi();
+    api.merge(tidemark_chat::http::ChatApi::openapi());
+    api.merge(tidemark_links::http::LinksApi::openapi());
+    api.merge(tidemark_events::EventsApi::openapi());
+    api.info = utoipa::openapi::InfoBuilder::new()
+        .title("Tidemark")
+        .version(env!("CARGO_PKG_VERSION"))
+        .description(Some(
+            "Chat, newsletter links and listing analytics of a marketplace. Every `/v1` route \
+             needs `Authorization: Bearer <key>`; every error answer is \
+             `{\"error\": {\"code\", \"message\"}}`.",
+        ))
+        .license(Some(utoipa::openapi::License::new("MIT")))
+        .build();
+    V1Conventions.modify(&mut api);
+    set_event_kinds(&mut api, kinds);
+    api
+}
+
+/// The configured kinds as the enum of an event's `kind` and of the report's `kind` filter.
+fn set_event_kinds(api: &mut utoipa::openapi::OpenApi, kinds: &[String]) {
+    use utoipa::openapi::RefOr;
+    use utoipa::openapi::schema::{ObjectBuilder, Schema, Type};
+    let kind_schema = || {
+        ObjectBuilder::new()
+            .schema_type(Type::String)
+            .enum_values(Some(kinds.iter().cloned()))
+            .build()
+    };
+    let event = api
+        .components
+        .as_mut()
+        .and_then(|c| c.schemas.get_mut("EventJson"));
+    if let Some(RefOr::T(Schema::Object(event))) = event
+        && let Some(kind) = event.properties.get_mut("kind")
+    {
+        let description = match kind {
+            RefOr::T(Schema::Object(o)) => o.description.clone(),
+            _ => None,
+        };
+        let mut schema = kind_schema();
+        schema.description = description;
+        *kind = RefOr::T(Schema::Object(schema));
+    }
+    if let Some(item) = api.paths.paths.get_mut("/v1/accounts/{aid}/report")
+        && let Some(op) = item.get.as_mut()
+        && let Some(params) = op.parameters.as_mut()
+        && let Some(kind) = params.iter_mut().find(|p| p.name == "kind")
+    {
+        kind.schema = Some(RefOr::T(Schema::Object(kind_schema())));
+    }
+}
+
+/// `GET /v1/openapi.json`, the document rendered once, for the configured event `kinds`.
+pub fn router(kinds: &[String]) -> Router {
+    let body = document(kinds)
+        .to_json()
+        .expect("the OpenAPI document serializes");
+    Router::new().route(
+        OPENAPI_PATH,
+        get(move || {
+            let body = body.clone();
+            async move { ([(header::CONTENT_TYPE, "application/json")], body).into_response() }
+        }),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_document_has_every_operation_with_its_answers() {
+        let kinds = ["view".to_owned(), "click".to_owned()];
+        let v = serde_json::to_value(document(&kinds)).unwrap();
+        assert_eq!(
+            v["components"]["schemas"]["EventJson"]["properties"]["kind"]["enum"],
+            serde_json::json!(["view", "click"])
+        );
+        let report = &v["paths"]["/v1/accounts/{aid}/report"]["get"]["parameters"];
+        let kind = report
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "kind")
+            .unwrap();
+        assert_eq!(kind["schema"]["enum"], serde_json::json!(["view", "click"]));
+        assert_eq!(v["info"]["title"], "Tidemark");
+        assert_eq!(v["info"]["version"], env!("CARGO_PKG_VERSION"));
+        let send = &v["paths"]["/v1/conversations/{cid}/messages"]["post"];
+        for code in [
+            "200", "201", "400", "401", "403", "404", "413", "415", "422", "503",
+        ] {
+            assert!(send["responses"].get(code).is_some(), "{code}: {send}");
+        }
+        assert_eq!(send["security"], serde_json::json!([{ "bearer": [] }]));
+        let own = &v["paths"]["/v1/openapi.json"]["get"];
+        assert_eq!(own["security"], serde_json::json!([{}]));
+        assert!(own["responses"].get("401").is_none());
+        let class = &v["components"]["schemas"]["MessageClass"]["enum"];
+        assert_eq!(class, &serde_json::json!(["standard", "ephemeral24h"]));
+        let limit = v["paths"]["/v1/conversations/{cid}/messages"]["get"]["parameters"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == "limit")
+            .unwrap()
+            .clone();
+        assert_eq!(limit["in"], "query");
+        assert_eq!(
+            (&limit["schema"]["minimum"], &limit["schema"]["maximum"]),
+            (&serde_json::json!(1), &serde_json::json!(200))
+        );
+        assert_eq!(
+            v["components"]["schemas"]["SendMessage"]["properties"]["client_msg_id"]["description"]
+                .as_str()
+                .unwrap()
+                .split_whitespace()
+                .take(3)
+                .collect::<Vec<_>>(),
+            ["The", "client's", "idempotency"]
+        );
+    }
+}
