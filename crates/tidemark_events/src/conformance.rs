@@ -152,6 +152,93 @@ pub async fn rollup_store(s: Arc<dyn RollupStore>) {
     // An empty or inverted period reports nothing.
     assert!(s.report("acme", 1, d3, d1, None).await.unwrap().is_empty());
 
+    // Periods over several months, whole and partial, while days are re-run and emptied:
+    // every sum equals the sum of the days in the period (a backend may keep month sums).
+    s.put_listings("m", &[(500, 1), (501, 1)]).await.unwrap();
+    let jan1 = day("2024-01-01");
+    let mut days: Vec<(UtcDay, Vec<DailyRow>)> = Vec::new();
+    for i in 0..121 {
+        // 2024-01-01 … 2024-04-30 (a leap February): every day for 500, every 3rd for 501.
+        let d = jan1.plus(i);
+        let mut rows = vec![row(500, "view", 1 + (i as u64 % 5), 1)];
+        if i % 3 == 0 {
+            rows.push(row(501, "click", 2, 1));
+        }
+        days.push((d, rows));
+    }
+    for (d, rows) in &days {
+        s.upsert_day(*d, rows.clone()).await.unwrap();
+    }
+    // A re-run of a February day with other totals, and a March day emptied.
+    let feb10 = day("2024-02-10");
+    let mar05 = day("2024-03-05");
+    for (d, rows) in days.iter_mut() {
+        if *d == feb10 {
+            *rows = vec![row(500, "view", 40, 7), row(501, "contact", 1, 1)];
+        }
+        if *d == mar05 {
+            rows.clear();
+        }
+    }
+    for (d, rows) in &days {
+        if *d == feb10 || *d == mar05 {
+            s.upsert_day(*d, rows.clone()).await.unwrap();
+        }
+    }
+    let expect = |from: UtcDay, to: UtcDay| {
+        let mut sums: std::collections::BTreeMap<(i64, String), (u64, u64)> = Default::default();
+        for (d, rows) in &days {
+            if *d >= from && *d <= to {
+                for r in rows {
+                    let e = sums.entry((r.listing_id, r.kind.clone())).or_default();
+                    e.0 += r.total;
+                    e.1 += r.uniques;
+                }
+            }
+        }
+        sums.into_iter()
+            .map(|((l, k), (t, u))| report_row(l, &k, t, u))
+            .collect::<Vec<_>>()
+    };
+    for (from, to) in [
+        ("2024-01-15", "2024-03-10"), // part of January, February, part of March
+        ("2024-02-01", "2024-02-29"), // exactly a month
+        ("2024-01-01", "2024-04-30"), // whole months only
+        ("2024-02-10", "2024-02-10"), // the re-run day alone
+        ("2024-03-01", "2024-03-31"), // the month with an emptied day
+        ("2023-12-01", "2024-05-31"), // beyond the data on both sides
+        ("2024-01-31", "2024-02-01"), // across a month boundary, no whole month
+    ] {
+        let (from, to) = (day(from), day(to));
+        assert_eq!(
+            s.report("m", 1, from, to, None).await.unwrap(),
+            expect(from, to),
+            "{from}..={to}"
+        );
+    }
+    assert_eq!(
+        s.report("m", 1, day("2024-01-01"), day("2024-04-30"), Some("click"))
+            .await
+            .unwrap(),
+        expect(day("2024-01-01"), day("2024-04-30"))
+            .into_iter()
+            .filter(|r| r.kind == "click")
+            .collect::<Vec<_>>()
+    );
+    // A kind that left a month entirely is gone from its sums.
+    s.upsert_day(feb10, vec![]).await.unwrap();
+    let feb = s
+        .report(
+            "m",
+            1,
+            day("2024-02-01"),
+            day("2024-02-29"),
+            Some("contact"),
+        )
+        .await
+        .unwrap();
+    assert!(feb.is_empty(), "{feb:?}");
+
     // Kinds no longer produced still report.
     let k = day("2025-06-01");
     s.put_listings("t", &[(1, 1)]).await.unwrap();

@@ -23,7 +23,7 @@ use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::store::StoreError;
 
-pub use mysql::{MysqlRollups, REPORT as MYSQL_REPORT_SQL};
+pub use mysql::{MysqlRollups, report_part_sql as mysql_report_part_sql};
 pub use sqlite::SqliteRollups;
 
 /// One row of `listing_daily` for a given day: a listing's `total` and `uniques` of one kind.

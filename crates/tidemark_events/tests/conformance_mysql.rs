@@ -20,12 +20,13 @@ async fn mysql_rollup_store() {
 }
 
 /// The report reads the account's listings from `listings_account` and, per listing, a range
-/// of `listing_daily`'s clustered primary key — never a scan of the whole table.
+/// of `listing_daily`'s (and `listing_monthly`'s) clustered primary key — never a scan of the
+/// whole table.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_reads_ranges_of_the_primary_key() {
     use sqlx::Row;
     use tidemark_core::day::UtcDay;
-    use tidemark_events::rollups::{DailyRow, MYSQL_REPORT_SQL, RollupStore};
+    use tidemark_events::rollups::{DailyRow, RollupStore, mysql_report_part_sql};
 
     let url = scratch_database(&test_server_url(), "tm_rollups_plan")
         .await
@@ -47,47 +48,52 @@ async fn the_report_reads_ranges_of_the_primary_key() {
             .collect();
         store.upsert_day(first.plus(d), rows).await.unwrap();
     }
-    sqlx::query("ANALYZE TABLE listing_daily, listings")
+    sqlx::query("ANALYZE TABLE listing_daily, listing_monthly, listings")
         .execute(store.pool())
         .await
         .unwrap();
     let (from, to) = (first.plus(10), first.plus(39));
-    let rows = sqlx::query(&format!("EXPLAIN {MYSQL_REPORT_SQL}"))
+    // Each part of the report: the account's listings from `listings_account`, then a range
+    // of the table's primary key per listing.
+    for (table, column) in [("listing_daily", "day"), ("listing_monthly", "month")] {
+        let rows = sqlx::query(&format!(
+            "EXPLAIN {}",
+            mysql_report_part_sql(table, column, false)
+        ))
         .bind(from.to_string())
         .bind(to.to_string())
         .bind("t")
         .bind(3_i64)
-        .bind(Option::<&str>::None)
-        .bind(Option::<&str>::None)
         .fetch_all(store.pool())
         .await
         .unwrap();
-    let plan: Vec<(String, String)> = rows
-        .iter()
-        .map(|r| {
-            let text = |c: &str| -> String {
-                r.try_get::<Option<String>, _>(c)
-                    .ok()
-                    .flatten()
-                    .or_else(|| {
-                        r.try_get::<Option<Vec<u8>>, _>(c)
-                            .ok()
-                            .flatten()
-                            .map(|b| String::from_utf8_lossy(&b).into_owned())
-                    })
-                    .unwrap_or_default()
-            };
-            (text("table"), text("key"))
-        })
-        .collect();
-    assert_eq!(
-        plan,
-        vec![
-            ("l".to_owned(), "listings_account".to_owned()),
-            ("d".to_owned(), "PRIMARY".to_owned())
-        ],
-        "{plan:?}"
-    );
+        let plan: Vec<(String, String)> = rows
+            .iter()
+            .map(|r| {
+                let text = |c: &str| -> String {
+                    r.try_get::<Option<String>, _>(c)
+                        .ok()
+                        .flatten()
+                        .or_else(|| {
+                            r.try_get::<Option<Vec<u8>>, _>(c)
+                                .ok()
+                                .flatten()
+                                .map(|b| String::from_utf8_lossy(&b).into_owned())
+                        })
+                        .unwrap_or_default()
+                };
+                (text("table"), text("key"))
+            })
+            .collect();
+        assert_eq!(
+            plan,
+            vec![
+                ("l".to_owned(), "listings_account".to_owned()),
+                ("d".to_owned(), "PRIMARY".to_owned())
+            ],
+            "{table}: {plan:?}"
+        );
+    }
     let report = store.report("t", 3, from, to, None).await.unwrap();
     assert_eq!(report.len(), 30);
     assert!(
