@@ -71,13 +71,62 @@ const ROWS_PER_INSERT: usize = 1_000;
 /// `month`) between two bound days; binds: from, to, tenant, account, then the kind if
 /// `with_kind`.
 pub fn report_part_sql(table: &str, column: &str, with_kind: bool) -> String {
+    // `n`: the daily rows summed (a month row counts its days).
+    let n = if table == "listing_monthly" {
+        "SUM(d.days)"
+    } else {
+        "COUNT(*)"
+    };
     format!(
-        "SELECT d.listing_id, d.event, SUM(d.total) AS t, SUM(d.uniques) AS u
+        "SELECT d.listing_id, d.event, SUM(d.total) AS t, SUM(d.uniques) AS u, {n} AS n
          FROM listings l JOIN {table} d ON d.listing_id = l.id AND d.{column} BETWEEN ? AND ?
          WHERE l.tenant = ? AND l.account_id = ?{}
          GROUP BY d.listing_id, d.event",
         if with_kind { " AND d.event = ?" } else { "" }
     )
+}
+
+/// One part of a report: `sign` × the sums of `table` over `a..=b` by `column`.
+type Part = (&'static str, &'static str, UtcDay, UtcDay, i8);
+
+/// The parts of the report of `from..=to`: whole months from `listing_monthly`; each edge
+/// month's days from `listing_daily` — or, when fewer days of that month lie outside the
+/// period than inside it, the whole month minus those outside days (a report up to yesterday
+/// then subtracts the few days of the current month still to come, usually none).
+fn report_parts(from: UtcDay, to: UtcDay) -> Vec<Part> {
+    const DAILY: (&str, &str) = ("listing_daily", "day");
+    const MONTHLY: (&str, &str) = ("listing_monthly", "month");
+    let split = monthly::split(from, to);
+    let mut parts: Vec<Part> = Vec::new();
+    let whole = split.months.is_some();
+    if let Some((a, b)) = split.head {
+        let month = monthly::month_of(a);
+        let outside = a.0 - month.0;
+        if whole && outside < b.0 - a.0 + 1 {
+            parts.push((MONTHLY.0, MONTHLY.1, month, month, 1));
+            if outside > 0 {
+                parts.push((DAILY.0, DAILY.1, month, a.plus(-1), -1));
+            }
+        } else {
+            parts.push((DAILY.0, DAILY.1, a, b, 1));
+        }
+    }
+    if let Some((a, end)) = split.months {
+        parts.push((MONTHLY.0, MONTHLY.1, a, end.plus(-1), 1));
+    }
+    if let Some((a, b)) = split.tail {
+        let last = monthly::next_month(a).plus(-1);
+        let outside = last.0 - b.0;
+        if outside < b.0 - a.0 + 1 {
+            parts.push((MONTHLY.0, MONTHLY.1, a, a, 1));
+            if outside > 0 {
+                parts.push((DAILY.0, DAILY.1, b.plus(1), last, -1));
+            }
+        } else {
+            parts.push((DAILY.0, DAILY.1, a, b, 1));
+        }
+    }
+    parts
 }
 
 /// The summary tier on MariaDB / MySQL (see the module docs).
@@ -225,32 +274,33 @@ impl RollupStore for MysqlRollups {
         to: UtcDay,
         kind: Option<&str>,
     ) -> Result<Vec<ReportRow>, StoreError> {
-        let parts = monthly::split(from, to);
-        let mut ranges: Vec<(&str, &str, UtcDay, UtcDay)> = Vec::new();
-        if let Some((a, b)) = parts.head {
-            ranges.push(("listing_daily", "day", a, b));
-        }
-        if let Some((a, end)) = parts.months {
-            ranges.push(("listing_monthly", "month", a, end.plus(-1)));
-        }
-        if let Some((a, b)) = parts.tail {
-            ranges.push(("listing_daily", "day", a, b));
-        }
-        if ranges.is_empty() {
+        let parts = report_parts(from, to);
+        if parts.is_empty() {
             return Ok(Vec::new());
         }
-        // Sums of `BIGINT` are `DECIMAL`: cast back to `BIGINT UNSIGNED`.
+        // Sums of `BIGINT` are `DECIMAL`: cast back to `BIGINT UNSIGNED`. A listing and kind
+        // whose daily rows in the period add up to none is left out, as with days only.
         let sql = format!(
             "SELECT listing_id, event, CAST(SUM(t) AS UNSIGNED), CAST(SUM(u) AS UNSIGNED)
-             FROM ({}) parts GROUP BY listing_id, event ORDER BY listing_id, event",
-            ranges
+             FROM ({}) parts GROUP BY listing_id, event HAVING SUM(n) > 0
+             ORDER BY listing_id, event",
+            parts
                 .iter()
-                .map(|(table, column, _, _)| report_part_sql(table, column, kind.is_some()))
+                .map(|(table, column, _, _, sign)| {
+                    let part = report_part_sql(table, column, kind.is_some());
+                    if *sign < 0 {
+                        format!(
+                            "SELECT listing_id, event, -t AS t, -u AS u, -n AS n FROM ({part}) neg"
+                        )
+                    } else {
+                        part
+                    }
+                })
                 .collect::<Vec<_>>()
                 .join(" UNION ALL ")
         );
         let mut q = sqlx::query(&sql);
-        for (_, _, a, b) in &ranges {
+        for (_, _, a, b, _) in &parts {
             q = q
                 .bind(a.to_string())
                 .bind(b.to_string())
@@ -291,5 +341,68 @@ impl RollupStore for MysqlRollups {
                 })
             })
             .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: &str) -> UtcDay {
+        UtcDay::parse(s).unwrap()
+    }
+
+    #[test]
+    fn a_report_reads_months_and_the_fewer_edge_days() {
+        // Up to yesterday: the current month whole, minus the day still to come.
+        assert_eq!(
+            report_parts(d("2025-11-29"), d("2026-11-29")),
+            vec![
+                ("listing_daily", "day", d("2025-11-29"), d("2025-11-30"), 1),
+                (
+                    "listing_monthly",
+                    "month",
+                    d("2025-12-01"),
+                    d("2026-10-31"),
+                    1
+                ),
+                (
+                    "listing_monthly",
+                    "month",
+                    d("2026-11-01"),
+                    d("2026-11-01"),
+                    1
+                ),
+                ("listing_daily", "day", d("2026-11-30"), d("2026-11-30"), -1),
+            ]
+        );
+        // From the 15th of January: the month minus its first 14 days.
+        assert_eq!(
+            report_parts(d("2024-01-15"), d("2024-03-10")),
+            vec![
+                (
+                    "listing_monthly",
+                    "month",
+                    d("2024-01-01"),
+                    d("2024-01-01"),
+                    1
+                ),
+                ("listing_daily", "day", d("2024-01-01"), d("2024-01-14"), -1),
+                (
+                    "listing_monthly",
+                    "month",
+                    d("2024-02-01"),
+                    d("2024-02-29"),
+                    1
+                ),
+                ("listing_daily", "day", d("2024-03-01"), d("2024-03-10"), 1),
+            ]
+        );
+        // Within one month: days only.
+        assert_eq!(
+            report_parts(d("2024-02-03"), d("2024-02-20")),
+            vec![("listing_daily", "day", d("2024-02-03"), d("2024-02-20"), 1)]
+        );
+        assert!(report_parts(d("2024-02-03"), d("2024-02-01")).is_empty());
     }
 }
