@@ -6,8 +6,9 @@
 //!   behind a month row, and a month row whose `days` falls to 0 is deleted — so the month
 //!   table always equals the sums of the daily one.
 //! - Reading: a period is [`split`] into the days before its first whole month, its whole
-//!   months, and the days after its last whole month; the report sums daily rows for the first
-//!   and last parts and month rows for the middle.
+//!   months, and the days after its last whole month; the report sums month rows for the
+//!   middle and, for each edge, either its daily rows or — when fewer of that month's days lie
+//!   outside the period — the month row minus the daily rows outside (see `report_parts`).
 
 use std::collections::BTreeMap;
 
