@@ -38,6 +38,10 @@ pub struct Config {
     /// A connection must send its request headers within this time (default 30 s).
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: std::time::Duration,
+    /// The tenant that owns the analytics (events, listings, reports, dashboard) of this
+    /// deployment — one marketplace per server; default: the first of `tenants`. Other tenants
+    /// get 403 on those routes, and only this tenant's chat contacts become events.
+    pub analytics_tenant: Option<String>,
     /// Chat settings (`[chat]`).
     pub chat: ChatConfig,
     /// Link tracking settings (`[links]`).
@@ -56,6 +60,7 @@ impl Default for Config {
                 key: DEFAULT_DEV_KEY.into(),
             }],
             header_read_timeout: std::time::Duration::from_secs(30),
+            analytics_tenant: None,
             chat: ChatConfig::default(),
             links: LinksConfig::default(),
             events: EventsConfig::default(),
@@ -119,7 +124,25 @@ impl Config {
                 });
             }
         }
+        if let Some(owner) = &self.analytics_tenant
+            && !self.tenants.iter().any(|t| &t.name == owner)
+        {
+            return Err(ConfigError::Tenants(format!(
+                "analytics_tenant {owner:?} is not one of the configured tenants"
+            )));
+        }
+        if self.tenants.is_empty() {
+            return Err(ConfigError::Tenants("at least one tenant is needed".into()));
+        }
         Ok(())
+    }
+
+    /// The tenant owning the analytics: `analytics_tenant`, else the first tenant.
+    pub fn analytics_owner(&self) -> &str {
+        self.analytics_tenant
+            .as_deref()
+            .or_else(|| self.tenants.first().map(|t| t.name.as_str()))
+            .unwrap_or_default()
     }
 }
 

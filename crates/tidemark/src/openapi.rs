@@ -49,7 +49,42 @@ pub fn document(kinds: &[String]) -> utoipa::openapi::OpenApi {
         .build();
     V1Conventions.modify(&mut api);
     set_event_kinds(&mut api, kinds);
+    add_analytics_owner_answer(&mut api);
     api
+}
+
+/// The analytics routes answer 403 to a tenant that does not own the analytics
+/// ([`crate::wiring::require_analytics_owner`]).
+fn add_analytics_owner_answer(api: &mut utoipa::openapi::OpenApi) {
+    const ANALYTICS: [&str; 4] = [
+        "/v1/events",
+        "/v1/listings",
+        "/v1/accounts/",
+        "/v1/rollups/",
+    ];
+    for (path, item) in api.paths.paths.iter_mut() {
+        if !ANALYTICS.iter().any(|p| path.starts_with(p)) {
+            continue;
+        }
+        for op in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            op.responses
+                .responses
+                .entry("403".into())
+                .or_insert_with(|| {
+                    utoipa::openapi::RefOr::T(tidemark_core::openapi::error_response(
+                        "The key's tenant does not own this server's analytics (`forbidden`)",
+                    ))
+                });
+        }
+    }
 }
 
 /// The configured kinds as the enum of an event's `kind` and of the report's `kind` filter.

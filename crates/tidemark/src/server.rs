@@ -42,6 +42,7 @@ pub async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> anyhow::Result<()> {
     config.validate()?;
+    let _data_dir_lock = lock_data_dir(&config.data_dir)?;
     let clock: SharedClock = Arc::new(SystemClock);
     let registry = Registry::new();
     let chat_metrics = ChatMetrics::register(&registry)?;
@@ -74,6 +75,7 @@ pub async fn run(
     // Issue 5 wiring: a conversation's first message about a listing is one `contact` event.
     let chat = chat.with_contact_sink(Arc::new(crate::wiring::ContactEvents {
         ingest: ingest.clone(),
+        owner: config.analytics_owner().to_owned(),
     }));
     let mut links_cfg = config.links.clone();
     if links_cfg.track_base.is_empty() {
@@ -126,6 +128,7 @@ pub async fn run(
         events_http,
         analytics_http,
         keys,
+        Arc::from(config.analytics_owner()),
         Ops { registry, chat },
     );
     tracing::info!(listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
@@ -148,20 +151,50 @@ pub async fn run(
     Ok(())
 }
 
+/// Takes an exclusive lock on `<data_dir>/serve.lock` for as long as the returned file lives,
+/// so a second `serve` on the same data directory refuses to start instead of running a second
+/// set of writers and workers over the same stores. (The offline tools — `mail render`,
+/// `rollup` — go through the stores' own locking and may run beside a server.)
+fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+    std::fs::create_dir_all(dir)?;
+    let path = dir.join("serve.lock");
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&path)?;
+    match file.try_lock() {
+        Ok(()) => Ok(file),
+        Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
+            "another `tidemark serve` is using the data directory {} (locked: {}); stop it or pick another --data-dir",
+            dir.display(),
+            path.display()
+        ),
+        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+    }
+}
+
 fn router(
     chat: ChatService,
     links: LinksService,
     events: EventsHttp,
     analytics: AnalyticsHttp,
     keys: Arc<ApiKeys>,
+    analytics_owner: Arc<str>,
     ops: Ops,
 ) -> Router {
     let kinds = events.ingest.config().schema.kinds.clone();
-    let v1 = tidemark_chat::http::router(chat)
-        .merge(tidemark_links::http::api_router(links.clone()))
-        .merge(tidemark_events::recent::router(events.clone()))
+    // Analytics are one tenant's (crate::wiring): the others get 403 there.
+    let analytics_routes = tidemark_events::recent::router(events.clone())
         .merge(tidemark_events::http::ingest_router(events))
         .merge(tidemark_events::report_http::analytics_router(analytics))
+        .layer(axum::middleware::from_fn_with_state(
+            analytics_owner,
+            crate::wiring::require_analytics_owner,
+        ));
+    let v1 = tidemark_chat::http::router(chat)
+        .merge(tidemark_links::http::api_router(links.clone()))
+        .merge(analytics_routes)
         .layer(axum::middleware::from_fn_with_state(keys, require_tenant));
     let ops_routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))

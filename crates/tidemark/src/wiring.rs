@@ -2,18 +2,49 @@
 //! becomes a `contact` event in the events subsystem. (Links → events — `email_click` /
 //! `email_open`, with the listing taken from an `/item/<id>` target — is wired inside
 //! `tidemark_links`, which records through the same [`Ingest`].)
+//!
+//! Analytics belong to one tenant per deployment (`analytics_tenant`, default the first
+//! tenant): raw events, listings and reports are the marketplace's, not keyed by tenant. So
+//! [`require_analytics_owner`] answers 403 to any other tenant on the analytics routes, and
+//! [`ContactEvents`] records only the owner's contacts — no tenant reads or feeds another's
+//! analytics. (Link hits carry no tenant and are recorded as they come.)
+
+use std::sync::Arc;
 
 use async_trait::async_trait;
+use axum::extract::{Request, State};
+use axum::middleware::Next;
+use axum::response::Response;
 use tidemark_chat::contact::{ContactSink, FirstContact};
+use tidemark_core::http::{ApiError, Tenant};
 use tidemark_events::Ingest;
 use tidemark_events::model::Event;
 
-/// Stores each [`FirstContact`] as one `contact` event: time = the first message's commit time,
-/// `listing_id`, `user_id` = the sender, field `conversation_id`.
+/// Stores each [`FirstContact`] of the analytics owner as one `contact` event: time = the
+/// first message's commit time, `listing_id`, `user_id` = the sender, field `conversation_id`.
+/// Other tenants' contacts are not recorded.
 #[derive(Debug, Clone)]
 pub struct ContactEvents {
     /// The events subsystem's ingest (validates against the schema, appends durably).
     pub ingest: Ingest,
+    /// The tenant owning the analytics.
+    pub owner: String,
+}
+
+/// Middleware on the analytics routes (after [`tidemark_core::http::require_tenant`]): 403
+/// `forbidden` unless the request's tenant owns the analytics.
+pub async fn require_analytics_owner(
+    State(owner): State<Arc<str>>,
+    req: Request,
+    next: Next,
+) -> Result<Response, ApiError> {
+    match req.extensions().get::<Tenant>() {
+        Some(Tenant(t)) if **t == *owner => Ok(next.run(req).await),
+        Some(Tenant(t)) => Err(ApiError::forbidden(format!(
+            "the analytics of this server belong to tenant {owner:?}; tenant {t:?} has none"
+        ))),
+        None => Err(ApiError::unauthorized("missing API key")),
+    }
 }
 
 /// The `contact` event for a first contact.
@@ -33,6 +64,9 @@ pub fn contact_event(contact: &FirstContact) -> Result<Event, String> {
 #[async_trait]
 impl ContactSink for ContactEvents {
     async fn record(&self, contact: FirstContact) -> Result<(), String> {
+        if contact.tenant != self.owner {
+            return Ok(());
+        }
         let event = contact_event(&contact)?;
         self.ingest
             .record(vec![event], contact.committed_at_ms)
@@ -45,6 +79,31 @@ impl ContactSink for ContactEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use tidemark_core::day::UtcDay;
+    use tidemark_events::{EventsConfig, RawStore, SqliteRaw};
+
+    #[tokio::test]
+    async fn only_the_analytics_owners_contacts_become_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
+        let sink = ContactEvents {
+            ingest: Ingest::new(Arc::clone(&raw) as _, EventsConfig::default()),
+            owner: "demo".into(),
+        };
+        let at = 1_796_000_000_000;
+        let contact = |tenant: &str, cid: &str| FirstContact {
+            tenant: tenant.into(),
+            conversation_id: cid.into(),
+            listing_id: 7,
+            sender: "b".into(),
+            committed_at_ms: at,
+        };
+        sink.record(contact("other", "c-other")).await.unwrap();
+        sink.record(contact("demo", "c-demo")).await.unwrap();
+        let events = raw.day_events(UtcDay::of_ms(at)).await.unwrap();
+        assert_eq!(events.len(), 1);
+        assert_eq!(events[0].fields["conversation_id"], "c-demo");
+    }
 
     #[test]
     fn a_first_contact_is_one_contact_event_for_its_listing() {

@@ -184,16 +184,28 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
         (st, &v["rows"]),
         (200, &json!([report_row(101, "view", 1, 1)]))
     );
-    // The other tenant has not mapped these listings: its account 7 has none.
-    let (st, v) = call_as(
-        &c,
-        OTHER_KEY,
-        Method::GET,
-        &server.url(&format!("/v1/accounts/7/report?{range}")),
-        None,
-    )
-    .await;
-    assert_eq!((st, &v["rows"]), (200, &json!([])));
+    // The analytics are the first tenant's: the other tenant can neither read nor feed them.
+    for (method, path, body) in [
+        (Method::GET, format!("/v1/accounts/7/report?{range}"), None),
+        (Method::GET, format!("/v1/events/top?day={yesterday}"), None),
+        (Method::GET, "/v1/events/recent?minutes=5".to_owned(), None),
+        (Method::POST, format!("/v1/rollups/{yesterday}"), None),
+        (
+            Method::PUT,
+            "/v1/listings/101".to_owned(),
+            Some(json!({"account_id": 8})),
+        ),
+        (
+            Method::POST,
+            "/v1/events".to_owned(),
+            Some(json!([ev(y + 5, "view", Some(101), Some("s9"))])),
+        ),
+    ] {
+        let (st, v) = call_as(&c, OTHER_KEY, method.clone(), &server.url(&path), body).await;
+        assert_eq!(st, 403, "{method} {path}: {v}");
+        assert_eq!(v["error"]["code"], "forbidden", "{v}");
+    }
+    assert_eq!(report(&c, &server, &range).await.1["rows"], expected);
 
     // A re-run overwrites, never doubles.
     let (st, _) = call(
@@ -237,6 +249,34 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
     .await;
     assert_eq!(st, 400, "{v}");
     assert_bad(st, &v, "listing_id must be non-negative");
+    // So are account ids (found by the new-user trial: -7 was stored and reported on).
+    let r = put("/v1/listings/101", json!({"account_id": -7}))
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_bad(
+        400,
+        &r.json().await.unwrap(),
+        "account_id must be non-negative",
+    );
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/listings"),
+        Some(json!([{"listing_id": 102, "account_id": -8}])),
+    )
+    .await;
+    assert_bad(st, &v, "account_id must be non-negative");
+    let (st, v) = report(&c, &server, &range).await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = call(
+        &c,
+        Method::GET,
+        &server.url(&format!("/v1/accounts/-7/report?{range}")),
+        None,
+    )
+    .await;
+    assert_bad(st, &v, "account id must be non-negative");
     let r = put("/v1/listings/101", json!({"account_id": "eight"}))
         .await
         .unwrap();
@@ -304,12 +344,29 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
         None,
     )
     .await;
-    assert_eq!((st, &v["error"]["code"]), (409, &json!("raw_gone")), "{v}");
+    assert_eq!((st, &v["error"]["code"]), (404, &json!("no_events")), "{v}");
     assert_eq!(
         v["error"]["message"],
         format!(
-            "raw events for {empty} are gone (the raw tier has no record of that day); existing totals are kept"
+            "the raw tier has no event of {empty}; nothing rolled up, existing totals are kept"
         )
+    );
+    // A day in the future says so (found by the new-user trial: it said "gone").
+    let future = today.plus(40);
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{future}")),
+        None,
+    )
+    .await;
+    assert_eq!((st, &v["error"]["code"]), (404, &json!("no_events")), "{v}");
+    assert!(
+        v["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("(a day in the future)"),
+        "{v}"
     );
     let r = c
         .get(server.url(&format!("/v1/accounts/7/report?{range}")))
@@ -375,7 +432,7 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
     assert!(!out.status.success());
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
-        stderr.contains(&format!("raw events for {empty} are gone")),
+        stderr.contains(&format!("the raw tier has no event of {empty}")),
         "{stderr}"
     );
     let out = cli("yesterday".into());

@@ -49,7 +49,7 @@ async fn contract_and_bad_inputs() {
             msgs_url.clone(),
             Some(json!({"client_msg_id": "b2", "sender": "u1"})),
             422,
-            "bad_request",
+            "unprocessable_entity",
         ),
         (
             Method::POST,
@@ -84,7 +84,7 @@ async fn contract_and_bad_inputs() {
             msgs_url.clone(),
             Some(json!({"client_msg_id": "b6", "sender": "u1", "body": "hi", "extra": 1})),
             422,
-            "bad_request",
+            "unprocessable_entity",
         ),
         (
             Method::POST,
@@ -119,7 +119,7 @@ async fn contract_and_bad_inputs() {
             server.url("/v1/conversations"),
             Some(json!({"members": "a,b"})),
             422,
-            "bad_request",
+            "unprocessable_entity",
         ),
         (
             Method::GET,

@@ -154,3 +154,27 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     let r = client().get(server.url("/healthz")).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 200);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_server_on_the_same_data_dir_refuses_to_start() {
+    let server = TestServer::start(&[]).await;
+    let out = TestServer::command(&server.dir, free_port(), &[])
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "the second server ran: {stderr}");
+    assert!(
+        stderr.contains("another `tidemark serve` is using the data directory"),
+        "{stderr}"
+    );
+    // The first one still serves.
+    let (st, _) = call(
+        &client(),
+        reqwest::Method::GET,
+        &server.url("/readyz"),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+}

@@ -104,6 +104,7 @@ impl From<JsonRejection> for ApiError {
         let code = match status {
             StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
             StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+            StatusCode::UNPROCESSABLE_ENTITY => "unprocessable_entity",
             _ => "bad_request",
         };
         let status = if status.is_client_error() {
@@ -181,13 +182,14 @@ impl ApiKeys {
         }
     }
 
-    /// The tenant for an `Authorization` header value (`Bearer <key>` or `Token <key>`).
+    /// The tenant for an `Authorization` header value (`Bearer <key>` or `Token <key>`; the
+    /// scheme is case-insensitive, RFC 9110 §11.1).
     pub fn tenant_for(&self, authorization: &str) -> Option<Tenant> {
-        let key = authorization
-            .strip_prefix("Bearer ")
-            .or_else(|| authorization.strip_prefix("Token "))?
-            .trim();
-        self.by_key.get(key).map(|t| Tenant(t.clone()))
+        let (scheme, key) = authorization.trim_start().split_once(' ')?;
+        if !scheme.eq_ignore_ascii_case("bearer") && !scheme.eq_ignore_ascii_case("token") {
+            return None;
+        }
+        self.by_key.get(key.trim()).map(|t| Tenant(t.clone()))
     }
 }
 
@@ -233,6 +235,7 @@ pub async fn json_errors(req: Request, next: Next) -> Response {
         StatusCode::NOT_FOUND => "not_found",
         StatusCode::PAYLOAD_TOO_LARGE => "payload_too_large",
         StatusCode::UNSUPPORTED_MEDIA_TYPE => "unsupported_media_type",
+        StatusCode::UNPROCESSABLE_ENTITY => "unprocessable_entity",
         s if s.is_server_error() => "internal",
         _ => "bad_request",
     };
@@ -265,6 +268,12 @@ mod tests {
             Some(Tenant("demo".into()))
         );
         assert_eq!(keys.tenant_for("Bearer other"), None);
+        assert_eq!(
+            keys.tenant_for("bearer dev-key"),
+            Some(Tenant("demo".into())),
+            "the scheme is case-insensitive"
+        );
+        assert_eq!(keys.tenant_for("Basic dev-key"), None);
         assert_eq!(keys.tenant_for("dev-key"), None);
     }
 }

@@ -55,7 +55,7 @@ impl IntoResponses for JsonBodyErrors {
             ),
             (
                 "422",
-                "The JSON does not have the documented shape: a missing or unknown field, a wrong type",
+                "The JSON does not have the documented shape: a missing or unknown field, a wrong type (`unprocessable_entity`)",
             ),
         ]
         .into_iter()

@@ -5,7 +5,7 @@
 //! | `PUT /v1/listings/{lid}` `{"account_id": n}` | 204 |
 //! | `POST /v1/listings` `[{"listing_id": n, "account_id": m}, …]` | 200 `{"upserted": n}` (all or nothing) |
 //! | `GET /v1/accounts/{aid}/report?from=YYYY-MM-DD&to=YYYY-MM-DD[&kind=…]` | 200 `{"account_id", "from", "to", "rows": [{"listing_id", "kind", "total", "uniques_daily_sum"}]}` |
-//! | `POST /v1/rollups/{day}` | 200 the rollup's outcome; 409 `raw_gone` when the day's raw events are gone |
+//! | `POST /v1/rollups/{day}` | 200 the rollup's outcome; 404 `no_events` for a day without any event (e.g. in the future); 409 `raw_gone` when the day's raw events are gone |
 //!
 //! Bad ids, dates, a range with `from > to` or longer than [`MAX_REPORT_DAYS`], and a kind
 //! outside the configured set are 400 with a JSON error, and change nothing.
@@ -60,6 +60,9 @@ impl From<RollupError> for ApiError {
             RollupError::RawGone { .. } => {
                 ApiError::new(StatusCode::CONFLICT, "raw_gone", e.to_string())
             }
+            RollupError::NoEvents { .. } => {
+                ApiError::new(StatusCode::NOT_FOUND, "no_events", e.to_string())
+            }
             RollupError::Raw(_) | RollupError::Store(_) => ApiError::unavailable(e.to_string()),
         }
     }
@@ -70,14 +73,14 @@ fn id(what: &str, s: &str) -> Result<i64, ApiError> {
         .map_err(|_| ApiError::bad_request(format!("{what} must be an integer, got {s:?}")))
 }
 
-/// Listing ids are non-negative, as ingest requires of an event's `listing_id`.
-fn listing_id(what: &str, lid: i64) -> Result<i64, ApiError> {
-    if lid < 0 {
+/// Listing and account ids are non-negative, as ingest requires of an event's `listing_id`.
+fn non_negative(what: &str, v: i64) -> Result<i64, ApiError> {
+    if v < 0 {
         return Err(ApiError::bad_request(format!(
-            "{what} must be non-negative, got {lid}"
+            "{what} must be non-negative, got {v}"
         )));
     }
-    Ok(lid)
+    Ok(v)
 }
 
 fn day(what: &str, s: &str) -> Result<UtcDay, ApiError> {
@@ -93,6 +96,7 @@ fn store_error(e: impl std::fmt::Display) -> ApiError {
 #[serde(deny_unknown_fields)]
 struct AccountBody {
     /// The owning account.
+    #[schema(minimum = 0)]
     account_id: i64,
 }
 
@@ -114,10 +118,11 @@ async fn put_listing(
     Path(lid): Path<String>,
     ApiJson(body): ApiJson<AccountBody>,
 ) -> Result<StatusCode, ApiError> {
-    let lid = listing_id("listing id", id("listing id", &lid)?)?;
+    let lid = non_negative("listing id", id("listing id", &lid)?)?;
+    let account = non_negative("account_id", body.account_id)?;
     s.rollups
         .rollups()
-        .put_listings(&tenant, &[(lid, body.account_id)])
+        .put_listings(&tenant, &[(lid, account)])
         .await
         .map_err(store_error)?;
     Ok(StatusCode::NO_CONTENT)
@@ -131,6 +136,7 @@ struct ListingBody {
     #[schema(minimum = 0)]
     listing_id: i64,
     /// The owning account.
+    #[schema(minimum = 0)]
     account_id: i64,
 }
 
@@ -165,7 +171,12 @@ async fn post_listings(
     }
     let pairs = items
         .iter()
-        .map(|i| Ok((listing_id("listing_id", i.listing_id)?, i.account_id)))
+        .map(|i| {
+            Ok((
+                non_negative("listing_id", i.listing_id)?,
+                non_negative("account_id", i.account_id)?,
+            ))
+        })
         .collect::<Result<Vec<(i64, i64)>, ApiError>>()?;
     let n = s
         .rollups
@@ -210,7 +221,7 @@ struct ReportBody {
     get,
     path = "/v1/accounts/{aid}/report",
     tag = "events",
-    params(("aid" = i64, Path, description = "Account id"), ReportParams),
+    params(("aid" = u64, Path, description = "Account id", minimum = 0, maximum = 9223372036854775807_i64), ReportParams),
     responses((status = 200, description = "The report (no rows: an empty list)", body = ReportBody))
 )]
 async fn report(
@@ -219,7 +230,7 @@ async fn report(
     Path(aid): Path<String>,
     ApiQuery(q): ApiQuery<ReportParams>,
 ) -> Result<axum::Json<ReportBody>, ApiError> {
-    let account_id = id("account id", &aid)?;
+    let account_id = non_negative("account id", id("account id", &aid)?)?;
     let from = q
         .from
         .ok_or_else(|| ApiError::bad_request("missing `from` (YYYY-MM-DD)"))?;
@@ -262,6 +273,7 @@ async fn report(
     params(("day" = String, Path, description = "The UTC day, `YYYY-MM-DD`", format = Date)),
     responses(
         (status = 200, description = "Rolled up", body = RollupOutcome),
+        (status = 404, description = "No event of the day was ever stored, e.g. a day in the future (`no_events`); nothing written", body = ErrorBody),
         (status = 409, description = "The day's raw events are gone (`raw_gone`); existing totals are kept", body = ErrorBody),
     )
 )]

@@ -80,6 +80,15 @@ pub enum RollupError {
         /// What the raw tier says about it.
         why: String,
     },
+    /// The raw tier has no event of the day (a day in the future, one without traffic, or one
+    /// whose catalog entry is gone): nothing is rolled up and existing totals are kept.
+    #[error("the raw tier has no event of {day}{}; nothing rolled up, existing totals are kept", if *future { " (a day in the future)" } else { "" })]
+    NoEvents {
+        /// The day.
+        day: UtcDay,
+        /// Whether the day has not started yet.
+        future: bool,
+    },
     /// The raw tier could not be read.
     #[error("raw tier: {0}")]
     Raw(#[source] StoreError),
@@ -184,7 +193,12 @@ pub async fn roll_up_day(
     let state = day_state(raw, day).await?;
     let gone = |why: String| RollupError::RawGone { day, why };
     let state = match state {
-        None => return Err(gone("the raw tier has no record of that day".into())),
+        None => {
+            return Err(RollupError::NoEvents {
+                day,
+                future: day > UtcDay::of_ms(now_ms),
+            });
+        }
         Some(DayState {
             dropped_ms: Some(dropped),
             ..

@@ -302,12 +302,22 @@ async fn raw_gone_refuses_and_keeps_existing_totals_in(mode: Mode) {
         .await
         .unwrap_err();
     assert!(
-        matches!(err, RollupError::RawGone { day, .. } if day == never),
+        matches!(err, RollupError::NoEvents { day, future: false } if day == never),
         "{err}"
     );
     assert_eq!(
         err.to_string(),
-        "raw events for 2026-11-25 are gone (the raw tier has no record of that day); existing totals are kept"
+        "the raw tier has no event of 2026-11-25; nothing rolled up, existing totals are kept"
+    );
+    let future = day().plus(30);
+    assert_eq!(
+        roll_up_day(&*s.raw, &*s.rollups, future, T)
+            .await
+            .unwrap_err()
+            .to_string(),
+        format!(
+            "the raw tier has no event of {future} (a day in the future); nothing rolled up, existing totals are kept"
+        )
     );
     assert_eq!(s.rollups.day_rows(never).await.unwrap(), good);
 
@@ -537,6 +547,6 @@ async fn the_service_rolls_up_with_its_clock_in(mode: Mode) {
     assert_eq!(svc.rollups().day_rows(day()).await.unwrap().len(), 3);
     assert!(matches!(
         svc.roll_up(day().plus(5)).await,
-        Err(RollupError::RawGone { .. })
+        Err(RollupError::NoEvents { future: true, .. })
     ));
 }
