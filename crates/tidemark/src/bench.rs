@@ -9,6 +9,7 @@ pub mod chat;
 pub mod events;
 pub mod links;
 mod load;
+mod plot;
 mod process;
 
 use std::path::Path;

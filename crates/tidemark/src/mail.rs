@@ -11,7 +11,7 @@ use anyhow::Context;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde_json::{Map, Value};
 use tidemark_core::clock::{SharedClock, SystemClock};
-use tidemark_events::{Ingest, SqliteRaw};
+use tidemark_events::Ingest;
 use tidemark_links::builder::Recipient;
 use tidemark_links::metrics::LinksMetrics;
 use tidemark_links::service::LinksService;
@@ -121,16 +121,17 @@ async fn render(args: RenderArgs) -> anyhow::Result<()> {
     let events_dir = cfg.data_dir.join("events");
     std::fs::create_dir_all(&events_dir)?;
     let ingest = Ingest::new(
-        Arc::new(SqliteRaw::open(&events_dir.join("raw.db"))?),
+        tidemark_events::stores::open_raw(&cfg.events, &events_dir).await?,
         cfg.events.clone(),
     );
-    let svc = LinksService::open_embedded(
+    let svc = LinksService::open(
         &cfg.data_dir,
         cfg.links.clone(),
         ingest,
         clock,
         LinksMetrics::unregistered(),
-    )?;
+    )
+    .await?;
     let tenant = cfg
         .tenants
         .first()

@@ -1,6 +1,7 @@
-//! `tidemark rollup --day YYYY-MM-DD`: the daily rollup on demand, offline. Opens the data
-//! dir's raw tier (`events/raw.db`) and summary tier (`events/rollups.db`) — the same files the
-//! server uses — rolls the day up and prints the outcome. A day whose raw events are gone is
+//! `tidemark rollup --day YYYY-MM-DD`: the daily rollup on demand, offline. Opens the raw tier
+//! and summary tier the configuration names (`events.raw`, `events.rollups`; by default the
+//! data dir's `events/raw.db` and `events/rollups.db`) — the same stores the server uses —
+//! rolls the day up and prints the outcome. A day whose raw events are gone is
 //! refused (non-zero exit, existing totals kept).
 
 use std::path::PathBuf;
@@ -9,9 +10,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use tidemark_core::clock::SystemClock;
 use tidemark_core::day::UtcDay;
-use tidemark_events::SqliteRaw;
 use tidemark_events::rollup::RollupService;
-use tidemark_events::rollups::SqliteRollups;
 
 use crate::config::Config;
 
@@ -38,17 +37,20 @@ pub async fn run(args: RollupArgs) -> anyhow::Result<()> {
     }
     let dir = cfg.data_dir.join("events");
     let raw_path = dir.join("raw.db");
+    let embedded = matches!(cfg.events.raw.trim(), "" | "sqlite");
     anyhow::ensure!(
-        raw_path.exists(),
+        !embedded || raw_path.exists(),
         "raw events for {day} are gone (there is no raw tier at {}); existing totals are kept",
         raw_path.display()
     );
-    let raw = SqliteRaw::open(&raw_path)
-        .with_context(|| format!("opening the raw tier {}", raw_path.display()))?;
-    let rollups_path = dir.join("rollups.db");
-    let rollups = SqliteRollups::open(&rollups_path)
-        .with_context(|| format!("opening the summary tier {}", rollups_path.display()))?;
-    let service = RollupService::new(Arc::new(raw), Arc::new(rollups), Arc::new(SystemClock));
+    std::fs::create_dir_all(&dir)?;
+    let raw = tidemark_events::stores::open_raw(&cfg.events, &dir)
+        .await
+        .context("opening the raw tier (events.raw)")?;
+    let rollups = tidemark_events::stores::open_rollups(&cfg.events, &dir)
+        .await
+        .context("opening the summary tier (events.rollups)")?;
+    let service = RollupService::new(raw, rollups, Arc::new(SystemClock));
     let out = service.roll_up(day).await?;
     println!(
         "rolled up {}: {} events read ({} bots and {} without a listing left out), {} rows in listing_daily",

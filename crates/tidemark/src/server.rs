@@ -16,11 +16,10 @@ use tidemark_chat::metrics::ChatMetrics;
 use tidemark_chat::{ChatService, ChatStores};
 use tidemark_core::clock::{SharedClock, SystemClock};
 use tidemark_core::http::{ApiError, ApiKeys, json_errors, require_tenant};
+use tidemark_events::Ingest;
 use tidemark_events::http::EventsHttp;
 use tidemark_events::report_http::AnalyticsHttp;
 use tidemark_events::rollup::RollupService;
-use tidemark_events::rollups::SqliteRollups;
-use tidemark_events::{Ingest, SqliteRaw};
 use tidemark_links::metrics::LinksMetrics;
 use tidemark_links::partitions::PartitionManager;
 use tidemark_links::service::LinksService;
@@ -57,7 +56,8 @@ pub async fn run(
 
     let events_dir = config.data_dir.join("events");
     std::fs::create_dir_all(&events_dir)?;
-    let raw = Arc::new(SqliteRaw::open(&events_dir.join("raw.db"))?);
+    // Each port on the engine its URL names (SQLite by default): `events.raw`, `events.rollups`.
+    let raw = tidemark_events::stores::open_raw(&config.events, &events_dir).await?;
     let ingest = Ingest::new(raw, config.events.clone());
     let events_http = EventsHttp {
         ingest: ingest.clone(),
@@ -67,7 +67,7 @@ pub async fn run(
     let analytics_http = AnalyticsHttp {
         rollups: RollupService::new(
             Arc::clone(ingest.raw()),
-            Arc::new(SqliteRollups::open(&events_dir.join("rollups.db"))?),
+            tidemark_events::stores::open_rollups(&config.events, &events_dir).await?,
             Arc::clone(&clock),
         ),
         schema: config.events.schema.clone(),
@@ -81,13 +81,15 @@ pub async fn run(
     if links_cfg.track_base.is_empty() {
         links_cfg.track_base = format!("http://{}", listener.local_addr()?);
     }
-    let links = LinksService::open_embedded(
+    // `links.store`: the embedded file or MariaDB day partitions.
+    let links = LinksService::open(
         &config.data_dir,
         links_cfg,
         ingest,
         Arc::clone(&clock),
         LinksMetrics::register(&registry)?,
-    )?;
+    )
+    .await?;
 
     let cancel = CancellationToken::new();
     let mut workers = JoinSet::new();

@@ -65,10 +65,22 @@ fn assert_bad(st: u16, v: &Value, needle: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn listings_rollups_and_the_account_report() {
-    let server = TestServer::start(&[(
-        "TIDEMARK_TENANTS",
-        r#"[{name="demo",key="dev-key"},{name="other",key="other-key"}]"#,
-    )])
+    listings_rollups_and_the_account_report_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listings_rollups_and_the_account_report_on_influxdb_and_mariadb() {
+    listings_rollups_and_the_account_report_in(Mode::Production).await;
+}
+
+async fn listings_rollups_and_the_account_report_in(mode: Mode) {
+    let server = TestServer::start_in(
+        mode,
+        &[(
+            "TIDEMARK_TENANTS",
+            r#"[{name="demo",key="dev-key"},{name="other",key="other-key"}]"#,
+        )],
+    )
     .await;
     let c = client();
     let today = UtcDay::of_ms(SystemClock.now_ms());
@@ -399,6 +411,7 @@ async fn listings_rollups_and_the_account_report() {
             .arg(&server.dir)
             .env("RUST_LOG", "warn")
             .env_remove("TIDEMARK_CONFIG")
+            .envs(server.env.iter().map(|(k, v)| (k, v)))
             .output()
             .unwrap()
     };
@@ -430,4 +443,35 @@ async fn listings_rollups_and_the_account_report() {
         expected,
         "the CLI rewrote the same rows"
     );
+    if let Some(e) = &server.engines {
+        // The rows are where the configuration put them.
+        assert_eq!(
+            Engines::mysql_count(&e.rollups_db, "listing_daily").await,
+            5
+        );
+        assert_eq!(Engines::mysql_count(&e.rollups_db, "listings").await, 3);
+        assert_eq!(e.influx_points().await, 10, "nine events, then a late one");
+        assert!(!server.dir.join("events/raw.db").exists());
+        assert!(!server.dir.join("events/rollups.db").exists());
+    }
+    server.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn ingest_answers_503_while_influxdb_is_down_and_acknowledges_nothing_unstored() {
+    let mut server = TestServer::start_in(Mode::Production, &[]).await;
+    let c = client();
+    let t = SystemClock.now_ms() - 60_000;
+    let batch = |n: i64| json!([ev(t + n, "view", Some(5), Some("s1"))]);
+    let (st, _) = call(&c, Method::POST, &server.url("/v1/events"), Some(batch(0))).await;
+    assert_eq!(st, 202);
+    server.engines.as_mut().unwrap().influx.stop();
+    let (st, v) = call(&c, Method::POST, &server.url("/v1/events"), Some(batch(1))).await;
+    assert_eq!(st, 503, "{v}");
+    assert_eq!(v["error"]["code"], "unavailable", "{v}");
+    server.engines.as_mut().unwrap().influx.restart().unwrap();
+    let (st, _) = call(&c, Method::POST, &server.url("/v1/events"), Some(batch(2))).await;
+    assert_eq!(st, 202);
+    assert_eq!(server.engines.as_ref().unwrap().influx_points().await, 2);
+    server.cleanup().await;
 }

@@ -42,7 +42,25 @@ type RawRow = (i64, String, Option<i64>, Option<String>, i64);
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_client_writes_line_protocol() {
-    let server = TestServer::start(&[]).await;
+    official_python_client_writes_line_protocol_in(Mode::Embedded).await;
+}
+
+/// Through Tidemark into a real InfluxDB: the client's two points with the same series and
+/// millisecond are two events there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_client_writes_line_protocol_through_to_influxdb() {
+    official_python_client_writes_line_protocol_in(Mode::Production).await;
+}
+
+async fn official_python_client_writes_line_protocol_in(mode: Mode) {
+    // The events are of 2024-06-03: a retention policy long enough to keep them.
+    let server = TestServer::start_in_with(mode, &[], |e| {
+        vec![(
+            "TIDEMARK_EVENTS__RAW".into(),
+            format!("{}?retention=3650d", e.influx.url("tidemark")),
+        )]
+    })
+    .await;
     let out = std::process::Command::new("python3")
         .args(["-c", SCRIPT, &server.base, KEY])
         .output()
@@ -59,18 +77,26 @@ async fn official_python_client_writes_line_protocol() {
         "{stdout}"
     );
 
-    let conn = rusqlite::Connection::open(server.dir.join("events/raw.db")).unwrap();
-    let rows: Vec<RawRow> = conn
-        .prepare(
-            "SELECT time_ms, kind, listing_id, session_id, count FROM raw_20240603 ORDER BY seq",
-        )
-        .unwrap()
-        .query_map([], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
-        })
-        .unwrap()
-        .collect::<Result<_, _>>()
-        .unwrap();
+    let rows = match &server.engines {
+        None => sqlite_rows(&server),
+        Some(e) => {
+            // Read back through Tidemark's own InfluxDB raw tier, from a second process's view.
+            let raw = tidemark_events::InfluxRaw::connect(
+                &format!("{}?retention=3650d", e.influx.url("tidemark")),
+                &server.dir.join("events/influx-catalog.db"),
+            )
+            .await
+            .unwrap();
+            let day = tidemark_core::day::UtcDay::parse("2024-06-03").unwrap();
+            use tidemark_events::RawStore;
+            raw.day_events(day)
+                .await
+                .unwrap()
+                .into_iter()
+                .map(|e| (e.time_ms, e.kind, e.listing_id, e.session_id, e.count))
+                .collect()
+        }
+    };
     let session = Some(r#"s "one", with, commas = and spaces"#.to_owned());
     assert_eq!(
         rows,
@@ -87,4 +113,21 @@ async fn official_python_client_writes_line_protocol() {
         ],
         "the refused batch stored nothing (no listing 8)"
     );
+    server.cleanup().await;
+}
+
+fn sqlite_rows(server: &TestServer) -> Vec<RawRow> {
+    let conn = rusqlite::Connection::open(server.dir.join("events/raw.db")).unwrap();
+    let rows: Vec<RawRow> = conn
+        .prepare(
+            "SELECT time_ms, kind, listing_id, session_id, count FROM raw_20240603 ORDER BY seq",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    rows
 }

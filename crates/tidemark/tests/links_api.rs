@@ -55,7 +55,10 @@ async fn location(s: &TestServer, id: &str, method: Method, query: &str) -> (u16
     )
 }
 
-fn link_records(s: &TestServer) -> i64 {
+async fn link_records(s: &TestServer) -> i64 {
+    if let Some(e) = &s.engines {
+        return Engines::mysql_count(&e.links_db, "links").await;
+    }
     let conn = rusqlite::Connection::open(s.dir.join("links/links.db")).unwrap();
     let tables: Vec<String> = conn
         .prepare("SELECT name FROM sqlite_master WHERE type='table' AND name LIKE 'links_%'")
@@ -77,7 +80,16 @@ fn link_records(s: &TestServer) -> i64 {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn render_rewrite_and_redirect() {
-    let server = TestServer::start(&[]).await;
+    render_rewrite_and_redirect_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn render_rewrite_and_redirect_on_mariadb_and_influxdb() {
+    render_rewrite_and_redirect_in(Mode::Production).await;
+}
+
+async fn render_rewrite_and_redirect_in(mode: Mode) {
+    let server = TestServer::start_in(mode, &[]).await;
     let c = client();
     let html = concat!(
         "<html><body><p>Hi {{ first_name }}</p>",
@@ -173,11 +185,25 @@ async fn render_rewrite_and_redirect() {
     ] {
         assert!(metrics.contains(line), "{line} in\n{metrics}");
     }
+    if let Some(e) = &server.engines {
+        // The records are in MariaDB's day partitions.
+        assert_eq!(Engines::mysql_count(&e.links_db, "links").await, 4);
+    }
+    server.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn suppressions_and_sending_to_eml_files() {
-    let server = TestServer::start(&[]).await;
+    suppressions_and_sending_to_eml_files_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn suppressions_and_sending_to_eml_files_on_mariadb_and_influxdb() {
+    suppressions_and_sending_to_eml_files_in(Mode::Production).await;
+}
+
+async fn suppressions_and_sending_to_eml_files_in(mode: Mode) {
+    let server = TestServer::start_in(mode, &[]).await;
     let c = client();
     let mid = mailing(&c, &server, r#"<html><body>Hi {{ first_name }} <a href="https://shop.example/item/7">see</a></body></html>"#).await;
     let (st, v) = call(
@@ -270,11 +296,21 @@ async fn suppressions_and_sending_to_eml_files() {
     .await;
     assert_eq!(st, 200);
     assert_eq!(v["messages"].as_array().unwrap().len(), 2);
+    server.cleanup().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_input_stores_and_sends_nothing() {
-    let server = TestServer::start(&[]).await;
+    bad_input_stores_and_sends_nothing_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_input_stores_and_sends_nothing_on_mariadb_and_influxdb() {
+    bad_input_stores_and_sends_nothing_in(Mode::Production).await;
+}
+
+async fn bad_input_stores_and_sends_nothing_in(mode: Mode) {
+    let server = TestServer::start_in(mode, &[]).await;
     let c = client();
     let mid = mailing(
         &c,
@@ -282,7 +318,7 @@ async fn bad_input_stores_and_sends_nothing() {
         r#"<a href="https://ex.com/">{{ first_name }}</a>"#,
     )
     .await;
-    let before = link_records(&server);
+    let before = link_records(&server).await;
     let render = server.url(&format!("/v1/mailings/{mid}/render"));
     let send = server.url(&format!("/v1/mailings/{mid}/send"));
     let many: Vec<Value> = (0..10_001)
@@ -368,7 +404,7 @@ async fn bad_input_stores_and_sends_nothing() {
         "bad_request"
     );
 
-    assert_eq!(link_records(&server), before, "no link record stored");
+    assert_eq!(link_records(&server).await, before, "no link record stored");
     assert!(
         !server.dir.join("mail-out").exists()
             || std::fs::read_dir(server.dir.join("mail-out"))
@@ -377,13 +413,23 @@ async fn bad_input_stores_and_sends_nothing() {
                 .is_none(),
         "nothing sent"
     );
+    server.cleanup().await;
 }
 
 /// The redirector answers before the click's event is fsynced; a clean shutdown (SIGTERM)
 /// still writes every click it answered.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clicks_answered_before_shutdown_are_recorded() {
-    let mut server = TestServer::start(&[]).await;
+    clicks_answered_before_shutdown_are_recorded_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicks_answered_before_shutdown_are_recorded_on_mariadb_and_influxdb() {
+    clicks_answered_before_shutdown_are_recorded_in(Mode::Production).await;
+}
+
+async fn clicks_answered_before_shutdown_are_recorded_in(mode: Mode) {
+    let mut server = TestServer::start_in(mode, &[]).await;
     let c = client();
     let mid = mailing(
         &c,
@@ -403,9 +449,18 @@ async fn clicks_answered_before_shutdown_are_recorded() {
         assert_eq!(location(&server, &ids[0], Method::GET, "").await.0, 302);
     }
     assert!(server.terminate().success());
-    let conn = rusqlite::Connection::open(server.dir.join("events/raw.db")).unwrap();
+    // The raw tier's day catalog: in raw.db, or beside the InfluxDB data in production mode.
+    let catalog = match mode {
+        Mode::Embedded => "events/raw.db",
+        Mode::Production => "events/influx-catalog.db",
+    };
+    let conn = rusqlite::Connection::open(server.dir.join(catalog)).unwrap();
     let n: i64 = conn
         .query_row("SELECT sum(events) FROM raw_day", [], |r| r.get(0))
         .unwrap();
     assert_eq!(n, 50);
+    if let Some(e) = &server.engines {
+        assert_eq!(e.influx_points().await, 50);
+    }
+    server.cleanup().await;
 }

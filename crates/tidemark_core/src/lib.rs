@@ -8,6 +8,8 @@
 //!   answers each caller only after that fsync; reads use a pool of read-only connections.
 //! - [`mysql`]: the production relational engine (MariaDB / MySQL): one way to open a pool from
 //!   a URL, and scratch databases for tests.
+//! - [`store`]: [`store::StoreError`], the one error every storage port returns, whatever
+//!   engine (SQLite, MariaDB, InfluxDB) is behind it.
 //! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, the JSON body extractor that
 //!   turns every bad body into such a 4xx, and per-tenant API-key auth.
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
@@ -20,6 +22,7 @@ pub mod http;
 pub mod mysql;
 pub mod openapi;
 pub mod sqlite;
+pub mod store;
 pub mod timefmt;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -48,7 +48,7 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
 use tidemark_core::day::UtcDay;
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 
 use crate::model::Event;
 use crate::raw::RawStore;
@@ -124,7 +124,7 @@ pub enum ArchiveError {
     },
     /// The raw tier failed.
     #[error("raw tier: {0}")]
-    Raw(#[from] SqliteError),
+    Raw(#[from] StoreError),
     /// The object store failed.
     #[error("object store: {0}")]
     Store(#[from] object_store::Error),

@@ -28,6 +28,15 @@ pub struct EventsConfig {
     /// How often the raw-tier lifecycle (rollup, archive, drop) runs (default 60 s).
     #[serde(with = "humantime_serde")]
     pub lifecycle_interval: Duration,
+    /// The raw tier: `"sqlite"` (default: `<data_dir>/events/raw.db`, a table per day) or an
+    /// InfluxDB 1.x URL `influxdb://host:port/database[?retention=7d]` (seed 002's production
+    /// shape; its day catalog is `<data_dir>/events/influx-catalog.db`, see
+    /// [`crate::raw::influx`]).
+    pub raw: String,
+    /// The summary tier (`listing_daily`, `listings`): `"sqlite"` (default:
+    /// `<data_dir>/events/rollups.db`) or a MariaDB / MySQL URL
+    /// `mysql://user[:password]@host[:port]/database`.
+    pub rollups: String,
 }
 
 impl Default for EventsConfig {
@@ -39,6 +48,8 @@ impl Default for EventsConfig {
             max_batch: 100_000,
             archive_url: None,
             lifecycle_interval: Duration::from_secs(60),
+            raw: "sqlite".into(),
+            rollups: "sqlite".into(),
         }
     }
 }

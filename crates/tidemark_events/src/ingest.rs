@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
@@ -37,7 +37,7 @@ pub enum IngestError {
     Request(String),
     /// The raw tier could not store the batch; nothing was acknowledged.
     #[error("raw tier unavailable: {0}")]
-    Unavailable(#[from] SqliteError),
+    Unavailable(#[from] StoreError),
     /// The batch holds events for a day already dropped from the raw tier; nothing stored.
     #[error("{0}")]
     DayDropped(String),
@@ -315,7 +315,25 @@ mod tests {
     async fn same_millisecond_events_are_two_rows_and_bad_kinds_store_nothing() {
         let dir = tempfile::tempdir().unwrap();
         let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
-        let ingest = Ingest::new(Arc::clone(&raw) as _, EventsConfig::default());
+        same_millisecond_events_on(raw).await;
+    }
+
+    /// The same on a real InfluxDB: the two identical points are two events there too.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn same_millisecond_events_are_two_points_on_influxdb() {
+        let server = crate::testing::InfluxServer::start().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let raw = crate::raw::InfluxRaw::connect(
+            &format!("{}?retention=3650d", server.url("ingest")),
+            &dir.path().join("catalog.db"),
+        )
+        .await
+        .unwrap();
+        same_millisecond_events_on(Arc::new(raw)).await;
+    }
+
+    async fn same_millisecond_events_on(raw: Arc<dyn RawStore>) {
+        let ingest = Ingest::new(Arc::clone(&raw), EventsConfig::default());
         let t = 1_795_999_534_123;
         let mut a = Event::new("view", t);
         a.listing_id = Some(7);

@@ -5,13 +5,22 @@
 //! (the `event` tag is a closed set; identifiers are fields, never tags) and appends them to
 //! the raw tier ([`RawStore`]): on the embedded default one SQLite table per UTC day in
 //! `data/events/raw.db`, group-committed, so an acknowledged event is durable. Two events with
-//! the same timestamp are two rows: nothing is merged.
+//! the same timestamp are two rows: nothing is merged. Closed days are rolled up into the
+//! summary tier ([`rollups::RollupStore`], `listing_daily` + `listings`), archived as Parquet
+//! ([`archive`]) and dropped behind both ([`lifecycle`]); reports read the summary tier only.
+//!
+//! Each port has the embedded default and a production engine, picked by URL in [`stores`]:
+//! the raw tier on InfluxDB 1.x ([`raw::influx`]: line protocol, `event` the only tag, a unique
+//! nanosecond per event, its day catalog in a local SQLite file) and the summary tier on
+//! MariaDB ([`rollups::MysqlRollups`]). [`conformance`] holds one suite per port that every
+//! backend passes; [`testing`] starts a real `influxd` for tests.
 //!
 //! Bot traffic (HEAD requests, known scanners) is recorded with the field `bot = true` so it
 //! can be shown, and is excluded from every count of clicks and opens.
 
 pub mod archive;
 pub mod config;
+pub mod conformance;
 pub mod dashboard;
 pub mod http;
 pub mod ingest;
@@ -25,6 +34,8 @@ pub mod report_http;
 pub mod rollup;
 pub mod rollups;
 pub mod schema;
+pub mod stores;
+pub mod testing;
 
 /// The OpenAPI description of the events' `/v1` routes (ingest, recent, top, listings,
 /// reports, rollups); the server merges it into `/v1/openapi.json`.
@@ -51,4 +62,4 @@ impl utoipa::OpenApi for EventsApi {
 pub use config::EventsConfig;
 pub use ingest::{Ingest, IngestError};
 pub use model::Event;
-pub use raw::{DayState, MinuteCount, RawError, RawStore, SqliteRaw};
+pub use raw::{DayState, InfluxRaw, MinuteCount, RawError, RawStore, SqliteRaw};

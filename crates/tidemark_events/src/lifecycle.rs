@@ -19,7 +19,9 @@
 //! Each step's failure is logged and counted (`tidemark_events_lifecycle_failures_total`) and
 //! does not stop the other days. The gauge `tidemark_events_days_at_risk` counts closed days
 //! whose last event arrived more than `raw_retention − 1 day` ago and that are still not both
-//! rolled up and archived: those would have been dropped by now if the pipeline worked.
+//! rolled up and archived: those would have been dropped by now if the pipeline worked — and
+//! days the raw store will remove by itself within a day (InfluxDB's retention policy,
+//! [`RawStore::expires_at_ms`]) that are not yet both rolled up and archived.
 
 use std::collections::BTreeSet;
 use std::sync::{Arc, Mutex};
@@ -27,7 +29,7 @@ use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::{DAY_MS, UtcDay};
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 use tokio_util::sync::CancellationToken;
 
 use crate::archive::RawArchive;
@@ -92,6 +94,17 @@ impl Windows {
     }
 }
 
+impl Windows {
+    /// The day will be removed by the raw store itself at `expires_at_ms` (InfluxDB's retention
+    /// policy: it does not wait for Tidemark), that is less than a day away or past, and the
+    /// day is not yet both rolled up and archived.
+    pub fn at_risk_of_expiry(&self, s: &DayState, now_ms: i64, expires_at_ms: Option<i64>) -> bool {
+        expires_at_ms.is_some_and(|at| now_ms >= at - DAY_MS)
+            && s.dropped_ms.is_none()
+            && !(s.rollup_current() && s.archive_current())
+    }
+}
+
 /// A lifecycle step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Step {
@@ -145,7 +158,7 @@ pub struct LifecycleReport {
 pub enum LifecycleError {
     /// The raw catalog could not be read.
     #[error("raw catalog: {0}")]
-    Catalog(#[from] SqliteError),
+    Catalog(#[from] StoreError),
 }
 
 /// The raw-tier scheduler (see the module docs).
@@ -234,7 +247,12 @@ impl Lifecycle {
         let days = self.catalog().await?;
         report.at_risk = days
             .iter()
-            .filter(|s| self.windows.at_risk(s, now))
+            .filter(|s| {
+                self.windows.at_risk(s, now)
+                    || self
+                        .windows
+                        .at_risk_of_expiry(s, now, self.raw.expires_at_ms(s.day))
+            })
             .map(|s| s.day)
             .collect();
         self.metrics.days_at_risk.set(report.at_risk.len() as i64);
@@ -352,5 +370,31 @@ mod tests {
         // Dirty again: not current, not droppable.
         s.last_arrival_ms = end + 2 * DAY_MS;
         assert!(!w.may_drop(&s, end + 30 * DAY_MS));
+    }
+
+    #[test]
+    fn days_the_store_expires_by_itself_are_at_risk_a_day_before() {
+        let w = Windows {
+            raw_retention_ms: 7 * DAY_MS,
+            lateness_ms: H,
+        };
+        let day = UtcDay::parse("2026-03-10").unwrap();
+        let expiry = day.plus(8).start_ms();
+        // Late events keep the arrival rule quiet; the store's own expiry does not wait.
+        let mut s = state(day, day.plus(5).start_ms());
+        let now = expiry - DAY_MS;
+        assert!(!w.at_risk(&s, now));
+        assert!(!w.at_risk_of_expiry(&s, now - 1, Some(expiry)));
+        assert!(w.at_risk_of_expiry(&s, now, Some(expiry)));
+        assert!(
+            !w.at_risk_of_expiry(&s, now, None),
+            "SQLite keeps days until dropped"
+        );
+        s.rolled_up_arrival_ms = Some(s.last_arrival_ms);
+        s.archived_arrival_ms = Some(s.last_arrival_ms);
+        assert!(
+            !w.at_risk_of_expiry(&s, now, Some(expiry)),
+            "safely elsewhere"
+        );
     }
 }

@@ -7,12 +7,19 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, OptionalExtension, params};
+use rusqlite::{Connection, params};
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
+use tidemark_core::store::StoreError;
 
 use crate::model::Event;
+
+mod catalog;
+pub mod influx;
+
+use catalog::Mark;
+pub use influx::{InfluxRaw, InfluxTarget};
 
 /// The catalog entry of one UTC day of the raw tier: how many events it holds, when the last
 /// one arrived, and up to which arrival it has been rolled up and archived. A day is
@@ -62,7 +69,7 @@ pub struct MinuteCount {
 pub enum RawError {
     /// The store failed; nothing was written.
     #[error(transparent)]
-    Store(#[from] SqliteError),
+    Store(#[from] StoreError),
     /// Events for a day whose raw partition was already rolled up, archived and dropped: they
     /// could never be counted, so the batch is refused rather than stranded.
     #[error(
@@ -77,6 +84,12 @@ impl From<rusqlite::Error> for RawError {
     }
 }
 
+impl From<SqliteError> for RawError {
+    fn from(e: SqliteError) -> Self {
+        RawError::Store(e.into())
+    }
+}
+
 /// The raw-tier port (DESIGN.md part C "Raw tier").
 #[async_trait]
 pub trait RawStore: Send + Sync + std::fmt::Debug {
@@ -85,42 +98,50 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// [`RawError::DayDropped`] if any event belongs to a dropped day.
     async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError>;
 
-    /// Up to `limit` events of `day` after the cursor `after` (0 to start), in arrival order,
-    /// and the cursor to continue from (`None` when the day is exhausted).
+    /// Up to `limit` events of `day` after the cursor `after` (0 to start), in the backend's
+    /// stable order (SQLite: arrival; InfluxDB: time), and the cursor to continue from (`None`
+    /// when the day is exhausted). The cursor is opaque to callers.
     async fn read_chunk(
         &self,
         day: UtcDay,
         after: i64,
         limit: usize,
-    ) -> Result<(Vec<Event>, Option<i64>), SqliteError>;
+    ) -> Result<(Vec<Event>, Option<i64>), StoreError>;
 
     /// Every day in the catalog, ascending.
-    async fn days(&self) -> Result<Vec<DayState>, SqliteError>;
+    async fn days(&self) -> Result<Vec<DayState>, StoreError>;
 
     /// Records that the day was rolled up as of arrival `arrival_ms`.
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError>;
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError>;
 
     /// Records that the day was archived as of arrival `arrival_ms`.
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError>;
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError>;
 
     /// Drops the day's partition whole and marks it dropped at `now_ms` — but only if, at that
     /// instant (atomically with appends), the day is still rolled up and archived up to its last
     /// arrival (DESIGN principle 2). Returns whether it was dropped.
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError>;
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError>;
 
     /// Non-bot events per minute and kind with `since_ms ≤ time < until_ms`.
     async fn counts_per_minute(
         &self,
         since_ms: i64,
         until_ms: i64,
-    ) -> Result<Vec<MinuteCount>, SqliteError>;
+    ) -> Result<Vec<MinuteCount>, StoreError>;
 
     /// The `limit` listings with most non-bot events on `day`: `(listing_id, events)`.
-    async fn top_listings(&self, day: UtcDay, limit: usize)
-    -> Result<Vec<(i64, u64)>, SqliteError>;
+    async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError>;
+
+    /// When the store itself removes `day`, whatever Tidemark decides (Unix ms): InfluxDB's
+    /// retention policy does. `None` (the default) for stores that keep a day until
+    /// [`RawStore::drop_day`]. The lifecycle alerts a day before (DESIGN principle 2).
+    fn expires_at_ms(&self, day: UtcDay) -> Option<i64> {
+        let _ = day;
+        None
+    }
 
     /// All events of one day, in arrival order (reads every chunk; for tests and tools).
-    async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, SqliteError> {
+    async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, StoreError> {
         let mut out = Vec::new();
         let mut cursor = Some(0);
         while let Some(after) = cursor {
@@ -138,17 +159,6 @@ pub struct SqliteRaw {
     writer: GroupWriter,
     reads: ReadPool,
 }
-
-const CATALOG: &str = "
-CREATE TABLE IF NOT EXISTS raw_day (
-    day INTEGER PRIMARY KEY,
-    events INTEGER NOT NULL,
-    last_arrival_ms INTEGER NOT NULL,
-    rolled_up_arrival_ms INTEGER,
-    archived_arrival_ms INTEGER,
-    dropped_ms INTEGER
-);
-";
 
 fn table(day: UtcDay) -> String {
     format!("raw_{}", day.compact())
@@ -176,7 +186,7 @@ impl SqliteRaw {
     /// Opens (creating if needed) the raw tier at `path`.
     pub fn open(path: &Path) -> Result<Self, SqliteError> {
         let conn = open_rw(path)?;
-        conn.execute_batch(CATALOG)?;
+        catalog::open(&conn)?;
         let writer = GroupWriter::start("events-raw", conn, 256);
         let reads = ReadPool::open(path, 4)?;
         Ok(Self { writer, reads })
@@ -192,11 +202,7 @@ impl RawStore for SqliteRaw {
                 for e in &events {
                     let day = UtcDay::of_ms(e.time_ms);
                     if !per_day.contains_key(&day) {
-                        let dropped: Option<i64> = conn
-                            .prepare_cached("SELECT dropped_ms FROM raw_day WHERE day = ?1")?
-                            .query_row([day.0], |r| r.get(0))
-                            .optional()?
-                            .flatten();
+                        let dropped = catalog::dropped_ms(conn, day)?;
                         if dropped.is_some() {
                             return Err(RawError::DayDropped(day));
                         }
@@ -220,13 +226,8 @@ impl RawStore for SqliteRaw {
                         serde_json::Value::Object(e.fields.clone()).to_string()
                     ])?;
                 }
-                let mut cat = conn.prepare_cached(
-                    "INSERT INTO raw_day (day, events, last_arrival_ms) VALUES (?1, ?2, ?3)
-                     ON CONFLICT (day) DO UPDATE SET events = events + excluded.events,
-                         last_arrival_ms = max(last_arrival_ms, excluded.last_arrival_ms)",
-                )?;
                 for (day, n) in per_day {
-                    cat.execute(params![day.0, n, now_ms])?;
+                    catalog::add_events(conn, day, n, now_ms)?;
                 }
                 Ok::<_, RawError>(())
             })
@@ -238,7 +239,7 @@ impl RawStore for SqliteRaw {
         day: UtcDay,
         after: i64,
         limit: usize,
-    ) -> Result<(Vec<Event>, Option<i64>), SqliteError> {
+    ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
         self.reads
             .read(move |conn| {
                 if !table_exists(conn, day)? {
@@ -279,51 +280,28 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn days(&self) -> Result<Vec<DayState>, SqliteError> {
-        self.reads
-            .read(|conn| {
-                let mut stmt = conn.prepare_cached(
-                    "SELECT day, events, last_arrival_ms, rolled_up_arrival_ms, archived_arrival_ms,
-                         dropped_ms FROM raw_day ORDER BY day",
-                )?;
-                let rows = stmt.query_map([], |r| {
-                    Ok(DayState {
-                        day: UtcDay(r.get(0)?),
-                        events: r.get::<_, i64>(1)? as u64,
-                        last_arrival_ms: r.get(2)?,
-                        rolled_up_arrival_ms: r.get(3)?,
-                        archived_arrival_ms: r.get(4)?,
-                        dropped_ms: r.get(5)?,
-                    })
-                })?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
-            })
-            .await
+    async fn days(&self) -> Result<Vec<DayState>, StoreError> {
+        self.reads.read(|conn| Ok(catalog::days(conn)?)).await
     }
 
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
-        self.set_mark("rolled_up_arrival_ms", day, arrival_ms).await
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+        self.set_mark(Mark::RolledUp, day, arrival_ms).await
     }
 
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
-        self.set_mark("archived_arrival_ms", day, arrival_ms).await
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+        self.set_mark(Mark::Archived, day, arrival_ms).await
     }
 
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError> {
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
         self.writer
             .write(move |conn| {
                 // Serialised with appends on the writer: an event that arrived after the last
                 // rollup or archive makes the day not current, and it is kept.
-                let marked = conn.execute(
-                    "UPDATE raw_day SET dropped_ms = ?2 WHERE day = ?1 AND dropped_ms IS NULL
-                       AND rolled_up_arrival_ms >= last_arrival_ms
-                       AND archived_arrival_ms >= last_arrival_ms",
-                    params![day.0, now_ms],
-                )?;
-                if marked == 1 {
+                let marked = catalog::mark_dropped_if_current(conn, day, now_ms)?;
+                if marked {
                     conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", table(day)))?;
                 }
-                Ok::<_, SqliteError>(marked == 1)
+                Ok::<_, StoreError>(marked)
             })
             .await
     }
@@ -332,7 +310,7 @@ impl RawStore for SqliteRaw {
         &self,
         since_ms: i64,
         until_ms: i64,
-    ) -> Result<Vec<MinuteCount>, SqliteError> {
+    ) -> Result<Vec<MinuteCount>, StoreError> {
         self.reads
             .read(move |conn| {
                 let mut out = Vec::new();
@@ -364,11 +342,7 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn top_listings(
-        &self,
-        day: UtcDay,
-        limit: usize,
-    ) -> Result<Vec<(i64, u64)>, SqliteError> {
+    async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError> {
         self.reads
             .read(move |conn| {
                 if !table_exists(conn, day)? {
@@ -397,20 +371,9 @@ fn table_exists(conn: &Connection, day: UtcDay) -> rusqlite::Result<bool> {
 }
 
 impl SqliteRaw {
-    async fn set_mark(
-        &self,
-        column: &'static str,
-        day: UtcDay,
-        arrival_ms: i64,
-    ) -> Result<(), SqliteError> {
+    async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.writer
-            .write(move |conn| {
-                conn.execute(
-                    &format!("UPDATE raw_day SET {column} = max(coalesce({column}, ?2), ?2) WHERE day = ?1"),
-                    params![day.0, arrival_ms],
-                )?;
-                Ok::<_, SqliteError>(())
-            })
+            .write(move |conn| Ok::<_, StoreError>(catalog::set_mark(conn, mark, day, arrival_ms)?))
             .await
     }
 }

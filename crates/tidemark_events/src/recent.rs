@@ -24,7 +24,7 @@ use axum::routing::get;
 use serde::{Deserialize, Serialize};
 use tidemark_core::day::UtcDay;
 use tidemark_core::http::{ApiError, ApiQuery, ErrorBody, Tenant};
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 use tidemark_core::timefmt::rfc3339_ms;
 
 use crate::http::EventsHttp;
@@ -250,7 +250,7 @@ async fn top(
     let day = parse_day(q.day.as_deref(), s.clock.now_ms())?;
     let limit = parse_limit(q.limit.as_deref())?;
     let raw = s.ingest.raw();
-    let unavailable = |e: SqliteError| ApiError::unavailable(format!("raw tier: {e}"));
+    let unavailable = |e: StoreError| ApiError::unavailable(format!("raw tier: {e}"));
     let dropped = raw
         .days()
         .await

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::UtcDay;
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 use tidemark_core::timefmt::rfc3339_ms;
 use tokio::sync::Mutex;
 
@@ -91,10 +91,10 @@ pub enum RollupError {
     },
     /// The raw tier could not be read.
     #[error("raw tier: {0}")]
-    Raw(#[source] SqliteError),
+    Raw(#[source] StoreError),
     /// The summary tier could not be written.
     #[error("rollup store: {0}")]
-    Store(#[source] SqliteError),
+    Store(#[source] StoreError),
 }
 
 /// Totals of one `(listing_id, kind)` while reading.

@@ -8,15 +8,22 @@
 //! and rows of that day that the new run no longer produces are deleted in the same
 //! transaction.
 //!
-//! Embedded default: [`SqliteRollups`] (`data/events/rollups.db`).
+//! Embedded default: [`SqliteRollups`] (`data/events/rollups.db`). Production engine:
+//! [`MysqlRollups`] (MariaDB / MySQL, `events.rollups = "mysql://…"`). Both replace a day the
+//! same way — upsert every produced row, then delete the day's rows [`stale_keys`] finds no
+//! longer produced, in one transaction — and differ only in their SQL.
 
+mod mysql;
 mod sqlite;
+
+use std::collections::HashSet;
 
 use async_trait::async_trait;
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 
+pub use mysql::{MysqlRollups, report_part_sql as mysql_report_part_sql};
 pub use sqlite::SqliteRollups;
 
 /// One row of `listing_daily` for a given day: a listing's `total` and `uniques` of one kind.
@@ -54,11 +61,11 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
     /// (a re-run overwrites, never doubles) and rows of `day` not in `rows` are deleted.
     /// `rows` must not hold two rows of the same `(listing_id, kind)`.
     /// Returns the number of rows written.
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, SqliteError>;
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError>;
 
     /// Sets the account of each `(listing_id, account_id)` for `tenant` (insert or move), all
     /// or nothing; a later pair for the same listing wins. Returns the number of pairs applied.
-    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, SqliteError>;
+    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError>;
 
     /// Per listing of `account_id` (as mapped by `tenant`) and kind: sums of `listing_daily`
     /// over `from..=to`, optionally only `kind`; ordered by listing and kind. Reads only
@@ -70,8 +77,30 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
-    ) -> Result<Vec<ReportRow>, SqliteError>;
+    ) -> Result<Vec<ReportRow>, StoreError>;
 
     /// Every row of `day`, ordered by listing and kind (for tests and tools).
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, SqliteError>;
+    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError>;
+}
+
+/// The `(listing_id, kind)` keys of a day's `existing` rows that a new run's `rows` no longer
+/// produce: what [`RollupStore::upsert_day`] deletes after upserting `rows`, so the day holds
+/// exactly the new run. Shared by every backend.
+pub fn stale_keys(
+    existing: impl IntoIterator<Item = (i64, String)>,
+    rows: &[DailyRow],
+) -> Vec<(i64, String)> {
+    let produced = produced_keys(rows);
+    existing
+        .into_iter()
+        .filter(|(l, k)| !produced.contains(&(*l, k.as_str())))
+        .collect()
+}
+
+/// The distinct `(listing_id, kind)` keys of `rows`: the rows a day holds after
+/// [`RollupStore::upsert_day`] (its return value is their number).
+pub fn produced_keys(rows: &[DailyRow]) -> HashSet<(i64, &str)> {
+    rows.iter()
+        .map(|r| (r.listing_id, r.kind.as_str()))
+        .collect()
 }

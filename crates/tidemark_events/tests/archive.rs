@@ -1,5 +1,8 @@
 //! The raw archive: Parquet through object_store, read back and checked before a day counts as
 //! archived (DESIGN.md part C "Archive", principle 2).
+//!
+//! The tests over a raw tier run on the embedded SQLite tier and on a real InfluxDB started by
+//! the test (a retention policy of 10 years: the tests' day is a fixed date).
 
 mod common;
 
@@ -14,7 +17,8 @@ use parquet::basic::Compression;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use tidemark_core::day::UtcDay;
 use tidemark_events::archive::{ArchiveError, RawArchive};
-use tidemark_events::{DayState, Event, RawStore, SqliteRaw};
+use tidemark_events::testing::InfluxServer;
+use tidemark_events::{DayState, Event, InfluxRaw, RawStore, SqliteRaw};
 
 const DAY: &str = "2026-03-10";
 /// 2026-03-10T09:30:00Z
@@ -26,22 +30,45 @@ fn day() -> UtcDay {
     UtcDay::parse(DAY).unwrap()
 }
 
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Embedded,
+    Production,
+}
+
 struct Setup {
     _dir: tempfile::TempDir,
-    raw: SqliteRaw,
+    _influx: Option<InfluxServer>,
+    raw: Arc<dyn RawStore>,
     archive_dir: std::path::PathBuf,
     store: Arc<FaultyStore>,
 }
 
-fn setup() -> Setup {
+async fn setup(mode: Mode) -> Setup {
     let dir = tempfile::tempdir().unwrap();
-    let raw = SqliteRaw::open(&dir.path().join("raw.db")).unwrap();
+    let (raw, influx): (Arc<dyn RawStore>, _) = match mode {
+        Mode::Embedded => (
+            Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap()),
+            None,
+        ),
+        Mode::Production => {
+            let influx = InfluxServer::start().unwrap();
+            let raw = InfluxRaw::connect(
+                &format!("{}?retention=3650d", influx.url("archive")),
+                &dir.path().join("catalog.db"),
+            )
+            .await
+            .unwrap();
+            (Arc::new(raw), Some(influx))
+        }
+    };
     let archive_dir = dir.path().join("archive");
     std::fs::create_dir_all(&archive_dir).unwrap();
     let local: Arc<dyn ObjectStore> =
         Arc::new(LocalFileSystem::new_with_prefix(&archive_dir).unwrap());
     Setup {
         _dir: dir,
+        _influx: influx,
         raw,
         archive_dir,
         store: FaultyStore::new(local),
@@ -98,9 +125,18 @@ fn tricky_events() -> Vec<Event> {
     vec![a, b, c, d, e]
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn round_trip_keeps_every_row_and_marks_the_day() {
-    let s = setup();
+    round_trip_keeps_every_row_and_marks_the_day_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn round_trip_keeps_every_row_and_marks_the_day_on_influxdb() {
+    round_trip_keeps_every_row_and_marks_the_day_in(Mode::Production).await;
+}
+
+async fn round_trip_keeps_every_row_and_marks_the_day_in(mode: Mode) {
+    let s = setup(mode).await;
     let events = tricky_events();
     let mut other_day = Event::new("view", T + 86_400_000);
     other_day.listing_id = Some(1);
@@ -108,7 +144,7 @@ async fn round_trip_keeps_every_row_and_marks_the_day() {
     batch.push(other_day);
     s.raw.append(batch, ARRIVAL).await.unwrap();
 
-    let outcome = s.archive().archive_day(&s.raw, day()).await.unwrap();
+    let outcome = s.archive().archive_day(&*s.raw, day()).await.unwrap();
     assert_eq!(outcome.day, day());
     assert_eq!(outcome.rows, 5);
     assert_eq!(outcome.location, "events/day=2026-03-10/events.parquet");
@@ -156,12 +192,21 @@ async fn round_trip_keeps_every_row_and_marks_the_day() {
     assert_eq!(other.archived_arrival_ms, None);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn late_events_are_archived_again_replacing_the_object() {
-    let s = setup();
+    late_events_are_archived_again_replacing_the_object_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn late_events_are_archived_again_replacing_the_object_on_influxdb() {
+    late_events_are_archived_again_replacing_the_object_in(Mode::Production).await;
+}
+
+async fn late_events_are_archived_again_replacing_the_object_in(mode: Mode) {
+    let s = setup(mode).await;
     let events = tricky_events();
     s.raw.append(events[..2].to_vec(), ARRIVAL).await.unwrap();
-    s.archive().archive_day(&s.raw, day()).await.unwrap();
+    s.archive().archive_day(&*s.raw, day()).await.unwrap();
     assert_eq!(read_parquet_file(&s.file()).len(), 2);
 
     s.raw
@@ -169,7 +214,7 @@ async fn late_events_are_archived_again_replacing_the_object() {
         .await
         .unwrap();
     assert!(!s.state().await.archive_current());
-    let outcome = s.archive().archive_day(&s.raw, day()).await.unwrap();
+    let outcome = s.archive().archive_day(&*s.raw, day()).await.unwrap();
     assert_eq!(outcome.rows, 5);
     assert_eq!(outcome.archived_arrival_ms, ARRIVAL + 60_000);
     assert_eq!(read_parquet_file(&s.file()), events);
@@ -177,12 +222,21 @@ async fn late_events_are_archived_again_replacing_the_object() {
     assert_eq!(s.files_in_day_dir(), vec!["events.parquet".to_owned()]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stale_read_back_fails_the_row_count_check_and_marks_nothing() {
-    let s = setup();
+    a_stale_read_back_fails_the_row_count_check_and_marks_nothing_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_read_back_fails_the_row_count_check_and_marks_nothing_on_influxdb() {
+    a_stale_read_back_fails_the_row_count_check_and_marks_nothing_in(Mode::Production).await;
+}
+
+async fn a_stale_read_back_fails_the_row_count_check_and_marks_nothing_in(mode: Mode) {
+    let s = setup(mode).await;
     let events = tricky_events();
     s.raw.append(events[..3].to_vec(), ARRIVAL).await.unwrap();
-    s.archive().archive_day(&s.raw, day()).await.unwrap();
+    s.archive().archive_day(&*s.raw, day()).await.unwrap();
     let old = bytes::Bytes::from(std::fs::read(s.file()).unwrap());
 
     s.raw
@@ -191,7 +245,7 @@ async fn a_stale_read_back_fails_the_row_count_check_and_marks_nothing() {
         .unwrap();
     // The store serves the old version of every object it is asked for.
     s.store.set(Fault::Stale(old));
-    let err = s.archive().archive_day(&s.raw, day()).await.unwrap_err();
+    let err = s.archive().archive_day(&*s.raw, day()).await.unwrap_err();
     match err {
         ArchiveError::RowCount {
             expected, found, ..
@@ -203,20 +257,29 @@ async fn a_stale_read_back_fails_the_row_count_check_and_marks_nothing() {
     assert!(!st.archive_current());
 
     s.store.set(Fault::None);
-    let outcome = s.archive().archive_day(&s.raw, day()).await.unwrap();
+    let outcome = s.archive().archive_day(&*s.raw, day()).await.unwrap();
     assert_eq!(outcome.rows, 5);
     assert_eq!(read_parquet_file(&s.file()), events);
     assert_eq!(s.state().await.archived_arrival_ms, Some(ARRIVAL + 1_000));
     assert_eq!(s.files_in_day_dir(), vec!["events.parquet".to_owned()]);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn lost_truncated_or_failed_writes_are_never_marked_archived() {
+    lost_truncated_or_failed_writes_are_never_marked_archived_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lost_truncated_or_failed_writes_are_never_marked_archived_on_influxdb() {
+    lost_truncated_or_failed_writes_are_never_marked_archived_in(Mode::Production).await;
+}
+
+async fn lost_truncated_or_failed_writes_are_never_marked_archived_in(mode: Mode) {
     for fault in [Fault::LoseWrites, Fault::Truncate, Fault::FailWrites] {
-        let s = setup();
+        let s = setup(mode).await;
         s.raw.append(tricky_events(), ARRIVAL).await.unwrap();
         s.store.set(fault.clone());
-        let err = s.archive().archive_day(&s.raw, day()).await.unwrap_err();
+        let err = s.archive().archive_day(&*s.raw, day()).await.unwrap_err();
         assert!(
             matches!(err, ArchiveError::Store(_) | ArchiveError::Parquet(_)),
             "{fault:?}: {err:?}"
@@ -227,7 +290,7 @@ async fn lost_truncated_or_failed_writes_are_never_marked_archived() {
         // Healthy again: archived, and no temporary object is left behind.
         s.store.set(Fault::None);
         assert_eq!(
-            s.archive().archive_day(&s.raw, day()).await.unwrap().rows,
+            s.archive().archive_day(&*s.raw, day()).await.unwrap().rows,
             5
         );
         assert_eq!(s.state().await.archived_arrival_ms, Some(ARRIVAL));
@@ -235,22 +298,31 @@ async fn lost_truncated_or_failed_writes_are_never_marked_archived() {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dropped_and_unknown_days_are_refused() {
-    let s = setup();
+    dropped_and_unknown_days_are_refused_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dropped_and_unknown_days_are_refused_on_influxdb() {
+    dropped_and_unknown_days_are_refused_in(Mode::Production).await;
+}
+
+async fn dropped_and_unknown_days_are_refused_in(mode: Mode) {
+    let s = setup(mode).await;
     s.raw.append(tricky_events(), ARRIVAL).await.unwrap();
-    s.archive().archive_day(&s.raw, day()).await.unwrap();
+    s.archive().archive_day(&*s.raw, day()).await.unwrap();
     let before = std::fs::read(s.file()).unwrap();
     s.raw.mark_rolled_up(day(), ARRIVAL).await.unwrap();
     assert!(s.raw.drop_day(day(), ARRIVAL + 1).await.unwrap());
     assert!(matches!(
-        s.archive().archive_day(&s.raw, day()).await,
+        s.archive().archive_day(&*s.raw, day()).await,
         Err(ArchiveError::Dropped(d)) if d == day()
     ));
     // The archive of the dropped day is left as it was.
     assert_eq!(std::fs::read(s.file()).unwrap(), before);
     assert!(matches!(
-        s.archive().archive_day(&s.raw, day().plus(5)).await,
+        s.archive().archive_day(&*s.raw, day().plus(5)).await,
         Err(ArchiveError::UnknownDay(d)) if d == day().plus(5)
     ));
 }
@@ -287,9 +359,18 @@ async fn open_accepts_a_directory_a_file_url_and_the_default() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_larger_day_streams_over_many_chunks_and_batches() {
-    let s = setup();
+    a_larger_day_streams_over_many_chunks_and_batches_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_larger_day_streams_over_many_chunks_and_batches_on_influxdb() {
+    a_larger_day_streams_over_many_chunks_and_batches_in(Mode::Production).await;
+}
+
+async fn a_larger_day_streams_over_many_chunks_and_batches_in(mode: Mode) {
+    let s = setup(mode).await;
     let n = 60_000i64;
     let events: Vec<Event> = (0..n)
         .map(|i| {
@@ -313,15 +394,32 @@ async fn a_larger_day_streams_over_many_chunks_and_batches() {
         Arc::clone(&s.store) as Arc<dyn ObjectStore>,
         ObjectPath::default(),
     );
-    let outcome = archive.archive_day(&s.raw, day()).await.unwrap();
+    let outcome = archive.archive_day(&*s.raw, day()).await.unwrap();
     assert_eq!(outcome.rows, n as u64);
-    assert_eq!(read_parquet_file(&s.file()), events);
+    // The archive holds the day in the raw tier's own order (SQLite: arrival; InfluxDB: time)
+    // and every event of it.
+    let archived = read_parquet_file(&s.file());
+    assert_eq!(archived, s.raw.day_events(day()).await.unwrap());
+    let key = |e: &Event| (e.time_ms, serde_json::to_string(e).unwrap());
+    let (mut a, mut b) = (archived, events);
+    a.sort_by_cached_key(key);
+    b.sort_by_cached_key(key);
+    assert_eq!(a, b);
 }
 
 /// An S3 endpoint on loopback that answers every request with 403: the S3 client is built
 /// (TLS provider, request signing) and its refusal is an error that marks nothing.
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_s3_store_that_refuses_is_an_error_not_an_archive() {
+    an_s3_store_that_refuses_is_an_error_not_an_archive_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_s3_store_that_refuses_is_an_error_not_an_archive_on_influxdb() {
+    an_s3_store_that_refuses_is_an_error_not_an_archive_in(Mode::Production).await;
+}
+
+async fn an_s3_store_that_refuses_is_an_error_not_an_archive_in(mode: Mode) {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
@@ -354,7 +452,7 @@ async fn an_s3_store_that_refuses_is_an_error_not_an_archive() {
         }
     });
 
-    let s = setup();
+    let s = setup(mode).await;
     s.raw.append(tricky_events(), ARRIVAL).await.unwrap();
     let options = [
         ("aws_endpoint", format!("http://{addr}")),
@@ -368,7 +466,7 @@ async fn an_s3_store_that_refuses_is_an_error_not_an_archive() {
     let archive =
         RawArchive::open_with_options(Some("s3://bucket/tidemark"), &s.archive_dir, options)
             .unwrap();
-    let err = archive.archive_day(&s.raw, day()).await.unwrap_err();
+    let err = archive.archive_day(&*s.raw, day()).await.unwrap_err();
     assert!(
         matches!(err, ArchiveError::Store(_) | ArchiveError::Parquet(_)),
         "{err:?}"

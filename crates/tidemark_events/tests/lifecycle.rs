@@ -1,6 +1,10 @@
 //! The raw-tier lifecycle: rollup and archive after close + lateness, again when dirty, drop
 //! only after raw_retention without arrivals and never while a rollup or archive fails
 //! (DESIGN.md part C, principles 2 and 4).
+//!
+//! Every test runs on the embedded default (SQLite raw tier and rollups) and in production mode:
+//! the raw tier on a real InfluxDB started by the test (a retention policy of 10 years, as the
+//! tests' days are fixed dates) and the rollups on MariaDB (a scratch database).
 
 mod common;
 
@@ -14,35 +18,37 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::{DAY_MS, UtcDay};
-use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::StoreError;
 use tidemark_core::{Clock, ManualClock};
 use tidemark_events::archive::RawArchive;
 use tidemark_events::lifecycle::{Failure, Lifecycle, LifecycleReport, SETTLE_MS, Step};
 use tidemark_events::metrics::EventsMetrics;
 use tidemark_events::rollup::RollupService;
-use tidemark_events::rollups::{DailyRow, ReportRow, RollupStore, SqliteRollups};
-use tidemark_events::{DayState, Event, EventsConfig, RawStore, SqliteRaw};
+use tidemark_events::rollups::{DailyRow, MysqlRollups, ReportRow, RollupStore, SqliteRollups};
+use tidemark_events::testing::InfluxServer;
+use tidemark_events::{DayState, Event, EventsConfig, InfluxRaw, RawStore, SqliteRaw};
 
 const H: i64 = 3_600_000;
 
 /// A summary tier whose writes can be made to fail.
 #[derive(Debug)]
 struct Switchable {
-    inner: SqliteRollups,
+    inner: Arc<dyn RollupStore>,
     fail: AtomicBool,
 }
 
 #[async_trait]
 impl RollupStore for Switchable {
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, SqliteError> {
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         if self.fail.load(Ordering::SeqCst) {
-            return Err(SqliteError::CommitFailed(
+            return Err(tidemark_core::sqlite::SqliteError::CommitFailed(
                 "injected rollup store failure".into(),
-            ));
+            )
+            .into());
         }
         self.inner.upsert_day(day, rows).await
     }
-    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, SqliteError> {
+    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError> {
         self.inner.put_listings(tenant, pairs).await
     }
     async fn report(
@@ -52,18 +58,27 @@ impl RollupStore for Switchable {
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
-    ) -> Result<Vec<ReportRow>, SqliteError> {
+    ) -> Result<Vec<ReportRow>, StoreError> {
         self.inner.report(tenant, account_id, from, to, kind).await
     }
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, SqliteError> {
+    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {
         self.inner.day_rows(day).await
     }
 }
 
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Embedded,
+    Production,
+}
+
 struct World {
     _dir: tempfile::TempDir,
+    _influx: Option<InfluxServer>,
+    /// The MariaDB scratch database (production mode), dropped with the world.
+    scratch: Option<String>,
     archive_dir: std::path::PathBuf,
-    raw: Arc<SqliteRaw>,
+    raw: Arc<dyn RawStore>,
     rollups: Arc<Switchable>,
     store: Arc<FaultyStore>,
     clock: Arc<ManualClock>,
@@ -71,11 +86,36 @@ struct World {
     lifecycle: Option<Lifecycle>,
 }
 
-fn world(start_ms: i64) -> World {
+async fn world(start_ms: i64, mode: Mode) -> World {
     let dir = tempfile::tempdir().unwrap();
-    let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
+    let (raw, inner, influx, scratch): (Arc<dyn RawStore>, Arc<dyn RollupStore>, _, _) = match mode
+    {
+        Mode::Embedded => (
+            Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap()),
+            Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap()),
+            None,
+            None,
+        ),
+        Mode::Production => {
+            let influx = InfluxServer::start().unwrap();
+            let raw = InfluxRaw::connect(
+                &format!("{}?retention=3650d", influx.url("lifecycle")),
+                &dir.path().join("catalog.db"),
+            )
+            .await
+            .unwrap();
+            let url = tidemark_core::mysql::scratch_database(
+                &tidemark_core::mysql::test_server_url(),
+                "tm_lifecycle",
+            )
+            .await
+            .unwrap();
+            let rollups = MysqlRollups::connect(&url, 2).await.unwrap();
+            (Arc::new(raw), Arc::new(rollups), Some(influx), Some(url))
+        }
+    };
     let rollups = Arc::new(Switchable {
-        inner: SqliteRollups::open(&dir.path().join("rollups.db")).unwrap(),
+        inner,
         fail: AtomicBool::new(false),
     });
     let archive_dir = dir.path().join("archive");
@@ -102,6 +142,8 @@ fn world(start_ms: i64) -> World {
     let lifecycle = Lifecycle::new(service, archive, &cfg, metrics.clone());
     World {
         _dir: dir,
+        _influx: influx,
+        scratch,
         archive_dir,
         raw,
         rollups,
@@ -109,6 +151,21 @@ fn world(start_ms: i64) -> World {
         clock,
         metrics,
         lifecycle: Some(lifecycle),
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if let Some(url) = self.scratch.take() {
+            // Async work in a drop: on a thread of its own, with its own runtime.
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map(|rt| rt.block_on(tidemark_core::mysql::drop_database(&url)))
+            })
+            .join();
+        }
     }
 }
 
@@ -159,12 +216,30 @@ fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rolled_up_and_archived_after_close_and_lateness_again_when_dirty_dropped_after_retention()
 {
+    rolled_up_and_archived_after_close_and_lateness_again_when_dirty_dropped_after_retention_in(
+        Mode::Embedded,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rolled_up_and_archived_after_close_and_lateness_again_when_dirty_dropped_after_retention_on_influxdb_and_mariadb()
+ {
+    rolled_up_and_archived_after_close_and_lateness_again_when_dirty_dropped_after_retention_in(
+        Mode::Production,
+    )
+    .await;
+}
+
+async fn rolled_up_and_archived_after_close_and_lateness_again_when_dirty_dropped_after_retention_in(
+    mode: Mode,
+) {
     let day = UtcDay::parse("2026-03-10").unwrap();
     let end = day.plus(1).start_ms();
-    let w = world(day.start_ms() + 10 * H);
+    let w = world(day.start_ms() + 10 * H, mode).await;
     let t = day.start_ms() + 9 * H;
     // Same session and page twice: 3 views, 2 uniques.
     w.append(vec![
@@ -244,11 +319,20 @@ async fn rolled_up_and_archived_after_close_and_lateness_again_when_dirty_droppe
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_dropped_while_the_archive_fails() {
+    nothing_is_dropped_while_the_archive_fails_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_dropped_while_the_archive_fails_on_influxdb_and_mariadb() {
+    nothing_is_dropped_while_the_archive_fails_in(Mode::Production).await;
+}
+
+async fn nothing_is_dropped_while_the_archive_fails_in(mode: Mode) {
     let day = UtcDay::parse("2026-03-10").unwrap();
     let end = day.plus(1).start_ms();
-    let w = world(day.start_ms() + 10 * H);
+    let w = world(day.start_ms() + 10 * H, mode).await;
     w.append(vec![full("click", day.start_ms() + H, 7, "s", "/p")])
         .await;
     let arrival = w.clock.now_ms();
@@ -294,11 +378,20 @@ async fn nothing_is_dropped_while_the_archive_fails() {
     assert_eq!(w.failures("archive"), 2);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn nothing_is_dropped_while_the_rollup_fails() {
+    nothing_is_dropped_while_the_rollup_fails_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nothing_is_dropped_while_the_rollup_fails_on_influxdb_and_mariadb() {
+    nothing_is_dropped_while_the_rollup_fails_in(Mode::Production).await;
+}
+
+async fn nothing_is_dropped_while_the_rollup_fails_in(mode: Mode) {
     let day = UtcDay::parse("2026-03-10").unwrap();
     let end = day.plus(1).start_ms();
-    let w = world(day.start_ms() + 10 * H);
+    let w = world(day.start_ms() + 10 * H, mode).await;
     w.append(vec![full("view", day.start_ms() + H, 7, "s", "/p")])
         .await;
     w.rollups.fail.store(true, Ordering::SeqCst);
@@ -333,12 +426,21 @@ async fn nothing_is_dropped_while_the_rollup_fails() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn imported_history_is_kept_for_raw_retention_after_it_arrived() {
+    imported_history_is_kept_for_raw_retention_after_it_arrived_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn imported_history_is_kept_for_raw_retention_after_it_arrived_on_influxdb_and_mariadb() {
+    imported_history_is_kept_for_raw_retention_after_it_arrived_in(Mode::Production).await;
+}
+
+async fn imported_history_is_kept_for_raw_retention_after_it_arrived_in(mode: Mode) {
     // Today is 2026-03-20; events of 2025-01-15 are imported now.
     let now = UtcDay::parse("2026-03-20").unwrap().start_ms() + 12 * H;
     let old = UtcDay::parse("2025-01-15").unwrap();
-    let w = world(now);
+    let w = world(now, mode).await;
     w.append(
         (0..5)
             .map(|i| full("view", old.start_ms() + i * 1000, 3, &format!("s{i}"), "/a"))
@@ -364,11 +466,20 @@ async fn imported_history_is_kept_for_raw_retention_after_it_arrived() {
     assert_eq!(w.archived(old).len(), 5);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_not_processed_near_the_end_of_retention_is_at_risk() {
+    a_day_not_processed_near_the_end_of_retention_is_at_risk_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_day_not_processed_near_the_end_of_retention_is_at_risk_on_influxdb_and_mariadb() {
+    a_day_not_processed_near_the_end_of_retention_is_at_risk_in(Mode::Production).await;
+}
+
+async fn a_day_not_processed_near_the_end_of_retention_is_at_risk_in(mode: Mode) {
     let day = UtcDay::parse("2026-03-10").unwrap();
     let end = day.plus(1).start_ms();
-    let w = world(day.start_ms() + H);
+    let w = world(day.start_ms() + H, mode).await;
     w.append(vec![full("view", day.start_ms(), 1, "s", "/p")])
         .await;
     w.store.set(Fault::FailWrites);
@@ -389,10 +500,19 @@ async fn a_day_not_processed_near_the_end_of_retention_is_at_risk() {
     assert_eq!(w.metrics.days_at_risk.get(), 1);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn run_passes_until_cancelled() {
+    run_passes_until_cancelled_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_passes_until_cancelled_on_influxdb_and_mariadb() {
+    run_passes_until_cancelled_in(Mode::Production).await;
+}
+
+async fn run_passes_until_cancelled_in(mode: Mode) {
     let day = UtcDay::parse("2026-03-10").unwrap();
-    let mut w = world(day.start_ms() + H);
+    let mut w = world(day.start_ms() + H, mode).await;
     w.append(vec![full("view", day.start_ms(), 1, "s", "/p")])
         .await;
     w.clock.set(day.plus(1).start_ms() + 2 * H);

@@ -4,7 +4,12 @@
 //! straight from the file, with its own code.
 //!
 //! Mapping: `aid` → `listing_id`, `session` → `session_id`, `type` clicks/carts/orders →
-//! kinds view/click/contact, `page_url` = `/item/<aid>`, `ts` (Unix ms) → `time`.
+//! kinds view/click/contact, `page_url` = `/item/<aid>`, `ts` (Unix ms) → `time`, moved by a
+//! whole number of days so that the last event falls yesterday (a production raw tier keeps
+//! recent days only; whole days keep every same-millisecond collision of the file).
+//!
+//! Run on the embedded default (SQLite raw tier and rollups) and in production mode (InfluxDB
+//! raw tier started by the test, MariaDB rollups in a scratch database).
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
@@ -12,9 +17,11 @@ use std::sync::Arc;
 
 use serde_json::Value;
 use tidemark_core::day::UtcDay;
+use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_events::rollup::roll_up_day;
-use tidemark_events::rollups::{RollupStore, SqliteRollups};
-use tidemark_events::{Event, EventsConfig, Ingest, RawStore, SqliteRaw};
+use tidemark_events::rollups::{MysqlRollups, RollupStore, SqliteRollups};
+use tidemark_events::testing::InfluxServer;
+use tidemark_events::{Event, EventsConfig, InfluxRaw, Ingest, RawStore, SqliteRaw};
 
 /// One event of the file, as the file says it.
 #[derive(Debug, Clone)]
@@ -30,7 +37,22 @@ fn corpus() -> PathBuf {
         .join("../../../shared/corpus/events/otto-sample.jsonl")
 }
 
+/// The file's events, moved by whole days so that the last one falls yesterday (UTC).
 fn read_corpus() -> Vec<Otto> {
+    let mut events = read_file();
+    let last = events.iter().map(|e| e.ts).max().unwrap();
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let shift = i64::from(UtcDay::of_ms(now).plus(-1).0 - UtcDay::of_ms(last).0) * 86_400_000;
+    for e in &mut events {
+        e.ts += shift;
+    }
+    events
+}
+
+fn read_file() -> Vec<Otto> {
     let path = corpus();
     let text = std::fs::read_to_string(&path)
         .unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
@@ -76,8 +98,37 @@ fn expected(events: &[Otto]) -> Counts {
         .collect()
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn otto_sessions_roll_up_to_the_counts_of_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
+    let rollups = SqliteRollups::open(&dir.path().join("rollups.db")).unwrap();
+    otto_roundtrip(raw, &rollups).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn otto_sessions_roll_up_to_the_counts_of_the_file_on_influxdb_and_mariadb() {
+    let server = InfluxServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    // The sample spans 29 days: a retention policy long enough to hold them.
+    let raw = Arc::new(
+        InfluxRaw::connect(
+            &format!("{}?retention=60d", server.url("otto")),
+            &dir.path().join("catalog.db"),
+        )
+        .await
+        .unwrap(),
+    );
+    let url = scratch_database(&test_server_url(), "tm_otto")
+        .await
+        .unwrap();
+    let rollups = MysqlRollups::connect(&url, 4).await.unwrap();
+    otto_roundtrip(raw, &rollups).await;
+    rollups.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
+async fn otto_roundtrip(raw: Arc<dyn RawStore>, rollups: &dyn RollupStore) {
     let events = read_corpus();
     assert_eq!(events.len(), 862, "the sample as published");
 
@@ -102,14 +153,11 @@ async fn otto_sessions_roll_up_to_the_counts_of_the_file() {
         "the file has same-kind events sharing a millisecond"
     );
 
-    let dir = tempfile::tempdir().unwrap();
-    let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
-    let rollups = SqliteRollups::open(&dir.path().join("rollups.db")).unwrap();
-    let ingest = Ingest::new(
-        Arc::clone(&raw) as Arc<dyn RawStore>,
-        EventsConfig::default(),
-    );
-    let now = 1_800_000_000_000;
+    let ingest = Ingest::new(Arc::clone(&raw), EventsConfig::default());
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
     let mapped: Vec<Event> = events
         .iter()
         .map(|o| {
@@ -123,13 +171,13 @@ async fn otto_sessions_roll_up_to_the_counts_of_the_file() {
     assert_eq!(ingest.record(mapped, now).await.unwrap(), 862);
 
     let days = raw.days().await.unwrap();
-    assert_eq!(days.len(), 29, "2022-07-31 … 2022-08-28");
+    assert_eq!(days.len(), 29, "2022-07-31 … 2022-08-28 in the file");
     assert_eq!(days.iter().map(|d| d.events).sum::<u64>(), 862);
 
     let mut got = Counts::new();
     let mut read = 0;
     for d in &days {
-        let out = roll_up_day(&*raw, &rollups, d.day, now + 1).await.unwrap();
+        let out = roll_up_day(&*raw, rollups, d.day, now + 1).await.unwrap();
         assert_eq!(out.events_read, d.events);
         assert_eq!((out.bots_skipped, out.without_listing_skipped), (0, 0));
         read += out.events_read;
@@ -162,7 +210,7 @@ async fn otto_sessions_roll_up_to_the_counts_of_the_file() {
     // A second rollup of every day changes nothing.
     let mut again = Counts::new();
     for d in &days {
-        roll_up_day(&*raw, &rollups, d.day, now + 2).await.unwrap();
+        roll_up_day(&*raw, rollups, d.day, now + 2).await.unwrap();
         for r in rollups.day_rows(d.day).await.unwrap() {
             again.insert((r.listing_id, d.day.0, r.kind), (r.total, r.uniques));
         }

@@ -36,6 +36,11 @@ pub struct LinksConfig {
     pub unsubscribe_markers: Vec<String>,
     /// The sending pool.
     pub mail: MailConfig,
+    /// Where link records live: `"sqlite"` (default: `<data_dir>/links/links.db`) or a
+    /// MariaDB / MySQL URL `mysql://user[:password]@host[:port]/database` (day partitions,
+    /// seed 001's production shape; see [`crate::mysql`]). Mailings and the suppression list
+    /// stay in the embedded file.
+    pub store: String,
 }
 
 impl Default for LinksConfig {
@@ -52,6 +57,7 @@ impl Default for LinksConfig {
             listing_path_prefix: "/item/".into(),
             unsubscribe_markers: crate::rules::RuleConfig::default().unsubscribe_markers,
             mail: MailConfig::default(),
+            store: "sqlite".into(),
         }
     }
 }

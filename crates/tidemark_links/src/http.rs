@@ -23,6 +23,7 @@ use tidemark_core::openapi::JsonBodyErrors;
 use utoipa::ToSchema;
 
 use crate::builder::{Recipient, Skipped};
+use crate::error::LinksError;
 use crate::redirect::PIXEL_GIF;
 use crate::service::{Hit, LinksService, Route};
 
@@ -306,9 +307,23 @@ async fn track(
     let head = *method == Method::HEAD;
     match svc.hit(route, id, head, user_agent(headers)).await {
         Ok(hit) => answer(hit),
-        Err(e) => ApiError::from(e).into_response(),
+        Err(e) => {
+            let retry = matches!(e, LinksError::Unavailable(_));
+            let mut r = ApiError::from(e).into_response();
+            if retry {
+                // The link store is down: never a wrong redirect; tell the client when to retry.
+                r.headers_mut().insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from_static(REDIRECT_RETRY_AFTER_SECS),
+                );
+            }
+            r
+        }
     }
 }
+
+/// `Retry-After` (seconds) of a redirector 503 when the link store cannot be read.
+pub const REDIRECT_RETRY_AFTER_SECS: &str = "5";
 
 async fn click(
     State(svc): State<LinksService>,

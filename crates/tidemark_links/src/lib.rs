@@ -16,14 +16,19 @@
 //!    recorded as an analytics event from that one row.
 //! 6. **Retention** ([`partitions`]): whole day partitions are created ahead and dropped when
 //!    they expire.
+//!
+//! The link store has an embedded default ([`sqlite`], a table per day) and a production
+//! engine ([`mysql`], MariaDB `PARTITION BY RANGE` per day); [`conformance`] checks both.
 
 pub mod builder;
 pub mod config;
+pub mod conformance;
 pub mod error;
 pub mod http;
 pub mod id;
 pub mod metrics;
 pub mod model;
+pub mod mysql;
 pub mod partitions;
 pub mod redirect;
 pub mod render;

@@ -16,6 +16,7 @@ use crate::error::{LinksError, Result};
 use crate::id::IdCodec;
 use crate::metrics::LinksMetrics;
 use crate::model::{Lookup, Mailing};
+use crate::mysql::MysqlLinks;
 use crate::partitions::oldest_kept;
 use crate::redirect::{UaClass, classify_user_agent, hit_event};
 use crate::render::MailTemplate;
@@ -111,6 +112,16 @@ pub fn load_or_create_secret(cfg: &LinksConfig, dir: &Path) -> Result<[u8; 16]> 
     }
 }
 
+fn check_track_base(cfg: &LinksConfig) -> Result<()> {
+    if !(cfg.track_base.starts_with("http://") || cfg.track_base.starts_with("https://")) {
+        return Err(LinksError::Invalid(format!(
+            "links.track_base must be an http(s) URL, got {:?}",
+            cfg.track_base
+        )));
+    }
+    Ok(())
+}
+
 impl LinksService {
     /// The embedded default: `<data_dir>/links/links.db`, `.eml` files under
     /// `<data_dir>/mail-out/` unless an SMTP transport is configured.
@@ -121,22 +132,69 @@ impl LinksService {
         clock: SharedClock,
         metrics: LinksMetrics,
     ) -> Result<Self> {
-        if !(cfg.track_base.starts_with("http://") || cfg.track_base.starts_with("https://")) {
+        check_track_base(&cfg)?;
+        let dir = data_dir.join("links");
+        std::fs::create_dir_all(&dir)
+            .map_err(|e| LinksError::Unavailable(format!("{}: {e}", dir.display())))?;
+        let store = Arc::new(SqliteLinks::open(&dir.join("links.db"))?);
+        Self::with_link_store(
+            data_dir,
+            cfg,
+            Arc::clone(&store) as _,
+            store,
+            ingest,
+            clock,
+            metrics,
+        )
+    }
+
+    /// Opens the link store `cfg.store` names (`"sqlite"`, or `mysql://…` for the MariaDB
+    /// day-partitioned store) beside the embedded mailing store; otherwise as
+    /// [`LinksService::open_embedded`]. Errors: a store URL that is neither
+    /// ([`LinksError::Invalid`]), or a database that cannot be reached
+    /// ([`LinksError::Unavailable`]).
+    pub async fn open(
+        data_dir: &Path,
+        cfg: LinksConfig,
+        ingest: Ingest,
+        clock: SharedClock,
+        metrics: LinksMetrics,
+    ) -> Result<Self> {
+        let store = cfg.store.trim().to_owned();
+        if store.is_empty() || store == "sqlite" {
+            return Self::open_embedded(data_dir, cfg, ingest, clock, metrics);
+        }
+        check_track_base(&cfg)?;
+        if !(store.starts_with("mysql://") || store.starts_with("mariadb://")) {
             return Err(LinksError::Invalid(format!(
-                "links.track_base must be an http(s) URL, got {:?}",
-                cfg.track_base
+                "links.store must be \"sqlite\" or a mysql:// URL, got {:?}",
+                tidemark_core::mysql::redact(&store)
             )));
         }
         let dir = data_dir.join("links");
         std::fs::create_dir_all(&dir)
             .map_err(|e| LinksError::Unavailable(format!("{}: {e}", dir.display())))?;
-        let store = Arc::new(SqliteLinks::open(&dir.join("links.db"))?);
+        let links = Arc::new(MysqlLinks::connect(&store, 16).await?);
+        let mailings = Arc::new(SqliteLinks::open(&dir.join("links.db"))?);
+        Self::with_link_store(data_dir, cfg, links, mailings, ingest, clock, metrics)
+    }
+
+    fn with_link_store(
+        data_dir: &Path,
+        cfg: LinksConfig,
+        links: Arc<dyn LinkStore>,
+        mailings: Arc<dyn MailingStore>,
+        ingest: Ingest,
+        clock: SharedClock,
+        metrics: LinksMetrics,
+    ) -> Result<Self> {
+        let dir = data_dir.join("links");
         let codec = IdCodec::new(load_or_create_secret(&cfg, &dir)?);
         let pool = SendingPool::start(&cfg.mail, data_dir.join("mail-out"))
             .map_err(|e| LinksError::Invalid(format!("links.mail: {e}")))?;
         Ok(Self::new(
-            Arc::clone(&store) as _,
-            store,
+            links,
+            mailings,
             ingest,
             Arc::new(pool),
             codec,

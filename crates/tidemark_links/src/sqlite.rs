@@ -79,6 +79,12 @@ fn partition_days(conn: &Connection) -> rusqlite::Result<Vec<UtcDay>> {
     Ok(days)
 }
 
+/// Whether `e` says the day's table does not exist: no partition for that day (never created,
+/// or dropped meanwhile — then even a cached statement fails when it runs).
+fn no_such_table(e: &rusqlite::Error) -> bool {
+    matches!(e, rusqlite::Error::SqliteFailure(_, Some(m)) if m.contains("no such table"))
+}
+
 /// The embedded link and mailing store (see the module docs).
 #[derive(Debug)]
 pub struct SqliteLinks {
@@ -145,28 +151,27 @@ impl LinkStore for SqliteLinks {
                 );
                 let mut stmt = match conn.prepare_cached(&sql) {
                     Ok(s) => s,
-                    // No partition for that day (never created, or dropped meanwhile).
-                    Err(rusqlite::Error::SqliteFailure(_, Some(m)))
-                        if m.contains("no such table") =>
-                    {
-                        return Ok(Lookup::Unknown);
-                    }
+                    Err(e) if no_such_table(&e) => return Ok(Lookup::Unknown),
                     Err(e) => return Err(e.into()),
                 };
-                let rec = stmt
-                    .query_row([&link_id], |r| {
-                        Ok(LinkRecord {
-                            link_id: link_id.clone(),
-                            url: r.get(0)?,
-                            email: r.get(1)?,
-                            mailing_id: r.get(2)?,
-                            position: r.get(3)?,
-                            kind: LinkKind::from_code(r.get(4)?),
-                            created_ms: r.get(5)?,
-                        })
+                let rec = stmt.query_row([&link_id], |r| {
+                    Ok(LinkRecord {
+                        link_id: link_id.clone(),
+                        url: r.get(0)?,
+                        email: r.get(1)?,
+                        mailing_id: r.get(2)?,
+                        position: r.get(3)?,
+                        kind: LinkKind::from_code(r.get(4)?),
+                        created_ms: r.get(5)?,
                     })
-                    .optional()?;
-                Ok(rec.map_or(Lookup::Unknown, Lookup::Found))
+                });
+                match rec {
+                    Ok(r) => Ok(Lookup::Found(r)),
+                    Err(rusqlite::Error::QueryReturnedNoRows) => Ok(Lookup::Unknown),
+                    // A statement cached before the partition was dropped fails when run.
+                    Err(e) if no_such_table(&e) => Ok(Lookup::Unknown),
+                    Err(e) => Err(e.into()),
+                }
             })
             .await
     }

@@ -1,6 +1,7 @@
-//! The redirector and retention on the embedded store with an injected clock: one partition
-//! per UTC day, lookups by the day the id carries, whole-day drops, the fallback for dropped
-//! days, and the events recorded from the one row read.
+//! The redirector and retention with an injected clock: one partition per UTC day, lookups by
+//! the day the id carries, whole-day drops, the fallback for dropped days, and the events
+//! recorded from the one row read. Every test runs on the embedded store and on MariaDB's day
+//! partitions (`links.store = "mysql://…"`, a scratch database on the machine's server).
 
 #![allow(clippy::clone_on_ref_ptr)] // test wiring
 
@@ -18,37 +19,67 @@ use tidemark_links::service::{Hit, LinksService, Route};
 
 const START: i64 = 1_795_999_534_123; // 2026-11-30T00:45:34.123Z
 
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Embedded,
+    Production,
+}
+
 struct H {
     _dir: tempfile::TempDir,
+    /// The scratch database (production mode), dropped by [`H::done`].
+    scratch: Option<String>,
     clock: Arc<ManualClock>,
     raw: Arc<SqliteRaw>,
     svc: LinksService,
     partitions: PartitionManager,
 }
 
-async fn harness() -> H {
+impl H {
+    async fn done(self) {
+        if let Some(url) = &self.scratch {
+            tidemark_core::mysql::drop_database(url).await.unwrap();
+        }
+    }
+}
+
+async fn harness(mode: Mode) -> H {
     let dir = tempfile::tempdir().unwrap();
     let clock = Arc::new(ManualClock::new(START));
     let shared: SharedClock = clock.clone();
     let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
     let ingest = Ingest::new(raw.clone(), EventsConfig::default());
+    let scratch = match mode {
+        Mode::Embedded => None,
+        Mode::Production => Some(
+            tidemark_core::mysql::scratch_database(
+                &tidemark_core::mysql::test_server_url(),
+                "tm_redirector",
+            )
+            .await
+            .unwrap(),
+        ),
+    };
     let cfg = LinksConfig {
         track_base: "https://t.example.net".into(),
         fallback_url: Some("https://shop.example/expired".into()),
         retention_days: 2,
+        store: scratch.clone().unwrap_or_else(|| "sqlite".into()),
         ..LinksConfig::default()
     };
-    let svc = LinksService::open_embedded(
+    let svc = LinksService::open(
         dir.path(),
         cfg,
         ingest,
         shared.clone(),
         LinksMetrics::unregistered(),
     )
+    .await
     .unwrap();
     let partitions = PartitionManager::new(svc.link_store(), shared, 2);
     H {
         _dir: dir,
+        scratch,
         clock,
         raw,
         svc,
@@ -86,7 +117,16 @@ async fn ids(h: &H, html: &str) -> (String, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clicks_and_opens_are_recorded_from_the_row_read() {
-    let h = harness().await;
+    clicks_and_opens_are_recorded_from_the_row_read_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clicks_and_opens_are_recorded_from_the_row_read_on_mariadb() {
+    clicks_and_opens_are_recorded_from_the_row_read_in(Mode::Production).await;
+}
+
+async fn clicks_and_opens_are_recorded_from_the_row_read_in(mode: Mode) {
+    let h = harness(mode).await;
     let (c, o) = ids(
         &h,
         r#"<body><a href="https://shop.example/item/48213#photos">x</a></body>"#,
@@ -124,7 +164,9 @@ async fn clicks_and_opens_are_recorded_from_the_row_read() {
     );
 
     h.svc.drain_events().await;
-    let events = h.raw.day_events(UtcDay::of_ms(START)).await.unwrap();
+    let mut events = h.raw.day_events(UtcDay::of_ms(START)).await.unwrap();
+    // Hit events are written in the background: their order is not the hits' order.
+    events.sort_by_key(|e| (e.kind.clone(), e.is_bot()));
     let summary: Vec<(String, Option<i64>, bool, String)> = events
         .iter()
         .map(|e| {
@@ -147,11 +189,21 @@ async fn clicks_and_opens_are_recorded_from_the_row_read() {
     assert_eq!(events[0].fields["email"], "ann@x.com");
     assert_eq!(events[0].fields["position"], 0);
     assert_eq!(events[0].fields["link_id"], c.as_str());
+    h.done().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn malformed_forged_and_unknown_ids_are_404() {
-    let h = harness().await;
+    malformed_forged_and_unknown_ids_are_404_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn malformed_forged_and_unknown_ids_are_404_on_mariadb() {
+    malformed_forged_and_unknown_ids_are_404_in(Mode::Production).await;
+}
+
+async fn malformed_forged_and_unknown_ids_are_404_in(mode: Mode) {
+    let h = harness(mode).await;
     let (c, _) = ids(&h, r#"<a href="https://ex.com/">x</a>"#).await;
     for bad in [
         "",
@@ -178,11 +230,21 @@ async fn malformed_forged_and_unknown_ids_are_404() {
             .is_empty(),
         "nothing recorded for 404s"
     );
+    h.done().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn whole_days_are_dropped_and_their_ids_fall_back() {
-    let h = harness().await;
+    whole_days_are_dropped_and_their_ids_fall_back_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn whole_days_are_dropped_and_their_ids_fall_back_on_mariadb() {
+    whole_days_are_dropped_and_their_ids_fall_back_in(Mode::Production).await;
+}
+
+async fn whole_days_are_dropped_and_their_ids_fall_back_in(mode: Mode) {
+    let h = harness(mode).await;
     h.partitions.run_once().await.unwrap();
     let today = UtcDay::of_ms(START);
     assert_eq!(
@@ -224,4 +286,5 @@ async fn whole_days_are_dropped_and_their_ids_fall_back() {
         h.svc.hit(Route::Click, &day1, false, None).await.unwrap(),
         Hit::Expired("https://shop.example/expired".into())
     );
+    h.done().await;
 }

@@ -10,13 +10,16 @@
 //!    over the existing rows.
 //! 4. **report** — [`report`]: the yearly account report
 //!    ([`RollupStore::report`](tidemark_events::rollups::RollupStore::report)) over
-//!    `listing_daily` filled day by day in process.
+//!    `listing_daily` filled day by day in process (on MariaDB with `--report-mysql`).
+//! 5. **influx-schema** (not run by default) — `influx_schema.rs`: identifiers as tags vs as
+//!    fields on a real InfluxDB: series cardinality, write rate and memory as users grow.
 //!
 //! Events are shaped like the issue's: kinds view / click / contact, a listing id, user,
 //! device and session ids, and `page_url` `/item/<listing>`; all are derived from the event's
 //! number, so every run writes the same data. It prints the figures, then each bar of the issue
 //! with PASS/FAIL; it asserts nothing.
 
+mod influx_schema;
 mod ingest;
 mod report;
 mod rollup;
@@ -54,6 +57,8 @@ pub enum Part {
     Rollup,
     /// Yearly report of one account.
     Report,
+    /// InfluxDB: identifiers as tags vs as fields (seed 002's measurement).
+    InfluxSchema,
 }
 
 /// Arguments of `tidemark bench events`.
@@ -108,6 +113,25 @@ pub struct EventsBenchArgs {
     /// Timed report runs (after one untimed run).
     #[arg(long, default_value_t = 200)]
     pub report_runs: usize,
+    /// Run the report part on MariaDB / MySQL instead of SQLite: the server's URL
+    /// (`mysql://user[:password]@host[:port]`); a scratch database is created there and
+    /// dropped afterwards (issue 7, measurement 3).
+    #[arg(long)]
+    pub report_mysql: Option<String>,
+    /// Steps of distinct users of the influx-schema part (increasing).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "10000,50000,100000,200000"
+    )]
+    pub influx_users: Vec<u64>,
+    /// Events per user in the influx-schema part.
+    #[arg(long, default_value_t = 5)]
+    pub influx_events_per_user: u64,
+    /// Write plots into this directory (e.g. `docs/benchmarks`): `report-latency.svg` (report
+    /// part), `influx-series.svg`, `influx-rate.svg` and `influx-rss.svg` (influx-schema part).
+    #[arg(long)]
+    pub plot_dir: Option<PathBuf>,
     /// Directory under which the temporary data dirs go [default: the system temp dir].
     /// Removed afterwards.
     #[arg(long)]
@@ -165,6 +189,17 @@ async fn run_here(args: EventsBenchArgs) -> anyhow::Result<()> {
         let r = report::bench_report(&args, &root.path().join("report")).await?;
         print!("{}", r.report());
         bars.push(r.bar());
+        if let Some(dir) = &args.plot_dir {
+            r.plot(dir, args.report_mysql.is_some())?;
+        }
+    }
+    if wants(Part::InfluxSchema) {
+        let r = influx_schema::bench_schemas(&args).await?;
+        print!("{}", r.report());
+        bars.push(r.bar());
+        if let Some(dir) = &args.plot_dir {
+            r.plot(dir)?;
+        }
     }
     print_summary(4, &bars);
     drop(root);

@@ -13,6 +13,7 @@
 
 mod hit;
 mod redirect;
+mod schemas;
 mod store;
 mod wrk;
 
@@ -101,6 +102,23 @@ pub struct LinksBenchArgs {
     /// Records per insert call.
     #[arg(long, default_value_t = 10_000)]
     pub insert_batch: usize,
+    /// Run the insert part on MariaDB instead of SQLite: the server's URL
+    /// (`mysql://user[:password]@host[:port]`); each schema gets a scratch database, dropped
+    /// afterwards (issue 7, measurement 1; seed 001: 0 to 20 million rows).
+    #[arg(long)]
+    pub insert_mysql: Option<String>,
+    /// The MariaDB schemas the insert part compares (with `--insert-mysql`).
+    #[arg(
+        long,
+        value_enum,
+        value_delimiter = ',',
+        default_value = "random-pk,autoinc-unique,tidemark"
+    )]
+    pub mysql_schemas: Vec<schemas::MysqlSchema>,
+    /// Write the MariaDB insert comparison as `insert-mysql.svg` into this directory
+    /// (e.g. `docs/benchmarks`).
+    #[arg(long)]
+    pub plot_dir: Option<PathBuf>,
     /// Recipients rendered through the server to get the redirect part's `/c/` ids.
     #[arg(long, default_value_t = 2_000)]
     pub recipients: usize,
@@ -195,7 +213,47 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
             pass: Some(r.recipients_per_sec() >= BAR_RECIPIENTS),
         });
     }
-    if wants(Part::Insert) {
+    if wants(Part::Insert)
+        && let Some(server) = &args.insert_mysql
+    {
+        let mut curves = Vec::new();
+        for schema in &args.mysql_schemas {
+            let r = store::bench_insert_mysql(&args, server, *schema).await?;
+            print!("{}", r.report());
+            curves.push(super::plot::Series {
+                name: schema.label().to_owned(),
+                points: r.curve(),
+            });
+            bars.push(Bar {
+                name: format!(
+                    "{}: last million within {:.0} % of the first{}",
+                    schema.label(),
+                    (1.0 - BAR_FLAT) * 100.0,
+                    if *schema == schemas::MysqlSchema::Tidemark {
+                        ""
+                    } else {
+                        " (seed: degrades)"
+                    }
+                ),
+                figure: r.ratio().map_or_else(
+                    || "fewer than two segments".into(),
+                    |x| format!("last/first = {x:.2}"),
+                ),
+                pass: (*schema == schemas::MysqlSchema::Tidemark)
+                    .then(|| r.ratio().map(|x| x >= BAR_FLAT))
+                    .flatten(),
+            });
+        }
+        if let Some(dir) = &args.plot_dir {
+            super::plot::write_chart(
+                &dir.join("insert-mysql.svg"),
+                "Seed 001 on MariaDB: link-table insert rate as the table grows",
+                "rows in the table",
+                "rows/s (per million rows)",
+                &curves,
+            )?;
+        }
+    } else if wants(Part::Insert) {
         let dir = root.path().join("insert");
         let r = store::bench_insert(&args, &dir).await?;
         print!("{}", r.report());

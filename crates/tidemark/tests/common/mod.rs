@@ -17,6 +17,83 @@ pub struct TestServer {
     pub dir: PathBuf,
     pub env: Vec<(String, String)>,
     _tmp: Option<tempfile::TempDir>,
+    /// The production engines the server uses (production mode), stopped on drop.
+    pub engines: Option<Engines>,
+}
+
+/// Which engines a server under test uses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// The defaults: SQLite files under the data dir.
+    Embedded,
+    /// Seed 001 and 002's production shapes: link records and rollups on MariaDB (scratch
+    /// databases on the machine's server), raw events on a real InfluxDB started for the test.
+    Production,
+}
+
+/// The production engines of one server under test.
+pub struct Engines {
+    pub influx: tidemark_events::testing::InfluxServer,
+    /// MariaDB URLs: link store, rollups.
+    pub links_db: String,
+    pub rollups_db: String,
+}
+
+impl Engines {
+    pub async fn start() -> Self {
+        let server = tidemark_core::mysql::test_server_url();
+        Self {
+            influx: tidemark_events::testing::InfluxServer::start().unwrap(),
+            links_db: tidemark_core::mysql::scratch_database(&server, "tm_e2e_links")
+                .await
+                .unwrap(),
+            rollups_db: tidemark_core::mysql::scratch_database(&server, "tm_e2e_rollups")
+                .await
+                .unwrap(),
+        }
+    }
+
+    /// `SELECT COUNT(*) FROM <table>` in the MariaDB database `url`.
+    pub async fn mysql_count(url: &str, table: &str) -> i64 {
+        let pool = tidemark_core::mysql::connect(url, 1).await.unwrap();
+        let (n,): (i64,) = sqlx::query_as(&format!("SELECT COUNT(*) FROM {table}"))
+            .fetch_one(&pool)
+            .await
+            .unwrap();
+        pool.close().await;
+        n
+    }
+
+    /// Points of Tidemark's raw measurement in InfluxDB.
+    pub async fn influx_points(&self) -> i64 {
+        let v: Value = reqwest::Client::new()
+            .get(format!("http://127.0.0.1:{}/query", self.influx.port))
+            .query(&[
+                ("db", "tidemark"),
+                (
+                    "q",
+                    "SELECT count(\"seq\") FROM \"tidemark_raw\".\"listing_event\"",
+                ),
+            ])
+            .send()
+            .await
+            .unwrap()
+            .json()
+            .await
+            .unwrap();
+        v["results"][0]["series"][0]["values"][0][1]
+            .as_i64()
+            .unwrap_or(0)
+    }
+
+    /// The `TIDEMARK_…` variables that point a server at these engines.
+    pub fn env(&self) -> Vec<(String, String)> {
+        vec![
+            ("TIDEMARK_LINKS__STORE".into(), self.links_db.clone()),
+            ("TIDEMARK_EVENTS__RAW".into(), self.influx.url("tidemark")),
+            ("TIDEMARK_EVENTS__ROLLUPS".into(), self.rollups_db.clone()),
+        ]
+    }
 }
 
 pub fn free_port() -> u16 {
@@ -28,22 +105,60 @@ pub fn free_port() -> u16 {
 }
 
 impl TestServer {
-    /// Starts a server on a fresh temp dir.
+    /// Starts a server on a fresh temp dir, embedded mode.
     pub async fn start(env: &[(&str, &str)]) -> Self {
+        Self::start_in(Mode::Embedded, env).await
+    }
+
+    /// Starts a server on a fresh temp dir in `mode` (production: its own engines).
+    pub async fn start_in(mode: Mode, env: &[(&str, &str)]) -> Self {
+        Self::start_in_with(mode, env, |_| Vec::new()).await
+    }
+
+    /// Like [`TestServer::start_in`]; in production mode `more` adds variables that may name
+    /// the engines (e.g. a raw-tier URL with its own retention), set last.
+    pub async fn start_in_with(
+        mode: Mode,
+        env: &[(&str, &str)],
+        more: impl FnOnce(&Engines) -> Vec<(String, String)>,
+    ) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let dir = tmp.path().to_path_buf();
+        let engines = match mode {
+            Mode::Embedded => None,
+            Mode::Production => Some(Engines::start().await),
+        };
+        let mut all: Vec<(String, String)> = engines.as_ref().map(Engines::env).unwrap_or_default();
+        all.extend(env.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        if let Some(e) = &engines {
+            for (k, v) in more(e) {
+                all.retain(|(key, _)| *key != k);
+                all.push((k, v));
+            }
+        }
         let mut s = Self {
             child: None,
             base: String::new(),
             dir,
-            env: env
-                .iter()
-                .map(|(k, v)| (k.to_string(), v.to_string()))
-                .collect(),
+            env: all,
             _tmp: Some(tmp),
+            engines,
         };
         s.spawn().await;
         s
+    }
+
+    /// Stops the server and drops its scratch databases (production mode).
+    pub async fn cleanup(mut self) {
+        self.kill9();
+        if let Some(e) = self.engines.take() {
+            tidemark_core::mysql::drop_database(&e.links_db)
+                .await
+                .unwrap();
+            tidemark_core::mysql::drop_database(&e.rollups_db)
+                .await
+                .unwrap();
+        }
     }
 
     pub fn command(dir: &Path, port: u16, env: &[(String, String)]) -> Command {

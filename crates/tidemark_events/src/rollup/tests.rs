@@ -4,8 +4,9 @@ use async_trait::async_trait;
 use tidemark_core::clock::ManualClock;
 
 use super::*;
-use crate::raw::{MinuteCount, RawError, SqliteRaw};
-use crate::rollups::SqliteRollups;
+use crate::raw::{InfluxRaw, MinuteCount, RawError, SqliteRaw};
+use crate::rollups::{MysqlRollups, SqliteRollups};
+use crate::testing::InfluxServer;
 
 /// 2026-11-28T10:00:00Z.
 const T: i64 = 1_795_860_000_000;
@@ -36,20 +37,74 @@ fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
     }
 }
 
-struct Stores {
-    _dir: tempfile::TempDir,
-    raw: Arc<SqliteRaw>,
-    rollups: Arc<SqliteRollups>,
+/// Where the tests run: the embedded default, or InfluxDB (started by the test, a retention
+/// policy of 10 years for the fixed dates) and MariaDB (a scratch database).
+#[derive(Debug, Clone, Copy)]
+enum Mode {
+    Embedded,
+    Production,
 }
 
-fn stores() -> Stores {
+struct Stores {
+    _dir: tempfile::TempDir,
+    _influx: Option<InfluxServer>,
+    scratch: Option<String>,
+    raw: Arc<dyn RawStore>,
+    rollups: Arc<dyn RollupStore>,
+}
+
+impl Drop for Stores {
+    fn drop(&mut self) {
+        if let Some(url) = self.scratch.take() {
+            // Async work in a drop: on a thread of its own, with its own runtime.
+            let _ = std::thread::spawn(move || {
+                tokio::runtime::Builder::new_current_thread()
+                    .enable_all()
+                    .build()
+                    .map(|rt| rt.block_on(tidemark_core::mysql::drop_database(&url)))
+            })
+            .join();
+        }
+    }
+}
+
+async fn stores(mode: Mode) -> Stores {
     let dir = tempfile::tempdir().unwrap();
-    let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
-    let rollups = Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap());
-    Stores {
-        _dir: dir,
-        raw,
-        rollups,
+    match mode {
+        Mode::Embedded => {
+            let raw = Arc::new(SqliteRaw::open(&dir.path().join("raw.db")).unwrap());
+            let rollups = Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap());
+            Stores {
+                _dir: dir,
+                _influx: None,
+                scratch: None,
+                raw,
+                rollups,
+            }
+        }
+        Mode::Production => {
+            let influx = InfluxServer::start().unwrap();
+            let raw = InfluxRaw::connect(
+                &format!("{}?retention=3650d", influx.url("rollup")),
+                &dir.path().join("catalog.db"),
+            )
+            .await
+            .unwrap();
+            let url = tidemark_core::mysql::scratch_database(
+                &tidemark_core::mysql::test_server_url(),
+                "tm_rollup_unit",
+            )
+            .await
+            .unwrap();
+            let rollups = MysqlRollups::connect(&url, 2).await.unwrap();
+            Stores {
+                _dir: dir,
+                _influx: Some(influx),
+                scratch: Some(url),
+                raw: Arc::new(raw),
+                rollups: Arc::new(rollups),
+            }
+        }
     }
 }
 
@@ -85,9 +140,18 @@ fn fixture() -> Vec<Event> {
     ]
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn totals_uniques_bots_and_events_without_listing() {
-    let s = stores();
+    totals_uniques_bots_and_events_without_listing_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn totals_uniques_bots_and_events_without_listing_on_influxdb_and_mariadb() {
+    totals_uniques_bots_and_events_without_listing_in(Mode::Production).await;
+}
+
+async fn totals_uniques_bots_and_events_without_listing_in(mode: Mode) {
+    let s = stores(mode).await;
     s.raw.append(fixture(), T + 1).await.unwrap();
     let out = roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
         .await
@@ -127,9 +191,18 @@ async fn totals_uniques_bots_and_events_without_listing() {
     assert_eq!(json["rows_written"], 3);
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_run_overwrites_and_a_late_event_changes_the_totals() {
-    let s = stores();
+    a_re_run_overwrites_and_a_late_event_changes_the_totals_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_re_run_overwrites_and_a_late_event_changes_the_totals_on_influxdb_and_mariadb() {
+    a_re_run_overwrites_and_a_late_event_changes_the_totals_in(Mode::Production).await;
+}
+
+async fn a_re_run_overwrites_and_a_late_event_changes_the_totals_in(mode: Mode) {
+    let s = stores(mode).await;
     s.raw.append(fixture(), T + 1).await.unwrap();
     let first = roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
         .await
@@ -177,9 +250,18 @@ async fn a_re_run_overwrites_and_a_late_event_changes_the_totals() {
     assert!(state(&*s.raw, day()).await.rollup_current());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rows_no_longer_produced_are_deleted() {
-    let s = stores();
+    rows_no_longer_produced_are_deleted_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_no_longer_produced_are_deleted_on_influxdb_and_mariadb() {
+    rows_no_longer_produced_are_deleted_in(Mode::Production).await;
+}
+
+async fn rows_no_longer_produced_are_deleted_in(mode: Mode) {
+    let s = stores(mode).await;
     // Yesterday's run left a row for listing 9, which the raw day does not hold (e.g. its
     // events were re-flagged as bots): the re-run removes it, in the same transaction.
     s.rollups
@@ -200,9 +282,18 @@ async fn rows_no_longer_produced_are_deleted() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raw_gone_refuses_and_keeps_existing_totals() {
-    let s = stores();
+    raw_gone_refuses_and_keeps_existing_totals_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raw_gone_refuses_and_keeps_existing_totals_on_influxdb_and_mariadb() {
+    raw_gone_refuses_and_keeps_existing_totals_in(Mode::Production).await;
+}
+
+async fn raw_gone_refuses_and_keeps_existing_totals_in(mode: Mode) {
+    let s = stores(mode).await;
     let good = vec![row(1, "view", 6, 3)];
     // No record of the day at all.
     let never = day().plus(-3);
@@ -273,7 +364,7 @@ async fn raw_gone_refuses_and_keeps_existing_totals() {
 /// or loses events (as a partition dropped mid-read would).
 #[derive(Debug)]
 struct Meddling {
-    inner: Arc<SqliteRaw>,
+    inner: Arc<dyn RawStore>,
     append_during_read: bool,
     lose_events: bool,
     chunks: AtomicUsize,
@@ -289,7 +380,7 @@ impl RawStore for Meddling {
         day: UtcDay,
         after: i64,
         limit: usize,
-    ) -> Result<(Vec<Event>, Option<i64>), SqliteError> {
+    ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
         if self.chunks.fetch_add(1, Ordering::SeqCst) == 0 && self.append_during_read {
             let late = ev("view", Some(1), Some("s8"), Some("/item/1"));
             self.inner
@@ -303,27 +394,27 @@ impl RawStore for Meddling {
         }
         Ok((chunk, next))
     }
-    async fn days(&self) -> Result<Vec<DayState>, SqliteError> {
+    async fn days(&self) -> Result<Vec<DayState>, StoreError> {
         self.inner.days().await
     }
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.inner.mark_rolled_up(day, arrival_ms).await
     }
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), SqliteError> {
+    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.inner.mark_archived(day, arrival_ms).await
     }
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, SqliteError> {
+    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
         self.inner.drop_day(day, now_ms).await
     }
-    async fn counts_per_minute(&self, a: i64, b: i64) -> Result<Vec<MinuteCount>, SqliteError> {
+    async fn counts_per_minute(&self, a: i64, b: i64) -> Result<Vec<MinuteCount>, StoreError> {
         self.inner.counts_per_minute(a, b).await
     }
-    async fn top_listings(&self, d: UtcDay, n: usize) -> Result<Vec<(i64, u64)>, SqliteError> {
+    async fn top_listings(&self, d: UtcDay, n: usize) -> Result<Vec<(i64, u64)>, StoreError> {
         self.inner.top_listings(d, n).await
     }
 }
 
-fn meddling(inner: &Arc<SqliteRaw>, append_during_read: bool, lose_events: bool) -> Meddling {
+fn meddling(inner: &Arc<dyn RawStore>, append_during_read: bool, lose_events: bool) -> Meddling {
     Meddling {
         inner: Arc::clone(inner),
         append_during_read,
@@ -332,9 +423,18 @@ fn meddling(inner: &Arc<SqliteRaw>, append_during_read: bool, lose_events: bool)
     }
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_event_arriving_during_the_rollup_keeps_the_day_dirty() {
-    let s = stores();
+    an_event_arriving_during_the_rollup_keeps_the_day_dirty_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_event_arriving_during_the_rollup_keeps_the_day_dirty_on_influxdb_and_mariadb() {
+    an_event_arriving_during_the_rollup_keeps_the_day_dirty_in(Mode::Production).await;
+}
+
+async fn an_event_arriving_during_the_rollup_keeps_the_day_dirty_in(mode: Mode) {
+    let s = stores(mode).await;
     s.raw.append(fixture(), T + 1).await.unwrap();
     let raw = meddling(&s.raw, true, false);
     let out = roll_up_day(&raw, &*s.rollups, day(), T + 2).await.unwrap();
@@ -364,9 +464,18 @@ async fn an_event_arriving_during_the_rollup_keeps_the_day_dirty() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_read_is_refused_and_writes_nothing() {
-    let s = stores();
+    a_short_read_is_refused_and_writes_nothing_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_read_is_refused_and_writes_nothing_on_influxdb_and_mariadb() {
+    a_short_read_is_refused_and_writes_nothing_in(Mode::Production).await;
+}
+
+async fn a_short_read_is_refused_and_writes_nothing_in(mode: Mode) {
+    let s = stores(mode).await;
     s.raw.append(fixture(), T + 1).await.unwrap();
     roll_up_day(&*s.raw, &*s.rollups, day(), T + 2)
         .await
@@ -388,9 +497,18 @@ async fn a_short_read_is_refused_and_writes_nothing() {
     assert!(!state(&*s.raw, day()).await.rollup_current());
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_day_larger_than_a_chunk_is_read_whole() {
-    let s = stores();
+    a_day_larger_than_a_chunk_is_read_whole_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_day_larger_than_a_chunk_is_read_whole_on_influxdb_and_mariadb() {
+    a_day_larger_than_a_chunk_is_read_whole_in(Mode::Production).await;
+}
+
+async fn a_day_larger_than_a_chunk_is_read_whole_in(mode: Mode) {
+    let s = stores(mode).await;
     let n = 2 * ROLLUP_CHUNK + 3;
     let events: Vec<Event> = (0..n)
         .map(|i| {
@@ -409,9 +527,18 @@ async fn a_day_larger_than_a_chunk_is_read_whole() {
     );
 }
 
-#[tokio::test]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_rolls_up_with_its_clock() {
-    let s = stores();
+    the_service_rolls_up_with_its_clock_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_service_rolls_up_with_its_clock_on_influxdb_and_mariadb() {
+    the_service_rolls_up_with_its_clock_in(Mode::Production).await;
+}
+
+async fn the_service_rolls_up_with_its_clock_in(mode: Mode) {
+    let s = stores(mode).await;
     s.raw.append(fixture(), T + 1).await.unwrap();
     let clock = Arc::new(ManualClock::new(T + 7_200_000));
     let svc = RollupService::new(Arc::clone(&s.raw) as _, Arc::clone(&s.rollups) as _, clock);

@@ -23,15 +23,15 @@
 //!
 //! Days are stored as days since 1970-01-01 (UTC), as [`UtcDay`] and the raw catalog do.
 
-use std::collections::HashSet;
 use std::path::Path;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use tidemark_core::day::UtcDay;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
+use tidemark_core::store::StoreError;
 
-use super::{DailyRow, ReportRow, RollupStore};
+use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
 
 const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS listing_daily (
@@ -96,7 +96,7 @@ fn replace_day(
     conn: &Connection,
     day: UtcDay,
     mut rows: Vec<DailyRow>,
-) -> Result<usize, SqliteError> {
+) -> Result<usize, StoreError> {
     // Listing order: each listing's rows of the day land next to each other in the B-tree.
     rows.sort_by(|a, b| (a.listing_id, &a.kind).cmp(&(b.listing_id, &b.kind)));
     let mut upsert = conn.prepare_cached(
@@ -121,38 +121,30 @@ fn replace_day(
             to_i64(r.uniques)
         ])?;
     }
-    let produced: HashSet<(i64, &str)> = rows
-        .iter()
-        .map(|r| (r.listing_id, r.kind.as_str()))
-        .collect();
     let mut existing =
         conn.prepare_cached("SELECT listing_id, event FROM listing_daily WHERE day = ?1")?;
-    let stale: Vec<(i64, String)> = existing
+    let existing: Vec<(i64, String)> = existing
         .query_map([day.0], |r| Ok((r.get(0)?, r.get(1)?)))?
-        .filter(|row| {
-            row.as_ref().map_or(true, |(l, k): &(i64, String)| {
-                !produced.contains(&(*l, k.as_str()))
-            })
-        })
         .collect::<rusqlite::Result<_>>()?;
+    let stale = stale_keys(existing, &rows);
     let mut delete = conn.prepare_cached(
         "DELETE FROM listing_daily WHERE listing_id = ?1 AND event = ?3 AND day = ?2",
     )?;
     for (listing_id, event) in &stale {
         delete.execute(params![listing_id, day.0, event])?;
     }
-    Ok(produced.len())
+    Ok(produced_keys(&rows).len())
 }
 
 #[async_trait]
 impl RollupStore for SqliteRollups {
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, SqliteError> {
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         self.writer
             .write(move |conn| replace_day(conn, day, rows))
             .await
     }
 
-    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, SqliteError> {
+    async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError> {
         let tenant = tenant.to_owned();
         let pairs = pairs.to_vec();
         self.writer
@@ -164,7 +156,7 @@ impl RollupStore for SqliteRollups {
                 for (listing_id, account_id) in &pairs {
                     stmt.execute(params![tenant, listing_id, account_id])?;
                 }
-                Ok::<_, SqliteError>(pairs.len())
+                Ok::<_, StoreError>(pairs.len())
             })
             .await
     }
@@ -176,7 +168,7 @@ impl RollupStore for SqliteRollups {
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
-    ) -> Result<Vec<ReportRow>, SqliteError> {
+    ) -> Result<Vec<ReportRow>, StoreError> {
         let tenant = tenant.to_owned();
         let kind = kind.map(str::to_owned);
         self.reads
@@ -209,7 +201,7 @@ impl RollupStore for SqliteRollups {
             .await
     }
 
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, SqliteError> {
+    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {
         self.reads
             .read(move |conn| {
                 let mut stmt = conn.prepare_cached(

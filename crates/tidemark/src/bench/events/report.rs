@@ -1,6 +1,7 @@
 //! Part 4 of `tidemark bench events`: the yearly report of one account.
 //!
-//! A fresh [`SqliteRollups`] in a temp dir gets `--report-accounts` accounts of
+//! A fresh [`SqliteRollups`] in a temp dir (or, with `--report-mysql`, a [`MysqlRollups`] in a
+//! scratch database on that MariaDB server) gets `--report-accounts` accounts of
 //! `--report-listings` listings each (ids interleaved, so an account's listings are spread
 //! over the whole key space) and `--report-days` days of `listing_daily`, written day by day
 //! through [`RollupStore::upsert_day`] as the rollup writes them: per listing and day a view
@@ -17,7 +18,8 @@ use std::time::{Duration, Instant};
 use anyhow::ensure;
 use tidemark_core::clock::{Clock, SystemClock};
 use tidemark_core::day::UtcDay;
-use tidemark_events::rollups::{DailyRow, ReportRow, RollupStore, SqliteRollups};
+use tidemark_core::mysql::{drop_database, scratch_database};
+use tidemark_events::rollups::{DailyRow, MysqlRollups, ReportRow, RollupStore, SqliteRollups};
 
 use super::super::sqlite_bytes;
 use super::{
@@ -86,6 +88,33 @@ impl ReportFigures {
         )
     }
 
+    /// `report-latency.svg` in `dir`: the timed runs' latency by percentile.
+    pub(super) fn plot(&self, dir: &Path, mysql: bool) -> anyhow::Result<()> {
+        let n = self.latencies.len().max(1) as f64;
+        let points = self
+            .latencies
+            .iter()
+            .enumerate()
+            .map(|(i, d)| (100.0 * (i + 1) as f64 / n, d.as_secs_f64() * 1000.0))
+            .collect();
+        super::super::plot::write_chart(
+            &dir.join("report-latency.svg"),
+            &format!(
+                "Account report on {}: {} listings x {} days ({} rows of the account)",
+                if mysql { "MariaDB" } else { "SQLite" },
+                self.listings,
+                self.days,
+                self.account_rows
+            ),
+            "percentile of runs",
+            "latency (ms)",
+            &[super::super::plot::Series {
+                name: format!("RollupStore::report, {} runs", self.latencies.len()),
+                points,
+            }],
+        )
+    }
+
     pub(super) fn bar(&self) -> Bar {
         let p99 = self.p99_ms();
         Bar {
@@ -140,7 +169,40 @@ pub(super) async fn bench_report(
     dir: &Path,
 ) -> anyhow::Result<ReportFigures> {
     std::fs::create_dir_all(dir)?;
-    let store = SqliteRollups::open(&dir.join("rollups.db"))?;
+    match &args.report_mysql {
+        None => {
+            let store = SqliteRollups::open(&dir.join("rollups.db"))?;
+            let mut figures = fill_and_time(args, &store).await?;
+            figures.db_bytes = sqlite_bytes(&dir.join("rollups.db"));
+            Ok(figures)
+        }
+        Some(server) => {
+            let url = scratch_database(server, "tm_bench_report").await?;
+            eprintln!("report: on MariaDB, scratch database {url}");
+            let store = MysqlRollups::connect(&url, 4).await?;
+            let figures = fill_and_time(args, &store).await;
+            let bytes: Option<(Option<i64>,)> = sqlx::query_as(
+                "SELECT CAST(SUM(DATA_LENGTH + INDEX_LENGTH) AS SIGNED)
+                 FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE()",
+            )
+            .fetch_optional(store.pool())
+            .await
+            .ok()
+            .flatten();
+            store.pool().close().await;
+            drop_database(&url).await?;
+            let mut figures = figures?;
+            figures.db_bytes = bytes.and_then(|b| b.0).unwrap_or(0).max(0) as u64;
+            Ok(figures)
+        }
+    }
+}
+
+/// Fills `store` (see the module docs) and times its report.
+async fn fill_and_time(
+    args: &EventsBenchArgs,
+    store: &dyn RollupStore,
+) -> anyhow::Result<ReportFigures> {
     let accounts = args.report_accounts;
     let pairs: Vec<(i64, i64)> = (0..accounts * args.report_listings)
         .map(|i| {
@@ -180,7 +242,6 @@ pub(super) async fn bench_report(
         store.upsert_day(from.plus(d as i32), rows).await?;
     }
     let fill_secs = t.elapsed().as_secs_f64();
-    let db_bytes = sqlite_bytes(&dir.join("rollups.db"));
     let expected: Vec<ReportRow> = expected
         .into_iter()
         .map(|((listing_id, kind), (total, uniques))| ReportRow {
@@ -215,7 +276,7 @@ pub(super) async fn bench_report(
         account_rows,
         answer_rows: answer.len(),
         fill_secs,
-        db_bytes,
+        db_bytes: 0,
         first_ms,
         latencies,
         correct,

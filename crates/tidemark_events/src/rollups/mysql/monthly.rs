@@ -1,0 +1,173 @@
+//! `listing_monthly`: the month sums of `listing_daily`, kept by [`super::MysqlRollups`] so that
+//! a year's report reads about 12 rows per listing and kind instead of about 366.
+//!
+//! - Writing: each `upsert_day` adds, in its own transaction, the difference between the day's
+//!   new rows and its old ones to the month's rows ([`deltas`]); `days` counts the daily rows
+//!   behind a month row, and a month row whose `days` falls to 0 is deleted — so the month
+//!   table always equals the sums of the daily one.
+//! - Reading: a period is [`split`] into the days before its first whole month, its whole
+//!   months, and the days after its last whole month; the report sums month rows for the
+//!   middle and, for each edge, either its daily rows or — when fewer of that month's days lie
+//!   outside the period — the month row minus the daily rows outside (see `report_parts`).
+
+use std::collections::BTreeMap;
+
+use tidemark_core::day::UtcDay;
+use time::{Date, Month, OffsetDateTime};
+
+use crate::rollups::DailyRow;
+
+fn date(day: UtcDay) -> Date {
+    OffsetDateTime::from_unix_timestamp(day.start_ms().div_euclid(1000))
+        .map_or(Date::MIN, OffsetDateTime::date)
+}
+
+fn day_of(d: Date) -> UtcDay {
+    UtcDay::of_ms(d.midnight().assume_utc().unix_timestamp() * 1000)
+}
+
+/// The first day of `day`'s month.
+pub(crate) fn month_of(day: UtcDay) -> UtcDay {
+    let d = date(day);
+    Date::from_calendar_date(d.year(), d.month(), 1).map_or(day, day_of)
+}
+
+/// The first day of the month after the month starting `month`.
+pub(crate) fn next_month(month: UtcDay) -> UtcDay {
+    let d = date(month);
+    let (y, m) = match d.month() {
+        Month::December => (d.year() + 1, Month::January),
+        m => (d.year(), m.next()),
+    };
+    Date::from_calendar_date(y, m, 1).map_or(month.plus(31), day_of)
+}
+
+/// A report period `from..=to` in parts (see the module docs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Split {
+    /// Days read from `listing_daily`, both ends included: before the first whole month…
+    pub(crate) head: Option<(UtcDay, UtcDay)>,
+    /// …whole months, `[first month, end)` by month start, read from `listing_monthly`…
+    pub(crate) months: Option<(UtcDay, UtcDay)>,
+    /// …and after the last whole month (daily again).
+    pub(crate) tail: Option<(UtcDay, UtcDay)>,
+}
+
+/// Splits `from..=to` (see [`Split`]). An inverted period has no parts.
+pub(crate) fn split(from: UtcDay, to: UtcDay) -> Split {
+    let none = Split {
+        head: None,
+        months: None,
+        tail: None,
+    };
+    if from > to {
+        return none;
+    }
+    let first = if month_of(from) == from {
+        from
+    } else {
+        next_month(month_of(from))
+    };
+    // The month start after the last whole month: to's month if to is not its last day.
+    let end = if next_month(month_of(to)) == to.plus(1) {
+        to.plus(1)
+    } else {
+        month_of(to)
+    };
+    if first >= end {
+        return Split {
+            head: Some((from, to)),
+            ..none
+        };
+    }
+    Split {
+        head: (from < first).then(|| (from, first.plus(-1))),
+        months: Some((first, end)),
+        tail: (end <= to).then_some((end, to)),
+    }
+}
+
+/// One change of a month row: `(listing_id, kind, Δtotal, Δuniques, Δdays)`.
+pub(crate) type Delta = (i64, String, i64, i64, i64);
+
+/// What replacing a day's `old` rows (`(listing_id, kind, total, uniques)`) by `new` changes in
+/// its month's rows; keys that do not change are left out.
+pub(crate) fn deltas(old: &[(i64, String, u64, u64)], new: &[DailyRow]) -> Vec<Delta> {
+    let signed = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
+    let mut m: BTreeMap<(i64, String), (i64, i64, i64)> = BTreeMap::new();
+    for (l, k, t, u) in old {
+        let e = m.entry((*l, k.clone())).or_default();
+        e.0 -= signed(*t);
+        e.1 -= signed(*u);
+        e.2 -= 1;
+    }
+    for r in new {
+        let e = m.entry((r.listing_id, r.kind.clone())).or_default();
+        e.0 += signed(r.total);
+        e.1 += signed(r.uniques);
+        e.2 += 1;
+    }
+    m.into_iter()
+        .filter(|(_, d)| *d != (0, 0, 0))
+        .map(|((l, k), (t, u, d))| (l, k, t, u, d))
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn d(s: &str) -> UtcDay {
+        UtcDay::parse(s).unwrap()
+    }
+
+    #[test]
+    fn months() {
+        assert_eq!(month_of(d("2025-02-17")), d("2025-02-01"));
+        assert_eq!(next_month(d("2025-12-01")), d("2026-01-01"));
+        assert_eq!(next_month(d("2024-02-01")), d("2024-03-01"));
+    }
+
+    #[test]
+    fn periods_split_into_days_and_whole_months() {
+        let s = split(d("2025-01-15"), d("2025-03-10"));
+        assert_eq!(s.head, Some((d("2025-01-15"), d("2025-01-31"))));
+        assert_eq!(s.months, Some((d("2025-02-01"), d("2025-03-01"))));
+        assert_eq!(s.tail, Some((d("2025-03-01"), d("2025-03-10"))));
+        let s = split(d("2025-02-01"), d("2025-02-28"));
+        assert_eq!(
+            (s.head, s.months, s.tail),
+            (None, Some((d("2025-02-01"), d("2025-03-01"))), None)
+        );
+        let s = split(d("2025-02-03"), d("2025-02-20"));
+        assert_eq!(
+            (s.head, s.months, s.tail),
+            (Some((d("2025-02-03"), d("2025-02-20"))), None, None)
+        );
+        let s = split(d("2025-01-31"), d("2025-02-01"));
+        assert_eq!(s.months, None);
+        assert_eq!(s.head, Some((d("2025-01-31"), d("2025-02-01"))));
+        assert_eq!(split(d("2025-03-01"), d("2025-02-01")).head, None);
+    }
+
+    #[test]
+    fn deltas_of_a_re_run() {
+        let row = |l, k: &str, t, u| DailyRow {
+            listing_id: l,
+            kind: k.into(),
+            total: t,
+            uniques: u,
+        };
+        let old = vec![(1, "view".to_owned(), 5, 3), (2, "click".to_owned(), 1, 1)];
+        let new = vec![row(1, "view", 6, 3), row(3, "view", 2, 2)];
+        assert_eq!(
+            deltas(&old, &new),
+            vec![
+                (1, "view".into(), 1, 0, 0),
+                (2, "click".into(), -1, -1, -1),
+                (3, "view".into(), 2, 2, 1),
+            ]
+        );
+        assert!(deltas(&old, &[row(1, "view", 5, 3), row(2, "click", 1, 1)]).is_empty());
+    }
+}

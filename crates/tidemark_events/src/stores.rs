@@ -1,0 +1,86 @@
+//! Opens the events ports the configuration names (`events.raw`, `events.rollups`): the
+//! embedded SQLite files by default, or the production engines by URL — InfluxDB for the raw
+//! tier, MariaDB / MySQL for the summary tier. The one place that maps a URL to a backend.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tidemark_core::store::StoreError;
+
+use crate::config::EventsConfig;
+use crate::raw::{InfluxRaw, RawStore, SqliteRaw};
+use crate::rollups::{MysqlRollups, RollupStore, SqliteRollups};
+
+fn unknown(key: &str, value: &str, expected: &str) -> StoreError {
+    StoreError::Rejected {
+        backend: "config",
+        message: format!(
+            "events.{key} must be \"sqlite\" or {expected}, got {:?}",
+            tidemark_core::mysql::redact(value)
+        ),
+    }
+}
+
+/// The raw tier of `cfg.raw`, with its files under `events_dir`.
+pub async fn open_raw(
+    cfg: &EventsConfig,
+    events_dir: &Path,
+) -> Result<Arc<dyn RawStore>, StoreError> {
+    let url = cfg.raw.trim();
+    if url.is_empty() || url == "sqlite" {
+        return Ok(Arc::new(SqliteRaw::open(&events_dir.join("raw.db"))?));
+    }
+    if url.starts_with("influxdb://") {
+        // The retention policy follows `events.raw_retention` unless the URL sets its own.
+        let url = if url.contains("retention=") {
+            url.to_owned()
+        } else {
+            let sep = if url.contains('?') { '&' } else { '?' };
+            let hours = cfg.raw_retention.as_secs().div_ceil(3600).max(1);
+            format!("{url}{sep}retention={hours}h")
+        };
+        let raw = InfluxRaw::connect(&url, &events_dir.join("influx-catalog.db")).await?;
+        return Ok(Arc::new(raw));
+    }
+    Err(unknown("raw", url, "an influxdb:// URL"))
+}
+
+/// The summary tier of `cfg.rollups`, with its file (SQLite) under `events_dir`.
+pub async fn open_rollups(
+    cfg: &EventsConfig,
+    events_dir: &Path,
+) -> Result<Arc<dyn RollupStore>, StoreError> {
+    let url = cfg.rollups.trim();
+    if url.is_empty() || url == "sqlite" {
+        return Ok(Arc::new(SqliteRollups::open(
+            &events_dir.join("rollups.db"),
+        )?));
+    }
+    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+        return Ok(Arc::new(MysqlRollups::connect(url, 16).await?));
+    }
+    Err(unknown("rollups", url, "a mysql:// URL"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn unknown_urls_are_refused_with_the_key_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = EventsConfig {
+            raw: "postgres://x/y".into(),
+            rollups: "influxdb://h/db".into(),
+            ..EventsConfig::default()
+        };
+        let err = open_raw(&cfg, dir.path()).await.unwrap_err().to_string();
+        assert!(err.contains("events.raw must be"), "{err}");
+        let err = open_rollups(&cfg, dir.path())
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("events.rollups must be"), "{err}");
+        assert!(open_raw(&EventsConfig::default(), dir.path()).await.is_ok());
+    }
+}

@@ -1,0 +1,138 @@
+//! Test support: a real InfluxDB 1.x server (`influxd`, Debian's `influxdb` package, installed
+//! by `scripts/test`) started on a free loopback port with its data in a temporary directory,
+//! stopped and removed on drop. Used by this crate's tests and the server's end-to-end tests.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+/// A running `influxd` (see the module docs).
+#[derive(Debug)]
+pub struct InfluxServer {
+    child: Option<Child>,
+    dir: PathBuf,
+    /// `[http] max-row-limit` (0: InfluxDB's default, no limit).
+    max_row_limit: usize,
+    /// The HTTP port on 127.0.0.1.
+    pub port: u16,
+    rpc_port: u16,
+}
+
+fn free_port() -> std::io::Result<u16> {
+    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+}
+
+impl InfluxServer {
+    /// Starts `influxd run` (the binary named by `TIDEMARK_INFLUXD`, default `influxd` on the
+    /// `PATH`) and waits until its HTTP port accepts connections (at most 20 s).
+    pub fn start() -> std::io::Result<Self> {
+        Self::start_with_max_row_limit(0)
+    }
+
+    /// Like [`InfluxServer::start`], with `[http] max-row-limit = n`: a query answers at most
+    /// `n` rows (what a production server may be configured to do).
+    pub fn start_with_max_row_limit(n: usize) -> std::io::Result<Self> {
+        static N: AtomicU64 = AtomicU64::new(0);
+        let dir = std::env::temp_dir().join(format!(
+            "tidemark-influx-{}-{}",
+            std::process::id(),
+            N.fetch_add(1, Ordering::Relaxed)
+        ));
+        std::fs::create_dir_all(&dir)?;
+        let mut server = Self {
+            child: None,
+            dir,
+            max_row_limit: n,
+            port: free_port()?,
+            rpc_port: free_port()?,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let d = self.dir.display();
+        // `[[udp]]`, not `[udp]`: InfluxDB 1.6 reads the UDP section as an array of tables.
+        let config = format!(
+            "reporting-disabled = true
+bind-address = \"127.0.0.1:{rpc}\"
+[meta]
+  dir = \"{d}/meta\"
+[data]
+  dir = \"{d}/data\"
+  wal-dir = \"{d}/wal\"
+  query-log-enabled = false
+[http]
+  bind-address = \"127.0.0.1:{port}\"
+  log-enabled = false
+  max-row-limit = {rows}
+[[udp]]
+  enabled = false
+[monitor]
+  store-enabled = false
+[continuous_queries]
+  enabled = false
+",
+            rpc = self.rpc_port,
+            port = self.port,
+            rows = self.max_row_limit
+        );
+        let path = self.dir.join("influxdb.conf");
+        std::fs::write(&path, config)?;
+        let log = std::fs::File::create(self.dir.join("influxd.log"))?;
+        let bin = std::env::var("TIDEMARK_INFLUXD").unwrap_or_else(|_| "influxd".into());
+        let child = Command::new(bin)
+            .arg("run")
+            .arg("-config")
+            .arg(&path)
+            .stdin(Stdio::null())
+            .stdout(log.try_clone()?)
+            .stderr(log)
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", self.port)).is_err() {
+            if Instant::now() > deadline {
+                return Err(std::io::Error::other(format!(
+                    "influxd did not listen on {} within 20 s (log: {}/influxd.log)",
+                    self.port, d
+                )));
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Ok(())
+    }
+
+    /// The process id of the running `influxd` (e.g. to read its memory in `/proc`).
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
+    /// The Tidemark URL of database `db` on this server: `influxdb://127.0.0.1:<port>/<db>`.
+    pub fn url(&self, db: &str) -> String {
+        format!("influxdb://127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Stops the server (SIGKILL), keeping its data: the "InfluxDB down" case.
+    pub fn stop(&mut self) {
+        if let Some(mut c) = self.child.take() {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
+    }
+
+    /// Starts it again on the same port and data after [`InfluxServer::stop`].
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.stop();
+        self.spawn()
+    }
+}
+
+impl Drop for InfluxServer {
+    fn drop(&mut self) {
+        self.stop();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}

@@ -1,0 +1,188 @@
+//! The raw-tier conformance suite (`tidemark_events::conformance::raw_store`) on a real
+//! InfluxDB 1.x, started by the test on a free loopback port with a temp directory
+//! (`tidemark_events::testing::InfluxServer`), and the InfluxDB-only promises: cardinality stays
+//! the number of kinds, the retention policy exists, InfluxDB down means nothing acknowledged.
+
+use std::sync::Arc;
+
+use tidemark_core::day::UtcDay;
+use tidemark_core::store::StoreError;
+use tidemark_events::conformance;
+use tidemark_events::raw::influx::RETENTION_POLICY;
+use tidemark_events::testing::InfluxServer;
+use tidemark_events::{Event, InfluxRaw, RawError, RawStore};
+
+async fn influx_query(server: &InfluxServer, db: &str, q: &str) -> serde_json::Value {
+    let out = tokio::process::Command::new("curl")
+        .args(["-sfG", &format!("http://127.0.0.1:{}/query", server.port)])
+        .args(["--data-urlencode", &format!("db={db}")])
+        .args(["--data-urlencode", &format!("q={q}")])
+        .output()
+        .await
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn influx_raw_store() {
+    let server = InfluxServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = InfluxRaw::connect(&server.url("tidemark"), &dir.path().join("catalog.db"))
+        .await
+        .unwrap();
+    conformance::raw_store(Arc::new(raw)).await;
+}
+
+/// A server that answers at most 3 rows per query (`max-row-limit`) still gives every event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn influx_raw_store_behind_a_row_limit() {
+    let server = InfluxServer::start_with_max_row_limit(3).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = InfluxRaw::connect(&server.url("tidemark"), &dir.path().join("catalog.db"))
+        .await
+        .unwrap();
+    conformance::raw_store(Arc::new(raw)).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn series_cardinality_is_the_number_of_kinds_and_retention_is_seven_days() {
+    let server = InfluxServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = InfluxRaw::connect(&server.url("tidemark"), &dir.path().join("catalog.db"))
+        .await
+        .unwrap();
+    let t = now_ms() - 3_600_000;
+    let events: Vec<Event> = (0..2_000)
+        .map(|i| {
+            let mut e = Event::new(if i % 3 == 0 { "click" } else { "view" }, t + i / 4);
+            e.listing_id = Some(i);
+            e.user_id = Some(format!("u{i}"));
+            e.device_id = Some(format!("d{i}"));
+            e.session_id = Some(format!("s{i}"));
+            e.page_url = Some(format!("/item/{i}"));
+            e
+        })
+        .collect();
+    raw.append(events, t + 1_000).await.unwrap();
+    assert_eq!(raw.day_events(UtcDay::of_ms(t)).await.unwrap().len(), 2_000);
+    // InfluxDB removes the day by itself 7 days after its end: the lifecycle watches that.
+    let day = UtcDay::of_ms(t);
+    assert_eq!(
+        raw.expires_at_ms(day),
+        Some(day.plus(8).start_ms()),
+        "the end of the day + 7 days"
+    );
+    // One series per kind, whatever the identifiers (seed 002).
+    let v = influx_query(&server, "tidemark", "SHOW SERIES").await;
+    let series = v["results"][0]["series"][0]["values"].clone();
+    assert_eq!(
+        series,
+        serde_json::json!([["listing_event,event=click"], ["listing_event,event=view"]]),
+        "{v}"
+    );
+    // The retention policy: 7 days, day shards, the default.
+    let v = influx_query(&server, "tidemark", "SHOW RETENTION POLICIES").await;
+    let rps = v["results"][0]["series"][0]["values"].as_array().unwrap();
+    let ours = rps
+        .iter()
+        .find(|r| r[0] == RETENTION_POLICY)
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(
+        (ours[1].as_str(), ours[2].as_str(), ours[4].as_bool()),
+        (Some("168h0m0s"), Some("24h0m0s"), Some(true))
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn influx_down_means_nothing_acknowledged_and_it_recovers() {
+    let mut server = InfluxServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = InfluxRaw::connect(&server.url("tm"), &dir.path().join("catalog.db"))
+        .await
+        .unwrap();
+    let t = now_ms() - 60_000;
+    let day = UtcDay::of_ms(t);
+    raw.append(vec![Event::new("view", t)], 1).await.unwrap();
+
+    server.stop();
+    let err = raw
+        .append(vec![Event::new("view", t + 1)], 2)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, RawError::Store(e @ StoreError::Unavailable { .. }) if e.is_retryable()),
+        "{err:?}"
+    );
+    let state = raw.days().await.unwrap()[0];
+    assert_eq!(state.events, 1, "the failed batch is not counted");
+    assert!(
+        state.last_arrival_ms > 1,
+        "but the day is dirty for the jobs"
+    );
+    assert!(
+        !raw.drop_day(day, 3).await.unwrap(),
+        "never rolled up: kept"
+    );
+
+    server.restart().unwrap();
+    raw.append(vec![Event::new("click", t + 2)], 4)
+        .await
+        .unwrap();
+    let events = raw.day_events(day).await.unwrap();
+    assert_eq!(
+        events
+            .iter()
+            .map(|e| (e.kind.as_str(), e.time_ms))
+            .collect::<Vec<_>>(),
+        vec![("view", t), ("click", t + 2)]
+    );
+    assert_eq!(raw.days().await.unwrap()[0].events, 2);
+
+    // Events past the retention policy would be dropped by InfluxDB (and the rest of their
+    // request kept): the whole batch is refused before anything is written.
+    let old = t - 30 * 86_400_000;
+    let err = raw
+        .append(vec![Event::new("view", t + 3), Event::new("view", old)], 5)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("older than the raw tier's retention"),
+        "{err}"
+    );
+    assert_eq!(raw.day_events(day).await.unwrap().len(), 2);
+    assert_eq!(
+        raw.days().await.unwrap().len(),
+        1,
+        "no catalog entry for the old day"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreachable_server_fails_at_start_with_a_clear_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let err = InfluxRaw::connect(
+        &format!("influxdb://127.0.0.1:{port}/tm"),
+        &dir.path().join("c.db"),
+    )
+    .await
+    .unwrap_err();
+    assert!(matches!(err, StoreError::Unavailable { .. }), "{err}");
+    let err = InfluxRaw::connect("influxdb://127.0.0.1/bad-db", &dir.path().join("c.db"))
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("database"), "{err}");
+}
