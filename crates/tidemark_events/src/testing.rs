@@ -25,7 +25,7 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 impl InfluxServer {
-    /// Starts `influxd run` (the binary named by `TIDEMARK_INFLUXD`, default `influxd` on the
+    /// Starts `influxd run` (the binary named by `TEST_INFLUXD`, default `influxd` on the
     /// `PATH`) and waits until its HTTP port accepts connections (at most 20 s).
     pub fn start() -> std::io::Result<Self> {
         Self::start_with_max_row_limit(0)
@@ -82,7 +82,7 @@ bind-address = \"127.0.0.1:{rpc}\"
         let path = self.dir.join("influxdb.conf");
         std::fs::write(&path, config)?;
         let log = std::fs::File::create(self.dir.join("influxd.log"))?;
-        let bin = std::env::var("TIDEMARK_INFLUXD").unwrap_or_else(|_| "influxd".into());
+        let bin = std::env::var("TEST_INFLUXD").unwrap_or_else(|_| "influxd".into());
         let child = Command::new(bin)
             .arg("run")
             .arg("-config")

@@ -1,5 +1,5 @@
 //! The events port conformance suites (`tidemark_events::conformance`) on the production
-//! engines: MariaDB for the summary tier (the machine's server, `TIDEMARK_TEST_MYSQL`; a
+//! engines: MariaDB for the summary tier (the machine's server, `TEST_MYSQL_URL`; a
 //! scratch database per test, dropped afterwards).
 
 use std::sync::Arc;

@@ -1,4 +1,4 @@
-//! The link-store conformance suite on MariaDB (the machine's server, `TIDEMARK_TEST_MYSQL`;
+//! The link-store conformance suite on MariaDB (the machine's server, `TEST_MYSQL_URL`;
 //! a scratch database per test), and the MariaDB-only promises: a lookup touches exactly one
 //! partition, rows are compressed.
 
