@@ -23,6 +23,7 @@ pub mod error;
 pub mod http;
 pub mod metrics;
 pub mod model;
+pub mod mysql;
 pub mod ports;
 pub mod reads;
 pub mod recovery;
