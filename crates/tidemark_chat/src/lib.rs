@@ -27,6 +27,7 @@ pub mod mysql;
 pub mod ports;
 pub mod reads;
 pub mod recovery;
+pub mod redis;
 pub mod service;
 pub mod sqlite;
 pub mod testing;

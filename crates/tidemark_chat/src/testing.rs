@@ -1,5 +1,6 @@
 //! Test wrappers around the ports (STYLE.md: counting, failing on demand), used by the fault
-//! tests of the archiver and available to any backend's conformance run.
+//! tests of the archiver and available to any backend's conformance run, and
+//! [`RedisServer`], a private durable `redis-server` for the Redis hot-store tests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -85,5 +86,94 @@ impl Archive for FaultyArchive {
     }
     async fn purge_expired(&self, now: i64, batch: usize) -> Result<usize> {
         self.inner.purge_expired(now, batch).await
+    }
+}
+
+/// A private `redis-server` (`/usr/bin/redis-server`, or `TIDEMARK_REDIS_SERVER`) on a free
+/// loopback port with its data in a temporary directory, configured as DESIGN.md
+/// "Durability" requires (`appendonly yes`, `appendfsync always`,
+/// `no-appendfsync-on-rewrite no`, no RDB snapshots). Killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<std::process::Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl RedisServer {
+    /// Starts one and waits (up to 10 s) until it answers `PING`. Errors: the binary is
+    /// missing, no free port, or it did not come up.
+    pub fn start() -> std::io::Result<Self> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")?
+            .local_addr()?
+            .port();
+        let mut server = Self {
+            child: None,
+            port,
+            dir: tempfile::tempdir()?,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let bin = std::env::var("TIDEMARK_REDIS_SERVER")
+            .unwrap_or_else(|_| "/usr/bin/redis-server".into());
+        let child = std::process::Command::new(bin)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .args(["--no-appendfsync-on-rewrite", "no", "--save", ""])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if self.pong() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Err(std::io::Error::other(format!(
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        )))
+    }
+
+    fn pong(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the server (no chance to flush anything beyond what `appendfsync always`
+    /// already made durable).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory (it replays its AOF).
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
     }
 }
