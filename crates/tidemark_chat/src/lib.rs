@@ -30,6 +30,7 @@ pub mod recovery;
 pub mod redis;
 pub mod service;
 pub mod sqlite;
+pub mod stores;
 pub mod testing;
 pub mod trimmer;
 

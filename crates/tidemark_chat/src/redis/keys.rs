@@ -130,7 +130,7 @@ mod tests {
             ("t:1{".into(), "c}9:".into(), "42".into())
         );
         assert!(split_member(b"9:ab").is_err());
-        assert!(k.conv().starts_with("{tm:") && k.conv().contains("}:c:3:t:1{4:c}9:"));
+        assert!(k.conv().starts_with("{tm:") && k.conv().contains("}:c:4:t:1{4:c}9:"));
     }
 
     #[test]

@@ -1,0 +1,155 @@
+//! Chat on its production engines, end to end through the real `tidemark serve`: a private
+//! durable `redis-server` as hot store (`chat.hot`), the machine's MariaDB (a scratch database)
+//! as archive (`chat.archive`), the SQLite outbox file the Redis hot store uses without a
+//! Kafka URL. Messages are sent, archived, trimmed from Redis and read back across both tiers.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{TestServer, all_messages, call, client, create_conversation, send};
+use tidemark_chat::mysql::MysqlArchive;
+use tidemark_chat::ports::{Archive, HotStore};
+use tidemark_chat::redis::RedisHot;
+use tidemark_chat::testing::RedisServer;
+use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
+
+const TENANT: &str = "demo";
+
+/// The value of a counter on `/metrics`.
+async fn metric(c: &reqwest::Client, s: &TestServer, name: &str) -> u64 {
+    let text = c
+        .get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    text.lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
+
+async fn production_server(redis: &RedisServer, mysql: &str) -> TestServer {
+    TestServer::start(&[
+        ("TIDEMARK_CHAT__HOT", &redis.url()),
+        ("TIDEMARK_CHAT__ARCHIVE", mysql),
+        ("TIDEMARK_CHAT__HOT_WINDOW", "1s"),
+        ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "200ms"),
+        ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms"),
+        ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms"),
+    ])
+    .await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_hot_and_mariadb_archive_send_archive_trim_and_read_back_across_tiers() {
+    let redis = RedisServer::start().unwrap();
+    let mysql = scratch_database(&test_server_url(), "tm_e2e_chat")
+        .await
+        .unwrap();
+    let server = production_server(&redis, &mysql).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["alice", "bob"]).await;
+
+    for i in 1..=300u64 {
+        let sender = if i % 2 == 1 { "alice" } else { "bob" };
+        let (st, ack) = send(
+            &c,
+            &server,
+            &cid,
+            sender,
+            &format!("k{i}"),
+            &format!("m{i}"),
+        )
+        .await;
+        assert_eq!(
+            (st, ack["conversation_seq"].as_u64()),
+            (201, Some(i)),
+            "{ack}"
+        );
+    }
+    let (st, retry) = send(&c, &server, &cid, "alice", "k5", "m5").await;
+    assert_eq!((st, retry["conversation_seq"].as_u64()), (200, Some(5)));
+
+    // Archived to MariaDB, then trimmed from Redis behind the watermark.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(&c, &server, "tidemark_chat_trimmed_total").await < 300 {
+        assert!(
+            Instant::now() < deadline,
+            "not all 300 messages were trimmed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let hot = RedisHot::connect(&redis.url(), 1).await.unwrap();
+    assert_eq!(hot.hot_len().await.unwrap(), 0);
+    let meta = hot.conversation(TENANT, &cid).await.unwrap().unwrap();
+    assert_eq!((meta.latest_seq, meta.floor), (300, 300));
+    let archive = MysqlArchive::connect(&mysql, 1).await.unwrap();
+    let index = archive
+        .index_range(TENANT, &cid, 1, 1_000, 0)
+        .await
+        .unwrap();
+    assert_eq!(index.len(), 300);
+    assert_eq!(
+        metric(&c, &server, "tidemark_chat_archived_records_total").await,
+        300
+    );
+
+    // One more message stays hot; a read spans both tiers.
+    let (st, ack) = send(&c, &server, &cid, "alice", "k301", "m301").await;
+    assert_eq!((st, ack["conversation_seq"].as_u64()), (201, Some(301)));
+    let (latest, all) = all_messages(&c, &server, &cid).await;
+    assert_eq!(latest, 301);
+    let got: Vec<(u64, String)> = all
+        .iter()
+        .map(|m| {
+            (
+                m["conversation_seq"].as_u64().unwrap(),
+                m["body"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let want: Vec<(u64, String)> = (1..=301).map(|i| (i, format!("m{i}"))).collect();
+    assert_eq!(got, want);
+    let (st, convs) = call(
+        &c,
+        reqwest::Method::GET,
+        &server.url("/v1/users/bob/conversations"),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(
+        (
+            convs["conversations"][0]["latest_seq"].as_u64(),
+            convs["conversations"][0]["unread"].as_u64()
+        ),
+        (Some(301), Some(151)),
+        "alice's 150 archived messages and 1 hot one"
+    );
+
+    drop(server);
+    archive.pool().close().await;
+    drop_database(&mysql).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_without_durable_aof_stops_the_server_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = TestServer::command(
+        dir.path(),
+        common::free_port(),
+        &[("TIDEMARK_CHAT__HOT".into(), "redis://127.0.0.1:6379".into())],
+    )
+    .stderr(std::process::Stdio::piped())
+    .output()
+    .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("appendonly is \"no\", Tidemark needs \"yes\""),
+        "{stderr}"
+    );
+}
