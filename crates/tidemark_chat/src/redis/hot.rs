@@ -98,6 +98,18 @@ fn seq_of(s: &str) -> Result<u64> {
 }
 
 impl RedisHot {
+    /// Every seq the hot tier holds for the conversation, RESERVED or COMMITTED, ascending (for
+    /// operators and tests; one `HKEYS`).
+    pub async fn held_seqs(&self, tenant: &str, conversation_id: &str) -> Result<Vec<u64>> {
+        let k = ConvKeys::new(tenant, conversation_id);
+        let mut seqs: Vec<u64> = redis::cmd("HKEYS")
+            .arg(k.messages())
+            .query_async(&mut self.conn())
+            .await?;
+        seqs.sort_unstable();
+        Ok(seqs)
+    }
+
     /// `ZCOUNT <queue> -inf <max>` of every shard in one round trip: the shards worth a script
     /// call.
     async fn busy_shards(&self, queue: &str, max: i64) -> Result<Vec<usize>> {
