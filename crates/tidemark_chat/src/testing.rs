@@ -1,6 +1,7 @@
 //! Test wrappers around the ports (STYLE.md: counting, failing on demand), used by the fault
 //! tests of the archiver and available to any backend's conformance run, and
-//! [`RedisServer`], a private durable `redis-server` for the Redis hot-store tests.
+//! [`RedisServer`], a private durable `redis-server` for the Redis hot-store tests, and
+//! [`KafkaBroker`], a private tansu broker for the Kafka-protocol outbox tests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -98,19 +99,24 @@ pub struct RedisServer {
     child: Option<std::process::Child>,
     port: u16,
     dir: tempfile::TempDir,
+    extra: Vec<String>,
 }
 
 impl RedisServer {
     /// Starts one and waits (up to 10 s) until it answers `PING`. Errors: the binary is
     /// missing, no free port, or it did not come up.
     pub fn start() -> std::io::Result<Self> {
-        let port = std::net::TcpListener::bind("127.0.0.1:0")?
-            .local_addr()?
-            .port();
+        Self::start_with(&[])
+    }
+
+    /// As [`RedisServer::start`], with `extra` arguments after the durable ones (the last
+    /// value of a setting wins: e.g. `["--appendfsync", "everysec"]` for a refusal test).
+    pub fn start_with(extra: &[&str]) -> std::io::Result<Self> {
         let mut server = Self {
             child: None,
-            port,
+            port: free_port()?,
             dir: tempfile::tempdir()?,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
         };
         server.spawn()?;
         Ok(server)
@@ -125,6 +131,7 @@ impl RedisServer {
             .arg(self.dir.path())
             .args(["--appendonly", "yes", "--appendfsync", "always"])
             .args(["--no-appendfsync-on-rewrite", "no", "--save", ""])
+            .args(&self.extra)
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()?;
@@ -173,6 +180,96 @@ impl RedisServer {
 }
 
 impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A free loopback port (bound, then released).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A private tansu broker (Kafka protocol; `TIDEMARK_TANSU`, else `~/.cargo/bin/tansu`, else
+/// `tansu` on `PATH`; `scripts/test` installs it) on a free loopback port with in-memory storage.
+/// Killed on drop.
+#[derive(Debug)]
+pub struct KafkaBroker {
+    child: Option<std::process::Child>,
+    port: u16,
+}
+
+impl KafkaBroker {
+    /// Starts one and waits (up to 20 s) until it accepts connections. Errors: tansu is not
+    /// installed (the message says how to install it), or it did not come up.
+    pub fn start() -> std::io::Result<Self> {
+        let mut broker = Self {
+            child: None,
+            port: free_port()?,
+        };
+        broker.spawn()?;
+        Ok(broker)
+    }
+
+    fn binary() -> std::path::PathBuf {
+        if let Ok(p) = std::env::var("TIDEMARK_TANSU") {
+            return p.into();
+        }
+        let home = std::env::var("HOME").unwrap_or_default();
+        let cargo = std::path::Path::new(&home).join(".cargo/bin/tansu");
+        if cargo.exists() {
+            cargo
+        } else {
+            "tansu".into()
+        }
+    }
+
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let listener = format!("tcp://127.0.0.1:{}", self.port);
+        let child = std::process::Command::new(Self::binary())
+            .args(["broker", "--listener-url", &listener])
+            .args(["--advertised-listener-url", &listener])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                std::io::Error::other(format!(
+                    "starting tansu ({e}); install it with \
+                     `cargo install tansu --locked --features dynostore` or run scripts/test"
+                ))
+            })?;
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Err(std::io::Error::other(format!(
+            "tansu on port {} did not accept connections within 20 s",
+            self.port
+        )))
+    }
+
+    /// `kafka://127.0.0.1:<port>/<topic>`.
+    pub fn url(&self, topic: &str) -> String {
+        format!("kafka://127.0.0.1:{}/{topic}", self.port)
+    }
+
+    /// Kills the broker (SIGKILL); its in-memory log is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for KafkaBroker {
     fn drop(&mut self) {
         self.kill();
     }

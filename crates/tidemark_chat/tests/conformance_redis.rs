@@ -41,6 +41,30 @@ async fn a_redis_without_durable_aof_is_refused() {
     );
 }
 
+/// Each of the three settings is checked on its own: a private server that is durable but for
+/// one setting is refused, naming that setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_durability_setting_is_checked() {
+    for (args, setting, value) in [
+        (["--appendfsync", "everysec"], "appendfsync", "everysec"),
+        (
+            ["--no-appendfsync-on-rewrite", "yes"],
+            "no-appendfsync-on-rewrite",
+            "yes",
+        ),
+    ] {
+        let server = RedisServer::start_with(&args).unwrap();
+        match RedisHot::connect(&server.url(), 1).await.unwrap_err() {
+            ChatError::NotDurable {
+                setting: s,
+                value: v,
+                ..
+            } => assert_eq!((s.as_str(), v.as_str()), (setting, value)),
+            other => panic!("expected NotDurable, got {other:?}"),
+        }
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_bad_url_or_a_down_server_is_a_clear_error() {
     let err = RedisHot::connect("http://x", 1).await.unwrap_err();
