@@ -21,6 +21,7 @@ pub mod config;
 pub mod conformance;
 pub mod error;
 pub mod http;
+pub mod kafka;
 pub mod metrics;
 pub mod model;
 pub mod mysql;

@@ -21,6 +21,7 @@ use std::sync::Arc;
 use crate::commit::CommitPath;
 use crate::config::{ChatConfig, ChatMode};
 use crate::error::{ChatError, Result};
+use crate::kafka::KafkaOutbox;
 use crate::mysql::MysqlArchive;
 use crate::ports::{Archive, HotStore, Outbox};
 use crate::redis::RedisHot;
@@ -86,11 +87,6 @@ impl ChatStores {
             }
             (_, true) => Some(Arc::new(SqliteArchive::open(&chat_dir.join("archive.db"))?)),
         };
-        let kafka = |url: &str| -> Result<Arc<dyn Outbox>> {
-            Err(ChatError::Invalid(format!(
-                "chat.outbox = {url:?}: the Kafka-protocol outbox is not built yet; use \"sqlite\""
-            )))
-        };
         match hot {
             Engine::Redis(url) => {
                 if !tiered {
@@ -103,7 +99,7 @@ impl ChatStores {
                 let hot: Arc<dyn HotStore> =
                     Arc::new(RedisHot::connect(&url, cfg.redis_pool).await?);
                 let outbox: Arc<dyn Outbox> = match &outbox {
-                    Engine::Kafka(url) => kafka(url)?,
+                    Engine::Kafka(url) => Arc::new(KafkaOutbox::connect(url).await?),
                     _ => Arc::new(SqliteHot::open(
                         &chat_dir.join("outbox.db"),
                         cfg.commit_batch_max,
@@ -127,7 +123,7 @@ impl ChatStores {
                 let hot: Arc<dyn HotStore> = Arc::clone(&sqlite) as _;
                 let (commit_path, outbox) = match (&outbox, tiered) {
                     (Engine::Kafka(url), true) => {
-                        let outbox = kafka(url)?;
+                        let outbox: Arc<dyn Outbox> = Arc::new(KafkaOutbox::connect(url).await?);
                         (
                             CommitPath::Staged {
                                 hot: Arc::clone(&hot),

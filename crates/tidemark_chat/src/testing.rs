@@ -260,6 +260,34 @@ impl KafkaBroker {
         format!("kafka://127.0.0.1:{}/{topic}", self.port)
     }
 
+    /// Freezes the broker (SIGSTOP): connections stay open, nothing is answered — a broker
+    /// that is down as far as clients can tell, which [`KafkaBroker::resume`] brings back with
+    /// its log intact.
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Thaws a paused broker (SIGCONT).
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, sig: &str) -> std::io::Result<()> {
+        let pid = self
+            .child
+            .as_ref()
+            .map(|c| c.id().to_string())
+            .ok_or_else(|| std::io::Error::other("the broker is not running"))?;
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("kill {sig} {pid}: {status}")))
+        }
+    }
+
     /// Kills the broker (SIGKILL); its in-memory log is gone.
     pub fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
