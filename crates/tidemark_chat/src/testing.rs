@@ -302,3 +302,99 @@ impl Drop for KafkaBroker {
         self.kill();
     }
 }
+
+/// A private MariaDB server (`mariadb-install-db` + `mariadbd`, `TIDEMARK_MARIADBD_DIR` for
+/// another bin directory) on a free loopback port with its data in a temporary directory, for
+/// fault tests that must stop the archive's server (the machine's shared MariaDB is never
+/// stopped). Killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct MariadbServer {
+    child: Option<std::process::Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl MariadbServer {
+    /// Initialises a data directory and starts the server; waits (up to 30 s) until it accepts
+    /// connections. Errors: the binaries are missing or it did not come up.
+    pub fn start() -> std::io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let status = std::process::Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .args([
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!(
+                "mariadb-install-db failed: {status}"
+            )));
+        }
+        let mut server = Self {
+            child: None,
+            port: free_port()?,
+            dir,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let bin = std::env::var("TIDEMARK_MARIADBD_DIR").unwrap_or_else(|_| "/usr/sbin".into());
+        let data = self.dir.path().join("data");
+        let child = std::process::Command::new(std::path::Path::new(&bin).join("mariadbd"))
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!(
+                "--socket={}",
+                self.dir.path().join("s.sock").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .args(["--bind-address=127.0.0.1", "--user=root", "--skip-log-bin"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Err(std::io::Error::other(format!(
+            "mariadbd on port {} did not accept connections within 30 s",
+            self.port
+        )))
+    }
+
+    /// `mysql://root@127.0.0.1:<port>/<database>`.
+    pub fn url(&self, database: &str) -> String {
+        format!("mysql://root@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// SIGKILLs the server.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and data directory (InnoDB recovers).
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for MariadbServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}

@@ -31,7 +31,7 @@ use tidemark_chat::reads::Anchor;
 use tidemark_chat::redis::RedisHot;
 use tidemark_chat::service::NewConversation;
 use tidemark_chat::sqlite::{SqliteArchive, SqliteHot};
-use tidemark_chat::testing::{FaultyArchive, RedisServer};
+use tidemark_chat::testing::{FaultyArchive, MariadbServer, RedisServer};
 use tidemark_chat::trimmer::{TrimOutcome, Trimmer};
 use tidemark_chat::{ChatConfig, ChatService, ChatStores};
 use tidemark_core::clock::{ManualClock, SharedClock};
@@ -100,10 +100,15 @@ pub struct Production {
     pub mysql: String,
     /// A pool on it, to look behind the archive's back.
     pub pool: MySqlPool,
+    /// The private MariaDB server the database lives on, if not the machine's shared one.
+    pub mariadb: Option<std::sync::Mutex<MariadbServer>>,
 }
 
 impl Drop for Production {
     fn drop(&mut self) {
+        if self.mariadb.is_some() {
+            return; // the private server and its data directory go with it
+        }
         // Drop is not async: drop the scratch database from a thread of its own.
         let url = self.mysql.clone();
         let _ = std::thread::spawn(move || {
@@ -156,7 +161,12 @@ impl Harness {
         let pool = tidemark_core::mysql::connect(&mysql, 2)
             .await
             .expect("mysql pool");
-        let production = Arc::new(Production { redis, mysql, pool });
+        let production = Arc::new(Production {
+            redis,
+            mysql,
+            pool,
+            mariadb: None,
+        });
         Self::open(
             tempfile::tempdir().expect("tempdir"),
             Arc::new(ManualClock::new(START_MS)),
@@ -164,6 +174,52 @@ impl Harness {
             ArchiveWiring::Production(production),
         )
         .await
+    }
+
+    /// As [`Harness::production`], but the archive lives on a private MariaDB server that the
+    /// test may kill and restart ([`Harness::kill_mariadb`], [`Harness::restart_mariadb`]).
+    pub async fn production_with_private_mariadb(cfg: ChatConfig) -> Self {
+        let redis = RedisServer::start().expect("start redis-server");
+        let mariadb = MariadbServer::start().expect("start a private mariadbd");
+        let mysql = mariadb.url("tidemark");
+        let pool = tidemark_core::mysql::connect(&mysql, 2)
+            .await
+            .expect("mysql pool");
+        let production = Arc::new(Production {
+            redis,
+            mysql,
+            pool,
+            mariadb: Some(std::sync::Mutex::new(mariadb)),
+        });
+        Self::open(
+            tempfile::tempdir().expect("tempdir"),
+            Arc::new(ManualClock::new(START_MS)),
+            cfg,
+            ArchiveWiring::Production(production),
+        )
+        .await
+    }
+
+    fn private_mariadb(&self) -> std::sync::MutexGuard<'_, MariadbServer> {
+        match &self.wiring {
+            ArchiveWiring::Production(p) => p
+                .mariadb
+                .as_ref()
+                .expect("a harness with a private MariaDB")
+                .lock()
+                .expect("mariadb lock"),
+            _ => panic!("a harness with a private MariaDB"),
+        }
+    }
+
+    /// SIGKILLs the private MariaDB server.
+    pub fn kill_mariadb(&self) {
+        self.private_mariadb().kill();
+    }
+
+    /// Restarts the private MariaDB server on its data directory.
+    pub fn restart_mariadb(&self) {
+        self.private_mariadb().restart().expect("restart mariadbd");
     }
 
     /// Runs `scenario` on the embedded backends, then on the production ones.
