@@ -199,3 +199,121 @@ async fn a_redis_without_durable_aof_stops_the_server_at_start() {
         "{stderr}"
     );
 }
+
+/// `kill -9` of tidemark between reserve and outbox append: the broker is frozen, so three
+/// sends reserve their seqs in Redis and then wait on the produce; tidemark is killed, the broker
+/// thawed and tidemark started again on the same stores. The recovery worker publishes the
+/// RESERVED records (any that reached the broker before the kill are in the outbox twice,
+/// which is harmless): every message is committed and archived exactly once, and the clients'
+/// retries get the recovered seqs.
+///
+/// Ignored: against tansu 0.6 (in-memory storage) this scenario does not come out clean, and
+/// the failures were traced to the broker, not to the recovery path: with an idempotent
+/// producer the restarted process's records were acknowledged but never appended (hence
+/// `?idempotence=false` for tansu); without it, the restarted archiver's fetches at the offsets
+/// the dead process's late-delivered batch occupies return nothing, so the archiver stalls
+/// (safely: nothing is trimmed, the lag grows). Run it against Kafka or Redpanda with
+/// `--ignored` once one is available to the tests.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "tansu 0.6 loses or withholds records in this scenario; see the doc comment"]
+async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exactly_once() {
+    let redis = RedisServer::start().unwrap();
+    let broker = KafkaBroker::start().unwrap();
+    let mysql = scratch_database(&test_server_url(), "tm_e2e_chat_crash")
+        .await
+        .unwrap();
+    let mut server = production_server(&redis, &mysql, &broker.url("tidemark.chat.outbox")).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["alice", "bob"]).await;
+    for i in 1..=5u64 {
+        let (st, ack) = send(&c, &server, &cid, "alice", &format!("k{i}"), "before").await;
+        assert_eq!((st, ack["conversation_seq"].as_u64()), (201, Some(i)));
+    }
+
+    broker.pause().unwrap();
+    let mut in_flight = Vec::new();
+    for key in ["ka", "kb", "kc"] {
+        let (c, url, cid) = (c.clone(), server.url(""), cid.clone());
+        in_flight.push(tokio::spawn(async move {
+            let _ = c
+                .post(format!("{url}/v1/conversations/{cid}/messages"))
+                .bearer_auth(common::KEY)
+                .json(&serde_json::json!({"client_msg_id": key, "sender": "bob", "body": key}))
+                .send()
+                .await;
+        }));
+    }
+    let hot = RedisHot::connect(&redis.url(), 1).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while hot
+        .conversation(TENANT, &cid)
+        .await
+        .unwrap()
+        .unwrap()
+        .latest_seq
+        < 8
+    {
+        assert!(Instant::now() < deadline, "the three sends did not reserve");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert_eq!(
+        hot.held_seqs(TENANT, &cid).await.unwrap(),
+        (1..=8).collect::<Vec<u64>>()
+    );
+    server.kill9();
+    for t in in_flight {
+        t.await.unwrap();
+    }
+    // Thaw the broker and let it finish what the dead process had sent before tidemark comes
+    // back (tansu 0.6 with in-memory storage was seen to lose records when two producers
+    // appended at once).
+    broker.resume().unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    server.spawn().await;
+
+    // Recovery (window 200 ms) commits 6..=8; the archiver archives everything once.
+    let archive = MysqlArchive::connect(&mysql, 1).await.unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while archive
+        .index_range(TENANT, &cid, 1, 100, 0)
+        .await
+        .unwrap()
+        .len()
+        < 8
+    {
+        assert!(
+            Instant::now() < deadline,
+            "recovered messages were not archived"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let (latest, all) = all_messages(&c, &server, &cid).await;
+    let got: Vec<u64> = all
+        .iter()
+        .map(|m| m["conversation_seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!((latest, got), (8, (1..=8).collect::<Vec<u64>>()));
+    let mut recovered: Vec<(String, u64)> = Vec::new();
+    for key in ["ka", "kb", "kc"] {
+        let (st, ack) = send(&c, &server, &cid, "bob", key, key).await;
+        assert_eq!(st, 200, "{ack}");
+        recovered.push((key.to_owned(), ack["conversation_seq"].as_u64().unwrap()));
+    }
+    let mut seqs: Vec<u64> = recovered.iter().map(|(_, s)| *s).collect();
+    seqs.sort_unstable();
+    assert_eq!(seqs, vec![6, 7, 8]);
+    for (key, seq) in &recovered {
+        assert_eq!(all[*seq as usize - 1]["body"].as_str(), Some(key.as_str()));
+    }
+    assert_eq!(
+        archive
+            .index_range(TENANT, &cid, 1, 100, 0)
+            .await
+            .unwrap()
+            .len(),
+        8
+    );
+    drop(server);
+    archive.pool().close().await;
+    drop_database(&mysql).await.unwrap();
+}

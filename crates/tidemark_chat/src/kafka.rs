@@ -59,12 +59,26 @@ fn unavailable(what: &str, e: impl std::fmt::Display) -> ChatError {
     ChatError::Unavailable(format!("kafka {what}: {e}"))
 }
 
-/// `kafka://host:port[,host:port…]/topic` → `(bootstrap servers, topic)`.
-pub fn parse_url(url: &str) -> Result<(String, String)> {
+/// A parsed outbox URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaUrl {
+    /// Bootstrap servers (`host:port[,host:port…]`).
+    pub brokers: String,
+    /// The topic.
+    pub topic: String,
+    /// Whether the producer is idempotent (default; `?idempotence=false` turns it off for a
+    /// broker whose idempotence cannot be trusted, see [`new_producer`]).
+    pub idempotence: bool,
+}
+
+/// Parses `kafka://host:port[,host:port…]/topic[?idempotence=false]`. Errors:
+/// [`ChatError::Invalid`] naming what is wrong.
+pub fn parse_url(url: &str) -> Result<KafkaUrl> {
     let bad = |why: &str| ChatError::Invalid(format!("bad Kafka URL {url:?}: {why}"));
     let rest = url
         .strip_prefix("kafka://")
         .ok_or_else(|| bad("the scheme must be kafka://"))?;
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
     let (brokers, topic) = rest
         .split_once('/')
         .ok_or_else(|| bad("the path must name the topic"))?;
@@ -79,11 +93,21 @@ pub fn parse_url(url: &str) -> Result<(String, String)> {
     {
         return Err(bad("the topic must be 1-249 characters of [A-Za-z0-9._-]"));
     }
-    Ok((brokers.to_owned(), topic.to_owned()))
+    let idempotence = match query {
+        "" | "idempotence=true" => true,
+        "idempotence=false" => false,
+        _ => return Err(bad("the only option is ?idempotence=true|false")),
+    };
+    Ok(KafkaUrl {
+        brokers: brokers.to_owned(),
+        topic: topic.to_owned(),
+        idempotence,
+    })
 }
 
 /// The reader's state: the consumer and the offset its assignment will deliver next.
 struct Reader {
+    brokers: String,
     consumer: BaseConsumer,
     next: Option<i64>,
 }
@@ -92,6 +116,7 @@ struct Reader {
 pub struct KafkaOutbox {
     brokers: String,
     topic: String,
+    idempotence: bool,
     /// Replaced when librdkafka declares it fatally failed (see [`KafkaOutbox::append`]).
     producer: RwLock<FutureProducer>,
     reader: Arc<Mutex<Reader>>,
@@ -133,7 +158,11 @@ impl KafkaOutbox {
     /// for a bad URL or a topic with several partitions, [`ChatError::Unavailable`] when the
     /// broker does not answer within 5 s.
     pub async fn connect(url: &str) -> Result<Self> {
-        let (brokers, topic) = parse_url(url)?;
+        let KafkaUrl {
+            brokers,
+            topic,
+            idempotence,
+        } = parse_url(url)?;
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &brokers)
             .create()
@@ -152,7 +181,7 @@ impl KafkaOutbox {
                 Err((t, code)) => return Err(unavailable(&format!("create topic {t}"), code)),
             }
         }
-        let producer = new_producer(&brokers)?;
+        let producer = new_producer(&brokers, idempotence)?;
         let reader = consumer(&brokers, "tidemark.outbox-reader")?;
         let partitions = {
             let t = topic.clone();
@@ -172,10 +201,12 @@ impl KafkaOutbox {
             )));
         }
         let outbox = Self {
-            brokers,
+            brokers: brokers.clone(),
             topic,
+            idempotence,
             producer: RwLock::new(producer),
             reader: Arc::new(Mutex::new(Reader {
+                brokers: brokers.clone(),
                 consumer: reader,
                 next: None,
             })),
@@ -217,11 +248,24 @@ impl KafkaOutbox {
     }
 }
 
-/// The idempotent producer: `acks=all`, 5 s delivery timeout, 1 ms linger.
-fn new_producer(brokers: &str) -> Result<FutureProducer> {
+/// The producer: `acks=all`, 5 s delivery timeout, 1 ms linger, a `client.id` of its own
+/// (`tidemark-outbox-<uuid v7>`), idempotent unless the URL says `?idempotence=false`.
+///
+/// Seen against tansu 0.6 (the test broker): after `kill -9` of tidemark, the restarted
+/// process's idempotent producer had records acknowledged (`acks=all`) that never reached the
+/// log — the broker took them for duplicates of the dead producer's — and the archiver then let
+/// the trimmer delete them from Redis: acknowledged messages lost. A broker whose idempotence
+/// cannot be trusted must run with `?idempotence=false`: the outbox tolerates duplicates
+/// (DESIGN.md: the archiver's inserts are idempotent), so retries without idempotence are safe.
+/// The tests against tansu do so; Kafka and Redpanda keep the default.
+pub fn new_producer(brokers: &str, idempotence: bool) -> Result<FutureProducer> {
     ClientConfig::new()
         .set("bootstrap.servers", brokers)
-        .set("enable.idempotence", "true")
+        .set(
+            "client.id",
+            format!("tidemark-outbox-{}", uuid::Uuid::now_v7()),
+        )
+        .set("enable.idempotence", idempotence.to_string())
         .set("acks", "all")
         .set("linger.ms", "1")
         .set("message.timeout.ms", TIMEOUT.as_millis().to_string())
@@ -242,8 +286,36 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| ChatError::Unavailable(format!("kafka worker: {e}")))?
 }
 
-/// Reads up to `max` records from `from` on (below `high`), reassigning only when the reader is
-/// not already positioned at `from`.
+/// Positions the reader at `from` with a fresh consumer assigned there. (Moving a long-lived
+/// consumer with `assign` or `seek` was seen to keep delivering from its old fetch position on
+/// tansu; a fresh consumer starts where it is told. Re-positioning is rare: the archiver reads
+/// on from where it stopped.)
+fn position_at(reader: &mut Reader, topic: &str, from: i64) -> Result<()> {
+    reader.consumer = consumer(&reader.brokers, "tidemark.outbox-reader")?;
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, PARTITION, Offset::Offset(from))
+        .map_err(|e| unavailable("assign", e))?;
+    reader
+        .consumer
+        .assign(&tpl)
+        .map_err(|e| unavailable("assign", e))?;
+    reader.next = Some(from);
+    Ok(())
+}
+
+/// How far back a read that found nothing below the high watermark starts again.
+const REREAD: i64 = 1000;
+
+/// How often a read re-positions after a message beyond the expected offset before it gives up.
+const MAX_REPOSITIONS: usize = 3;
+
+/// Reads up to `max` records from `from` on (below `high`), re-positioning only when the reader
+/// is not already at `from`. Offsets must follow each other without a gap (this outbox writes
+/// no transactions and no compaction runs on it): a message below the expected offset is a
+/// leftover of an earlier position and is skipped; one above it makes the reader re-position at
+/// the expected offset, and after [`MAX_REPOSITIONS`] the read fails (retryable) rather than
+/// skipping a record — the archiver would otherwise store a position past a record it never
+/// wrote, and the trimmer would delete it from the hot tier.
 fn read(
     reader: &mut Reader,
     topic: &str,
@@ -252,18 +324,23 @@ fn read(
     max: usize,
 ) -> Result<Vec<(u64, MessageRecord)>> {
     if reader.next != Some(from) {
-        let mut tpl = TopicPartitionList::new();
-        tpl.add_partition_offset(topic, PARTITION, Offset::Offset(from))
-            .map_err(|e| unavailable("assign", e))?;
-        reader
-            .consumer
-            .assign(&tpl)
-            .map_err(|e| unavailable("assign", e))?;
-        reader.next = Some(from);
+        position_at(reader, topic, from)?;
     }
+    read_positioned(reader, topic, from, high, max)
+}
+
+/// [`read`] once the reader is positioned at or below `from`.
+fn read_positioned(
+    reader: &mut Reader,
+    topic: &str,
+    from: i64,
+    high: i64,
+    max: usize,
+) -> Result<Vec<(u64, MessageRecord)>> {
     let deadline = std::time::Instant::now() + TIMEOUT;
     let mut out = Vec::new();
     let mut next = from;
+    let mut repositions = 0;
     while out.len() < max && next < high && std::time::Instant::now() < deadline {
         match reader.consumer.poll(Duration::from_millis(100)) {
             None => {}
@@ -274,6 +351,21 @@ fn read(
             }
             Some(Ok(msg)) => {
                 let offset = msg.offset();
+                if offset < next {
+                    continue;
+                }
+                if offset > next {
+                    repositions += 1;
+                    if repositions > MAX_REPOSITIONS {
+                        reader.next = None;
+                        return Err(ChatError::Unavailable(format!(
+                            "kafka fetch: expected offset {next} of {topic}, the broker keeps \
+                             answering {offset}"
+                        )));
+                    }
+                    position_at(reader, topic, next)?;
+                    continue;
+                }
                 let payload = msg.payload().unwrap_or_default();
                 let record: MessageRecord = serde_json::from_slice(payload).map_err(|e| {
                     ChatError::Corrupt(format!("outbox {topic} offset {offset}: {e}"))
@@ -333,7 +425,7 @@ impl Outbox for KafkaOutbox {
         );
         if fenced || producer.client().fatal_error().is_some() {
             tracing::warn!(%error, "kafka producer can no longer produce; replacing it");
-            let fresh = new_producer(&self.brokers)?;
+            let fresh = new_producer(&self.brokers, self.idempotence)?;
             if let Ok(mut p) = self.producer.write() {
                 *p = fresh;
             }
@@ -382,7 +474,15 @@ impl Outbox for KafkaOutbox {
             if from >= high || max == 0 {
                 return Ok(Vec::new());
             }
-            read(&mut reader, &topic, from, high, max)
+            let batch = read(&mut reader, &topic, from, high, max)?;
+            if !batch.is_empty() {
+                return Ok(batch);
+            }
+            // Nothing below `high`: tansu 0.6 was seen to answer a fetch at an offset inside a
+            // record batch with nothing. Read again from up to REREAD offsets earlier (what lies
+            // below `from` is skipped).
+            position_at(&mut reader, &topic, (from - REREAD).max(low))?;
+            read_positioned(&mut reader, &topic, from, high, max)
         })
         .await
     }
@@ -458,13 +558,23 @@ mod tests {
     fn urls_name_brokers_and_one_topic() {
         assert_eq!(
             parse_url("kafka://127.0.0.1:9092/tidemark.chat.outbox").unwrap(),
-            ("127.0.0.1:9092".into(), "tidemark.chat.outbox".into())
+            KafkaUrl {
+                brokers: "127.0.0.1:9092".into(),
+                topic: "tidemark.chat.outbox".into(),
+                idempotence: true
+            }
+        );
+        assert!(
+            !parse_url("kafka://h:1/t?idempotence=false")
+                .unwrap()
+                .idempotence
         );
         for bad in [
             "http://x/y",
             "kafka://127.0.0.1:9092",
             "kafka:///t",
             "kafka://h:1/a b",
+            "kafka://h:1/t?acks=1",
         ] {
             assert!(
                 matches!(parse_url(bad), Err(ChatError::Invalid(_))),
