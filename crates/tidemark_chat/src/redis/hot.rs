@@ -154,7 +154,6 @@ impl RedisHot {
             inv.arg(max).arg(left).arg(&prefix);
             let reply: Value = inv.invoke_async(&mut self.conn()).await?;
             let taken = match &reply {
-                Value::Array(items) if queue == "rsv" => items.len() / 2,
                 Value::Array(items) => items.len(),
                 other => int(other)? as usize,
             };
