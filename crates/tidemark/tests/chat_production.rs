@@ -207,15 +207,11 @@ async fn a_redis_without_durable_aof_stops_the_server_at_start() {
 /// which is harmless): every message is committed and archived exactly once, and the clients'
 /// retries get the recovered seqs.
 ///
-/// Ignored: against tansu 0.6 (in-memory storage) this scenario does not come out clean, and
-/// the failures were traced to the broker, not to the recovery path: with an idempotent
-/// producer the restarted process's records were acknowledged but never appended (hence
-/// `?idempotence=false` for tansu); without it, the restarted archiver's fetches at the offsets
-/// the dead process's late-delivered batch occupies return nothing, so the archiver stalls
-/// (safely: nothing is trimmed, the lag grows). Run it against Kafka or Redpanda with
-/// `--ignored` once one is available to the tests.
+/// This test found two defects on the way, both now covered: tansu 0.6 acknowledged records of
+/// a restarted idempotent producer without appending them (so the tests run tansu with
+/// `?idempotence=false`), and the outbox reader took the next record batch for the offset it
+/// asked for when a fetch started inside a batch (`tests/kafka_restart.rs` in tidemark_chat).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "tansu 0.6 loses or withholds records in this scenario; see the doc comment"]
 async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exactly_once() {
     let redis = RedisServer::start().unwrap();
     let broker = KafkaBroker::start().unwrap();

@@ -107,7 +107,6 @@ pub fn parse_url(url: &str) -> Result<KafkaUrl> {
 
 /// The reader's state: the consumer and the offset its assignment will deliver next.
 struct Reader {
-    brokers: String,
     consumer: BaseConsumer,
     next: Option<i64>,
 }
@@ -206,7 +205,6 @@ impl KafkaOutbox {
             idempotence,
             producer: RwLock::new(producer),
             reader: Arc::new(Mutex::new(Reader {
-                brokers: brokers.clone(),
                 consumer: reader,
                 next: None,
             })),
@@ -286,12 +284,16 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
         .map_err(|e| ChatError::Unavailable(format!("kafka worker: {e}")))?
 }
 
-/// Positions the reader at `from` with a fresh consumer assigned there. (Moving a long-lived
-/// consumer with `assign` or `seek` was seen to keep delivering from its old fetch position on
-/// tansu; a fresh consumer starts where it is told. Re-positioning is rare: the archiver reads
-/// on from where it stopped.)
+/// Positions the reader at `from`: `unassign`, then `assign` at the offset. (A second `assign`
+/// over a live assignment, or a `seek`, was seen to keep delivering from the old fetch position
+/// on tansu; replacing the consumer instead hung in its close.)
 fn position_at(reader: &mut Reader, topic: &str, from: i64) -> Result<()> {
-    reader.consumer = consumer(&reader.brokers, "tidemark.outbox-reader")?;
+    if reader.next.is_some() {
+        reader
+            .consumer
+            .unassign()
+            .map_err(|e| unavailable("unassign", e))?;
+    }
     let mut tpl = TopicPartitionList::new();
     tpl.add_partition_offset(topic, PARTITION, Offset::Offset(from))
         .map_err(|e| unavailable("assign", e))?;
@@ -303,48 +305,53 @@ fn position_at(reader: &mut Reader, topic: &str, from: i64) -> Result<()> {
     Ok(())
 }
 
-/// How far back a read that found nothing below the high watermark starts again.
-const REREAD: i64 = 1000;
-
-/// How often a read re-positions after a message beyond the expected offset before it gives up.
-const MAX_REPOSITIONS: usize = 3;
+/// How often a read steps back before it gives up (the step grows 8, 64, 512, … offsets).
+const MAX_STEPS_BACK: u32 = 6;
 
 /// Reads up to `max` records from `from` on (below `high`), re-positioning only when the reader
-/// is not already at `from`. Offsets must follow each other without a gap (this outbox writes
-/// no transactions and no compaction runs on it): a message below the expected offset is a
-/// leftover of an earlier position and is skipped; one above it makes the reader re-position at
-/// the expected offset, and after [`MAX_REPOSITIONS`] the read fails (retryable) rather than
-/// skipping a record — the archiver would otherwise store a position past a record it never
-/// wrote, and the trimmer would delete it from the hot tier.
+/// is not already at `from`.
+///
+/// Offsets must follow each other without a gap (this outbox writes no transactions and no
+/// compaction runs on it). A message below the expected offset is skipped. A message above it,
+/// or the end of the partition below `high`, means the broker answered a fetch at an offset
+/// inside a record batch with the next batch or nothing (seen on tansu 0.6): the reader steps
+/// back (8, 64, 512, … offsets, never below `low`) and skips forward to the expected offset.
+/// After [`MAX_STEPS_BACK`] the read fails (retryable) rather than skipping a record: the
+/// archiver would otherwise store a position past a record it never wrote, and the trimmer
+/// would delete that record from the hot tier.
 fn read(
     reader: &mut Reader,
     topic: &str,
     from: i64,
-    high: i64,
+    (low, high): (i64, i64),
     max: usize,
 ) -> Result<Vec<(u64, MessageRecord)>> {
     if reader.next != Some(from) {
         position_at(reader, topic, from)?;
     }
-    read_positioned(reader, topic, from, high, max)
-}
-
-/// [`read`] once the reader is positioned at or below `from`.
-fn read_positioned(
-    reader: &mut Reader,
-    topic: &str,
-    from: i64,
-    high: i64,
-    max: usize,
-) -> Result<Vec<(u64, MessageRecord)>> {
     let deadline = std::time::Instant::now() + TIMEOUT;
     let mut out = Vec::new();
     let mut next = from;
-    let mut repositions = 0;
+    let mut steps_back = 0;
+    let mut step_back = |reader: &mut Reader, next: i64, seen: String| -> Result<()> {
+        steps_back += 1;
+        if steps_back > MAX_STEPS_BACK {
+            reader.next = None;
+            return Err(ChatError::Unavailable(format!(
+                "kafka fetch: expected offset {next} of {topic}, the broker answers {seen}"
+            )));
+        }
+        let back = 8i64 << (3 * (steps_back - 1));
+        position_at(reader, topic, next.saturating_sub(back).max(low))?;
+        reader.next = None; // the consumer is below `next` until it has skipped forward
+        Ok(())
+    };
     while out.len() < max && next < high && std::time::Instant::now() < deadline {
         match reader.consumer.poll(Duration::from_millis(100)) {
             None => {}
-            Some(Err(KafkaError::PartitionEOF(_))) => break,
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                step_back(reader, next, "end of partition".into())?;
+            }
             Some(Err(e)) => {
                 reader.next = None;
                 return Err(unavailable("fetch", e));
@@ -355,15 +362,7 @@ fn read_positioned(
                     continue;
                 }
                 if offset > next {
-                    repositions += 1;
-                    if repositions > MAX_REPOSITIONS {
-                        reader.next = None;
-                        return Err(ChatError::Unavailable(format!(
-                            "kafka fetch: expected offset {next} of {topic}, the broker keeps \
-                             answering {offset}"
-                        )));
-                    }
-                    position_at(reader, topic, next)?;
+                    step_back(reader, next, format!("offset {offset}"))?;
                     continue;
                 }
                 let payload = msg.payload().unwrap_or_default();
@@ -371,11 +370,11 @@ fn read_positioned(
                     ChatError::Corrupt(format!("outbox {topic} offset {offset}: {e}"))
                 })?;
                 next = offset + 1;
+                reader.next = Some(next);
                 out.push((offset as u64, record));
             }
         }
     }
-    reader.next = Some(next);
     Ok(out)
 }
 
@@ -474,15 +473,7 @@ impl Outbox for KafkaOutbox {
             if from >= high || max == 0 {
                 return Ok(Vec::new());
             }
-            let batch = read(&mut reader, &topic, from, high, max)?;
-            if !batch.is_empty() {
-                return Ok(batch);
-            }
-            // Nothing below `high`: tansu 0.6 was seen to answer a fetch at an offset inside a
-            // record batch with nothing. Read again from up to REREAD offsets earlier (what lies
-            // below `from` is skipped).
-            position_at(&mut reader, &topic, (from - REREAD).max(low))?;
-            read_positioned(&mut reader, &topic, from, high, max)
+            read(&mut reader, &topic, from, (low, high), max)
         })
         .await
     }
