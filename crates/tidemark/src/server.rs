@@ -46,7 +46,7 @@ pub async fn run(
     let clock: SharedClock = Arc::new(SystemClock);
     let registry = Registry::new();
     let chat_metrics = ChatMetrics::register(&registry)?;
-    let stores = ChatStores::open_embedded(&config.data_dir, &config.chat)?;
+    let stores = ChatStores::open(&config.data_dir, &config.chat).await?;
     let chat = ChatService::new(
         stores,
         Arc::clone(&clock),

@@ -1,8 +1,11 @@
 //! The archiver (DESIGN.md part A "Archiver", seed 000 decision 2).
 //!
-//! Consumes the outbox with its own position, stored through [`Outbox::store_position`] (for
-//! the embedded default in `hot.db` beside the outbox, as Kafka keeps a consumer group's
-//! offsets beside the log: the position must survive the archiver and move only with the log).
+//! Consumes the outbox with its own position, stored through [`Outbox::store_position`] beside
+//! the log it indexes: for the embedded default in `hot.db`, for a Redis hot store's SQLite
+//! outbox in `outbox.db`, for a Kafka-protocol outbox as the committed offset of the consumer
+//! group `tidemark.archiver` ([`crate::kafka`]). The position must survive the archiver and move
+//! only with the log: a log that was recreated or truncated past it shows up as a position
+//! outside `[low, high]`, and the start rule below refuses to start.
 //!
 //! Start rule: a stored position must lie in `[low, high]`; with none stored the outbox must
 //! start at 0; otherwise the archiver refuses to start (a backfill is needed).

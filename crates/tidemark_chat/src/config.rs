@@ -52,6 +52,20 @@ pub struct ChatConfig {
     /// Outbox records already archived are dropped after this long (default 24 h).
     #[serde(with = "humantime_serde")]
     pub outbox_retention: Duration,
+    /// Hot store: `sqlite` (default: `<data_dir>/chat/hot.db`) or `redis://host:port[/db]`
+    /// (a Redis 7 with durable AOF; see [`crate::stores`]).
+    pub hot: String,
+    /// Outbox: `sqlite` (default: beside a SQLite hot store in `hot.db`; with a Redis hot store
+    /// its own file `<data_dir>/chat/outbox.db`) or `kafka://host:port/topic`.
+    pub outbox: String,
+    /// Archive: `sqlite` (default: `<data_dir>/chat/archive.db`) or
+    /// `mysql://user[:password]@host[:port]/database` (MariaDB / MySQL).
+    pub archive: String,
+    /// Connections to a Redis hot store (default 8): commits on different connections share
+    /// one fsync (DESIGN.md "Durability").
+    pub redis_pool: usize,
+    /// Connections to a MariaDB / MySQL archive (default 8).
+    pub mysql_pool: u32,
 }
 
 impl Default for ChatConfig {
@@ -69,6 +83,11 @@ impl Default for ChatConfig {
             trim_interval: Duration::from_secs(1),
             archive_idle: Duration::from_millis(50),
             outbox_retention: Duration::from_secs(24 * 3600),
+            hot: "sqlite".into(),
+            outbox: "sqlite".into(),
+            archive: "sqlite".into(),
+            redis_pool: crate::redis::DEFAULT_POOL,
+            mysql_pool: 8,
         }
     }
 }

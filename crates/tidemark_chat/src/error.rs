@@ -28,6 +28,21 @@ pub enum ChatError {
     /// A store could not be reached or failed; nothing was acknowledged. Retryable.
     #[error("store unavailable: {0}")]
     Unavailable(String),
+    /// A store's server is configured so that it could lose acknowledged writes (DESIGN.md
+    /// "Durability"); Tidemark refuses to start on it.
+    #[error(
+        "refusing the hot store at {url}: {setting} is {value:?}, Tidemark needs {required:?} (DESIGN.md, Durability)"
+    )]
+    NotDurable {
+        /// The server.
+        url: String,
+        /// The setting.
+        setting: String,
+        /// Its value on the server.
+        value: String,
+        /// The value required.
+        required: String,
+    },
     /// Archiver start rule: no stored position and the outbox no longer starts at 0.
     #[error(
         "archiver refuses to start: no stored position and the outbox starts at offset {low}, not 0; a backfill is needed"
@@ -80,6 +95,7 @@ impl From<ChatError> for ApiError {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_history", msg)
             }
             ChatError::Unavailable(_)
+            | ChatError::NotDurable { .. }
             | ChatError::BackfillNeeded { .. }
             | ChatError::PositionOutOfRange { .. } => ApiError::unavailable(msg),
         }

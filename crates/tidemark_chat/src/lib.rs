@@ -24,13 +24,17 @@ pub mod conformance;
 pub mod contact;
 pub mod error;
 pub mod http;
+pub mod kafka;
 pub mod metrics;
 pub mod model;
+pub mod mysql;
 pub mod ports;
 pub mod reads;
 pub mod recovery;
+pub mod redis;
 pub mod service;
 pub mod sqlite;
+pub mod stores;
 pub mod testing;
 pub mod trimmer;
 

@@ -1,5 +1,7 @@
 //! Test wrappers around the ports (STYLE.md: counting, failing on demand), used by the fault
-//! tests of the archiver and available to any backend's conformance run.
+//! tests of the archiver and available to any backend's conformance run, and
+//! [`RedisServer`], a private durable `redis-server` for the Redis hot-store tests, and
+//! [`KafkaBroker`], a private tansu broker for the Kafka-protocol outbox tests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -85,5 +87,316 @@ impl Archive for FaultyArchive {
     }
     async fn purge_expired(&self, now: i64, batch: usize) -> Result<usize> {
         self.inner.purge_expired(now, batch).await
+    }
+}
+
+/// A private `redis-server` (`/usr/bin/redis-server`, or `TEST_REDIS_SERVER`) on a free
+/// loopback port with its data in a temporary directory, configured as DESIGN.md
+/// "Durability" requires (`appendonly yes`, `appendfsync always`,
+/// `no-appendfsync-on-rewrite no`, no RDB snapshots). Killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct RedisServer {
+    child: Option<std::process::Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+    extra: Vec<String>,
+}
+
+impl RedisServer {
+    /// Starts one and waits (up to 10 s) until it answers `PING`. Errors: the binary is
+    /// missing, no free port, or it did not come up.
+    pub fn start() -> std::io::Result<Self> {
+        Self::start_with(&[])
+    }
+
+    /// As [`RedisServer::start`], with `extra` arguments after the durable ones (the last
+    /// value of a setting wins: e.g. `["--appendfsync", "everysec"]` for a refusal test).
+    pub fn start_with(extra: &[&str]) -> std::io::Result<Self> {
+        let mut server = Self {
+            child: None,
+            port: free_port()?,
+            dir: tempfile::tempdir()?,
+            extra: extra.iter().map(|s| (*s).to_owned()).collect(),
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let bin = std::env::var("TEST_REDIS_SERVER")
+            .unwrap_or_else(|_| "/usr/bin/redis-server".into());
+        let child = std::process::Command::new(bin)
+            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
+            .arg("--dir")
+            .arg(self.dir.path())
+            .args(["--appendonly", "yes", "--appendfsync", "always"])
+            .args(["--no-appendfsync-on-rewrite", "no", "--save", ""])
+            .args(&self.extra)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::time::Instant::now() < deadline {
+            if self.pong() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(20));
+        }
+        Err(std::io::Error::other(format!(
+            "redis-server on port {} did not answer PING within 10 s",
+            self.port
+        )))
+    }
+
+    fn pong(&self) -> bool {
+        use std::io::{Read, Write};
+        let Ok(mut s) = std::net::TcpStream::connect(("127.0.0.1", self.port)) else {
+            return false;
+        };
+        let mut buf = [0u8; 7];
+        s.write_all(b"PING\r\n").is_ok() && s.read_exact(&mut buf).is_ok() && &buf == b"+PONG\r\n"
+    }
+
+    /// `redis://127.0.0.1:<port>`.
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}", self.port)
+    }
+
+    /// SIGKILLs the server (no chance to flush anything beyond what `appendfsync always`
+    /// already made durable).
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and directory (it replays its AOF).
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for RedisServer {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A free loopback port (bound, then released).
+fn free_port() -> std::io::Result<u16> {
+    Ok(std::net::TcpListener::bind("127.0.0.1:0")?
+        .local_addr()?
+        .port())
+}
+
+/// A private tansu broker (Kafka protocol; `TEST_TANSU`, else `~/.cargo/bin/tansu`, else
+/// `tansu` on `PATH`; `scripts/test` installs it) on a free loopback port with in-memory storage.
+/// Killed on drop.
+#[derive(Debug)]
+pub struct KafkaBroker {
+    child: Option<std::process::Child>,
+    port: u16,
+}
+
+impl KafkaBroker {
+    /// Starts one and waits (up to 20 s) until it accepts connections. Errors: tansu is not
+    /// installed (the message says how to install it), or it did not come up.
+    pub fn start() -> std::io::Result<Self> {
+        let mut broker = Self {
+            child: None,
+            port: free_port()?,
+        };
+        broker.spawn()?;
+        Ok(broker)
+    }
+
+    fn binary() -> std::path::PathBuf {
+        if let Ok(p) = std::env::var("TEST_TANSU") {
+            return p.into();
+        }
+        let home = std::env::var("HOME").unwrap_or_default();
+        let cargo = std::path::Path::new(&home).join(".cargo/bin/tansu");
+        if cargo.exists() {
+            cargo
+        } else {
+            "tansu".into()
+        }
+    }
+
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let listener = format!("tcp://127.0.0.1:{}", self.port);
+        let child = std::process::Command::new(Self::binary())
+            .args(["broker", "--listener-url", &listener])
+            .args(["--advertised-listener-url", &listener])
+            .args(["--storage-engine", "memory://tansu/"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| {
+                std::io::Error::other(format!(
+                    "starting tansu ({e}); install it with \
+                     `cargo install tansu --locked --features dynostore` or run scripts/test"
+                ))
+            })?;
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while std::time::Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Err(std::io::Error::other(format!(
+            "tansu on port {} did not accept connections within 20 s",
+            self.port
+        )))
+    }
+
+    /// `kafka://127.0.0.1:<port>/<topic>?idempotence=false`: tansu 0.6 acknowledged records of
+    /// a restarted idempotent producer without writing them (see
+    /// `tidemark_chat::kafka::new_producer`).
+    pub fn url(&self, topic: &str) -> String {
+        format!("kafka://127.0.0.1:{}/{topic}?idempotence=false", self.port)
+    }
+
+    /// Freezes the broker (SIGSTOP): connections stay open, nothing is answered — a broker
+    /// that is down as far as clients can tell, which [`KafkaBroker::resume`] brings back with
+    /// its log intact.
+    pub fn pause(&self) -> std::io::Result<()> {
+        self.signal("-STOP")
+    }
+
+    /// Thaws a paused broker (SIGCONT).
+    pub fn resume(&self) -> std::io::Result<()> {
+        self.signal("-CONT")
+    }
+
+    fn signal(&self, sig: &str) -> std::io::Result<()> {
+        let pid = self
+            .child
+            .as_ref()
+            .map(|c| c.id().to_string())
+            .ok_or_else(|| std::io::Error::other("the broker is not running"))?;
+        let status = std::process::Command::new("kill")
+            .args([sig, &pid])
+            .status()?;
+        if status.success() {
+            Ok(())
+        } else {
+            Err(std::io::Error::other(format!("kill {sig} {pid}: {status}")))
+        }
+    }
+
+    /// Kills the broker (SIGKILL); its in-memory log is gone.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for KafkaBroker {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A private MariaDB server (`mariadb-install-db` + `mariadbd`, `TEST_MARIADBD_DIR` for
+/// another bin directory) on a free loopback port with its data in a temporary directory, for
+/// fault tests that must stop the archive's server (the machine's shared MariaDB is never
+/// stopped). Killed (SIGKILL) on drop.
+#[derive(Debug)]
+pub struct MariadbServer {
+    child: Option<std::process::Child>,
+    port: u16,
+    dir: tempfile::TempDir,
+}
+
+impl MariadbServer {
+    /// Initialises a data directory and starts the server; waits (up to 30 s) until it accepts
+    /// connections. Errors: the binaries are missing or it did not come up.
+    pub fn start() -> std::io::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let status = std::process::Command::new("mariadb-install-db")
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", dir.path().join("data").display()))
+            .args([
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()?;
+        if !status.success() {
+            return Err(std::io::Error::other(format!(
+                "mariadb-install-db failed: {status}"
+            )));
+        }
+        let mut server = Self {
+            child: None,
+            port: free_port()?,
+            dir,
+        };
+        server.spawn()?;
+        Ok(server)
+    }
+
+    fn spawn(&mut self) -> std::io::Result<()> {
+        let bin = std::env::var("TEST_MARIADBD_DIR").unwrap_or_else(|_| "/usr/sbin".into());
+        let data = self.dir.path().join("data");
+        let child = std::process::Command::new(std::path::Path::new(&bin).join("mariadbd"))
+            .arg("--no-defaults")
+            .arg(format!("--datadir={}", data.display()))
+            .arg(format!(
+                "--socket={}",
+                self.dir.path().join("s.sock").display()
+            ))
+            .arg(format!("--port={}", self.port))
+            .args(["--bind-address=127.0.0.1", "--user=root", "--skip-log-bin"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        self.child = Some(child);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
+                return Ok(());
+            }
+            std::thread::sleep(std::time::Duration::from_millis(50));
+        }
+        Err(std::io::Error::other(format!(
+            "mariadbd on port {} did not accept connections within 30 s",
+            self.port
+        )))
+    }
+
+    /// `mysql://root@127.0.0.1:<port>/<database>`.
+    pub fn url(&self, database: &str) -> String {
+        format!("mysql://root@127.0.0.1:{}/{database}", self.port)
+    }
+
+    /// SIGKILLs the server.
+    pub fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// Starts it again on the same port and data directory (InnoDB recovers).
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.kill();
+        self.spawn()
+    }
+}
+
+impl Drop for MariadbServer {
+    fn drop(&mut self) {
+        self.kill();
     }
 }

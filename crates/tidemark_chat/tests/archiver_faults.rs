@@ -52,7 +52,7 @@ async fn assert_index_has_records(h: &Harness, cid: &str, hi: u64) {
         .collect();
     found.sort_unstable();
     assert_eq!(found, wanted, "every index entry has its record");
-    assert_eq!(h.orphan_index_entries(), 0);
+    assert_eq!(h.orphan_index_entries().await, 0);
 }
 
 /// Seqs 1..=3 archived at T1 = START + 2 s; seqs 4..=6 committed at START + 3 s.
@@ -98,7 +98,7 @@ async fn failed_record_write_stores_nothing_and_the_batch_is_replayed_once() {
         Some(3)
     );
     assert_eq!(h.hot().watermark().await.unwrap(), Some(t1));
-    assert_eq!(h.archived_seqs(&cid), (vec![1, 2, 3], vec![1, 2, 3]));
+    assert_eq!(h.archived_seqs(&cid).await, (vec![1, 2, 3], vec![1, 2, 3]));
     assert_index_has_records(&h, &cid, 6).await;
 
     // A stalled archiver stops deletion: far past the hot window, the trimmer removes exactly
@@ -106,7 +106,7 @@ async fn failed_record_write_stores_nothing_and_the_batch_is_replayed_once() {
     h.advance(ms(h.cfg.hot_window));
     assert_eq!(h.trim().await.trimmed, 3);
     assert_eq!(h.floor(&cid).await, 3);
-    assert_eq!(h.hot_seqs(&cid), vec![4, 5, 6]);
+    assert_eq!(h.hot_seqs(&cid).await, vec![4, 5, 6]);
     assert_eq!(seqs(&h.full_history(&cid).await), vec![1, 2, 3, 4, 5, 6]);
 
     // The replay archives the batch and publishes T for it.
@@ -123,8 +123,8 @@ async fn failed_record_write_stores_nothing_and_the_batch_is_replayed_once() {
     assert_eq!(out.archived, 0);
 
     let all: Vec<u64> = (1..=6).collect();
-    assert_eq!(h.archived_seqs(&cid), (all.clone(), all.clone()));
-    assert_eq!(h.archive_row_counts(), (6, 6));
+    assert_eq!(h.archived_seqs(&cid).await, (all.clone(), all.clone()));
+    assert_eq!(h.archive_row_counts().await, (6, 6));
     assert_index_has_records(&h, &cid, 6).await;
     let f = faulty(&h);
     // put_records: batch 1, the failed try, the replay (and none for the empty run).
@@ -163,7 +163,7 @@ async fn failed_index_write_leaves_records_without_index_and_is_replayed_once() 
     );
     assert_eq!(h.hot().watermark().await.unwrap(), Some(t1));
     assert_eq!(
-        h.archived_seqs(&cid),
+        h.archived_seqs(&cid).await,
         (vec![1, 2, 3, 4, 5, 6], vec![1, 2, 3])
     );
     assert_index_has_records(&h, &cid, 6).await;
@@ -184,8 +184,8 @@ async fn failed_index_write_leaves_records_without_index_and_is_replayed_once() 
     assert_eq!(h.hot().watermark().await.unwrap(), Some(t2));
 
     let all: Vec<u64> = (1..=6).collect();
-    assert_eq!(h.archived_seqs(&cid), (all.clone(), all.clone()));
-    assert_eq!(h.archive_row_counts(), (6, 6));
+    assert_eq!(h.archived_seqs(&cid).await, (all.clone(), all.clone()));
+    assert_eq!(h.archive_row_counts().await, (6, 6));
     assert_index_has_records(&h, &cid, 6).await;
     let f = faulty(&h);
     assert_eq!(f.record_writes.load(Ordering::SeqCst), 3);
@@ -211,7 +211,7 @@ async fn failed_first_batch_publishes_no_watermark_and_blocks_all_trimming() {
     assert_eq!(archiver.position(), 0);
     assert_eq!(h.outbox().position(ARCHIVER_CONSUMER).await.unwrap(), None);
     assert_eq!(h.hot().watermark().await.unwrap(), None);
-    assert_eq!(h.archive_row_counts(), (0, 0));
+    assert_eq!(h.archive_row_counts().await, (0, 0));
 
     h.advance(ms(Duration::from_secs(3600)));
     let out = h.trim().await;
@@ -227,7 +227,7 @@ async fn failed_first_batch_publishes_no_watermark_and_blocks_all_trimming() {
     let out = archiver.run_once().await.unwrap();
     assert_eq!((out.archived, out.watermark_published), (2, true));
     assert_eq!(h.hot().watermark().await.unwrap(), Some(t));
-    assert_eq!(h.archive_row_counts(), (5, 5));
-    assert_eq!(h.archived_seqs(&cid).0, vec![1, 2, 3, 4, 5]);
+    assert_eq!(h.archive_row_counts().await, (5, 5));
+    assert_eq!(h.archived_seqs(&cid).await.0, vec![1, 2, 3, 4, 5]);
     assert_eq!(START_MS + 2_000 + 3_600_000, t);
 }

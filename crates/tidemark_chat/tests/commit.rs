@@ -1,6 +1,8 @@
-//! The commit path against the real SQLite stores (issue 2, tests 1 and 2; DESIGN.md part A,
+//! The commit path on the embedded SQLite stores and on Redis + MariaDB (issue 2, tests 1 and 2,
+//! issue 6; DESIGN.md part A,
 //! "Commit path" and "Durability"): idempotent retries and dense, never reused seqs.
 
+#[macro_use]
 mod common;
 
 use std::collections::{HashMap, HashSet};
@@ -8,12 +10,17 @@ use std::collections::{HashMap, HashSet};
 use common::{Harness, TENANT, command, committed, duplicate, seqs, small_windows};
 use tidemark_chat::model::{MessageClass, SendAck};
 
-/// Test 1. A retry with the same `(sender, client_msg_id)` returns the original ACK (same seq,
-/// same message id, same commit time) and writes nothing — while the message is hot, after it
-/// was archived and trimmed (the dedup entry outlives trimming), and after a restart.
-#[tokio::test]
-async fn retry_returns_the_original_ack_hot_trimmed_and_after_restart() {
-    let h = Harness::embedded(small_windows()).await;
+on_every_backend!(
+    /// Test 1. A retry with the same `(sender, client_msg_id)` returns the original ACK (same seq,
+    /// same message id, same commit time) and writes nothing — while the message is hot, after it
+    /// was archived and trimmed (the dedup entry outlives trimming), and after a restart.
+    #[tokio::test]
+    retry_returns_the_original_ack_hot_trimmed_and_after_restart,
+    small_windows(),
+    retry_returns_the_original_ack_hot_trimmed_and_after_restart_on
+);
+
+async fn retry_returns_the_original_ack_hot_trimmed_and_after_restart_on(h: Harness) {
     let cid = h.conversation(&["alice", "bob"]).await;
 
     let first = h.commit(&cid, "alice", "m-1", "hello").await;
@@ -84,17 +91,22 @@ async fn retry_returns_the_original_ack_hot_trimmed_and_after_restart() {
     assert_eq!(history[3], fourth);
 }
 
-/// Test 2. Eight concurrent senders into one conversation get seqs exactly `1..=400` (no gap,
-/// no reuse, each sender's own seqs increasing), the history matches the ACKs; once the whole
-/// conversation is archived and trimmed (F = 400, hot tier empty) and the stores are reopened,
-/// the next message gets 401.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn concurrent_senders_get_dense_seqs_never_reused_after_trim_and_restart() {
+on_every_backend!(
+    /// Test 2. Eight concurrent senders into one conversation get seqs exactly `1..=400` (no gap,
+    /// no reuse, each sender's own seqs increasing), the history matches the ACKs; once the whole
+    /// conversation is archived and trimmed (F = 400, hot tier empty) and the stores are reopened,
+    /// the next message gets 401.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    concurrent_senders_get_dense_seqs_never_reused_after_trim_and_restart,
+    small_windows(),
+    concurrent_senders_get_dense_seqs_never_reused_after_trim_and_restart_on
+);
+
+async fn concurrent_senders_get_dense_seqs_never_reused_after_trim_and_restart_on(h: Harness) {
     const SENDERS: usize = 8;
     const PER_SENDER: usize = 50;
     const N: u64 = (SENDERS * PER_SENDER) as u64;
 
-    let h = Harness::embedded(small_windows()).await;
     let members: Vec<String> = (0..SENDERS).map(|i| format!("s{i}")).collect();
     let member_refs: Vec<&str> = members.iter().map(String::as_str).collect();
     let cid = h.conversation(&member_refs).await;
@@ -161,7 +173,7 @@ async fn concurrent_senders_get_dense_seqs_never_reused_after_trim_and_restart()
     assert_eq!(h.archive_and_trim_everything().await, N as usize);
     assert_eq!(h.floor(&cid).await, N);
     assert_eq!(h.hot().hot_len().await.unwrap(), 0);
-    let (records, index) = h.archived_seqs(&cid);
+    let (records, index) = h.archived_seqs(&cid).await;
     assert_eq!(records, (1..=N).collect::<Vec<_>>());
     assert_eq!(index, (1..=N).collect::<Vec<_>>());
 

@@ -1,6 +1,8 @@
-//! The staged commit path and the recovery worker (DESIGN.md part A "Commit path") on the
-//! embedded stores: a crash between reserve and outbox append leaves a RESERVED record that is
-//! invisible until recovery (or a retry) publishes and commits it, exactly once.
+//! The staged commit path and the recovery worker (DESIGN.md part A "Commit path"), each test
+//! on the embedded stores (SQLite hot store and outbox, staged) and on a private durable Redis
+//! hot store with its SQLite outbox file: a crash between reserve and outbox append leaves a
+//! RESERVED record that is invisible until recovery (or a retry) publishes and commits it,
+//! exactly once.
 
 #![allow(clippy::clone_on_ref_ptr)] // test wiring: Arc clones of concrete stores into trait objects
 
@@ -13,7 +15,9 @@ use tidemark_chat::model::{MessageClass, Reservation, SendCommand, SendOutcome};
 use tidemark_chat::ports::{HotStore, Outbox};
 use tidemark_chat::reads::Anchor;
 use tidemark_chat::recovery::Recovery;
+use tidemark_chat::redis::RedisHot;
 use tidemark_chat::sqlite::{SqliteArchive, SqliteHot};
+use tidemark_chat::testing::RedisServer;
 use tidemark_chat::{ChatConfig, ChatService, ChatStores};
 use tidemark_core::clock::{ManualClock, SharedClock};
 
@@ -21,26 +25,47 @@ const START: i64 = 1_800_000_000_000;
 
 struct Harness {
     _dir: tempfile::TempDir,
+    _redis: Option<RedisServer>,
     clock: Arc<ManualClock>,
-    hot: Arc<SqliteHot>,
+    hot: Arc<dyn HotStore>,
+    outbox: Arc<dyn Outbox>,
     svc: ChatService,
     recovery: Recovery,
     cid: String,
 }
 
-async fn harness() -> Harness {
+/// The SQLite hot store and outbox (`hot.db`) on the staged path.
+async fn sqlite() -> Harness {
     let dir = tempfile::tempdir().unwrap();
+    let hot = Arc::new(SqliteHot::open(&dir.path().join("hot.db"), 64).unwrap());
+    harness(dir, None, hot.clone(), hot).await
+}
+
+/// A private durable redis-server as hot store, `outbox.db` as outbox.
+async fn redis() -> Harness {
+    let dir = tempfile::tempdir().unwrap();
+    let server = RedisServer::start().unwrap();
+    let hot = Arc::new(RedisHot::connect(&server.url(), 4).await.unwrap());
+    let outbox = Arc::new(SqliteHot::open(&dir.path().join("outbox.db"), 64).unwrap());
+    harness(dir, Some(server), hot, outbox).await
+}
+
+async fn harness(
+    dir: tempfile::TempDir,
+    redis: Option<RedisServer>,
+    hot: Arc<dyn HotStore>,
+    outbox: Arc<dyn Outbox>,
+) -> Harness {
     let clock = Arc::new(ManualClock::new(START));
     let shared: SharedClock = clock.clone();
-    let hot = Arc::new(SqliteHot::open(&dir.path().join("hot.db"), 64).unwrap());
     let archive = Arc::new(SqliteArchive::open(&dir.path().join("archive.db")).unwrap());
     let stores = ChatStores {
         hot: hot.clone(),
-        outbox: Some(hot.clone()),
+        outbox: Some(outbox.clone()),
         archive: Some(archive),
         commit_path: CommitPath::Staged {
             hot: hot.clone(),
-            outbox: hot.clone(),
+            outbox: outbox.clone(),
         },
     };
     let cfg = ChatConfig {
@@ -51,7 +76,7 @@ async fn harness() -> Harness {
     let svc = ChatService::new(stores, shared.clone(), cfg.clone(), metrics.clone());
     let recovery = Recovery::new(
         hot.clone(),
-        hot.clone(),
+        outbox.clone(),
         shared,
         cfg.commit_params(),
         cfg.outbox_recovery_window,
@@ -69,12 +94,30 @@ async fn harness() -> Harness {
         .unwrap();
     Harness {
         _dir: dir,
+        _redis: redis,
         clock,
         hot,
+        outbox,
         svc,
         recovery,
         cid,
     }
+}
+
+/// Two tests per scenario: `sqlite` and `redis`.
+macro_rules! on_both {
+    ($name:ident, $scenario:ident) => {
+        mod $name {
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn sqlite() {
+                super::$scenario(super::sqlite().await).await;
+            }
+            #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+            async fn redis() {
+                super::$scenario(super::redis().await).await;
+            }
+        }
+    };
 }
 
 fn cmd(cid: &str, key: &str) -> SendCommand {
@@ -97,15 +140,18 @@ async fn visible_seqs(h: &Harness) -> Vec<u64> {
     page.messages.iter().map(|m| m.conversation_seq).collect()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn staged_commit_publishes_before_it_acknowledges() {
-    let h = harness().await;
+on_both!(
+    staged_commit_publishes_before_it_acknowledges,
+    staged_commit_publishes_before_it_acknowledges_on
+);
+
+async fn staged_commit_publishes_before_it_acknowledges_on(h: Harness) {
     let out = h.svc.send(cmd(&h.cid, "k1")).await.unwrap();
     let SendOutcome::Committed(rec) = &out else {
         panic!("{out:?}")
     };
     assert_eq!(rec.conversation_seq, 1);
-    let outbox = h.hot.fetch(0, 10).await.unwrap();
+    let outbox = h.outbox.fetch(0, 10).await.unwrap();
     assert_eq!(outbox, vec![(0, rec.clone())]);
     assert_eq!(visible_seqs(&h).await, vec![1]);
     assert_eq!(
@@ -114,9 +160,12 @@ async fn staged_commit_publishes_before_it_acknowledges() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_crash_after_reserve_is_recovered_exactly_once() {
-    let h = harness().await;
+on_both!(
+    a_crash_after_reserve_is_recovered_exactly_once,
+    a_crash_after_reserve_is_recovered_exactly_once_on
+);
+
+async fn a_crash_after_reserve_is_recovered_exactly_once_on(h: Harness) {
     // The process "dies" right after step 1: reserved, never appended, never committed.
     let params = h.svc.config().commit_params();
     let Reservation::Reserved {
@@ -145,7 +194,7 @@ async fn a_crash_after_reserve_is_recovered_exactly_once() {
     assert_eq!(h.recovery.run_once().await.unwrap(), 0);
     assert_eq!(visible_seqs(&h).await, vec![1, 2]);
     let in_outbox: Vec<u64> = h
-        .hot
+        .outbox
         .fetch(0, 10)
         .await
         .unwrap()
@@ -164,9 +213,12 @@ async fn a_crash_after_reserve_is_recovered_exactly_once() {
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_retry_finishes_a_reserved_send_itself() {
-    let h = harness().await;
+on_both!(
+    a_retry_finishes_a_reserved_send_itself,
+    a_retry_finishes_a_reserved_send_itself_on
+);
+
+async fn a_retry_finishes_a_reserved_send_itself_on(h: Harness) {
     let params = h.svc.config().commit_params();
     let Reservation::Reserved { record, .. } = h
         .hot
@@ -179,7 +231,7 @@ async fn a_retry_finishes_a_reserved_send_itself() {
     let shared: SharedClock = h.clock.clone();
     let out = staged_commit(
         h.hot.as_ref(),
-        h.hot.as_ref(),
+        h.outbox.as_ref(),
         &shared,
         params,
         cmd(&h.cid, "k"),
@@ -194,5 +246,5 @@ async fn a_retry_finishes_a_reserved_send_itself() {
         0,
         "nothing left for recovery"
     );
-    assert_eq!(h.hot.offsets().await.unwrap(), (0, 1));
+    assert_eq!(h.outbox.offsets().await.unwrap(), (0, 1));
 }

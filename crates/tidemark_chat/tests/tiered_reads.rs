@@ -2,6 +2,7 @@
 //! "Reads", and principle 7 "fail whole, never partial"): paging while the floor F moves,
 //! corruption detection, unread counts over both tiers, and ephemeral expiry in both tiers.
 
+#[macro_use]
 mod common;
 
 use std::collections::HashMap;
@@ -24,24 +25,28 @@ fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, ChatError>, seq: u64) {
     }
 }
 
-/// Test 5. 1,000 messages committed in 25 groups of 40, one group per second; with a 30 s hot
-/// window each further second of clock lets the trimmer raise F by exactly 40. A client pages
-/// backwards in steps of 50 (`Latest`, then `Before(first seq of the last page)`) while archiver
-/// and trimmer run and the clock moves between pages: F goes 0, 40, …, 760 and crosses the
-/// pages (page 11 straddles it), yet every seq 1..=1000 comes back exactly once, with its body.
-///
-/// Then one archived record (seq 120 ≤ F) is deleted behind the server's back: every history
-/// window that covers it and every unread count that needs it fails with
-/// `ChatError::Corrupt`, while pages and counts that do not need it still work.
-#[tokio::test]
-async fn paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole() {
-    const GROUPS: u64 = 25;
-    const GROUP: u64 = 40;
-    let h = Harness::embedded(ChatConfig {
+on_every_backend!(
+    /// Test 5. 1,000 messages committed in 25 groups of 40, one group per second; with a 30 s hot
+    /// window each further second of clock lets the trimmer raise F by exactly 40. A client pages
+    /// backwards in steps of 50 (`Latest`, then `Before(first seq of the last page)`) while archiver
+    /// and trimmer run and the clock moves between pages: F goes 0, 40, …, 760 and crosses the
+    /// pages (page 11 straddles it), yet every seq 1..=1000 comes back exactly once, with its body.
+    ///
+    /// Then one archived record (seq 120 ≤ F) is deleted behind the server's back: every history
+    /// window that covers it and every unread count that needs it fails with
+    /// `ChatError::Corrupt`, while pages and counts that do not need it still work.
+    #[tokio::test]
+    paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole,
+    ChatConfig {
         hot_window: Duration::from_secs(30),
         ..small_windows()
-    })
-    .await;
+    },
+    paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole_on
+);
+
+async fn paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole_on(h: Harness) {
+    const GROUPS: u64 = 25;
+    const GROUP: u64 = 40;
     let cid = h.conversation(&["alice", "bob", "carol"]).await;
 
     let mut body_of: HashMap<u64, String> = HashMap::new();
@@ -115,7 +120,7 @@ async fn paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole()
     assert_eq!(h.service.unread(TENANT, &cid, "bob").await.unwrap(), 900);
     assert_eq!(h.service.unread(TENANT, &cid, "carol").await.unwrap(), 880);
 
-    h.delete_archived_record(&cid, 120);
+    h.delete_archived_record(&cid, 120).await;
 
     // History windows that cover seq 120 fail whole …
     let history = |anchor, limit| h.service.history(TENANT, &cid, anchor, limit);
@@ -166,13 +171,18 @@ async fn paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole()
     assert_eq!(h.service.unread(TENANT, &cid, "bob").await.unwrap(), 880);
 }
 
-/// Test 6. Unread counts = messages in `(read_seq, latest]` not sent by the user, across both
-/// tiers: seqs 1..=6 archived and trimmed (F = 6), 7..=10 hot; alice sends the odd seqs, bob the
-/// even ones. Read pointers on trimmed seqs (3, and F itself) count correctly, and
-/// `user_conversations` reports the same numbers; once everything is trimmed the counts hold.
-#[tokio::test]
-async fn unread_counts_span_both_tiers_and_read_pointers_on_trimmed_seqs() {
-    let h = Harness::embedded(small_windows()).await;
+on_every_backend!(
+    /// Test 6. Unread counts = messages in `(read_seq, latest]` not sent by the user, across both
+    /// tiers: seqs 1..=6 archived and trimmed (F = 6), 7..=10 hot; alice sends the odd seqs, bob the
+    /// even ones. Read pointers on trimmed seqs (3, and F itself) count correctly, and
+    /// `user_conversations` reports the same numbers; once everything is trimmed the counts hold.
+    #[tokio::test]
+    unread_counts_span_both_tiers_and_read_pointers_on_trimmed_seqs,
+    small_windows(),
+    unread_counts_span_both_tiers_and_read_pointers_on_trimmed_seqs_on
+);
+
+async fn unread_counts_span_both_tiers_and_read_pointers_on_trimmed_seqs_on(h: Harness) {
     let c1 = h.conversation(&["alice", "bob"]).await;
     let send_pair_from = |from: u64, to: u64| {
         let h = &h;
@@ -193,7 +203,7 @@ async fn unread_counts_span_both_tiers_and_read_pointers_on_trimmed_seqs() {
     h.advance(ms(h.cfg.hot_window));
     assert_eq!(h.trim().await.trimmed, 6);
     assert_eq!(h.floor(&c1).await, 6);
-    assert_eq!(h.hot_seqs(&c1), vec![7, 8, 9, 10]);
+    assert_eq!(h.hot_seqs(&c1).await, vec![7, 8, 9, 10]);
 
     // A second, all-hot conversation: carol sends 3, alice 1.
     let c2 = h.conversation(&["alice", "carol"]).await;
@@ -253,12 +263,17 @@ async fn unread_counts_span_both_tiers_and_read_pointers_on_trimmed_seqs() {
     assert_eq!(got, vec![summary(&c1, 10, 1)]);
 }
 
-/// Ephemeral 24 h messages vanish from history and unread counts in both tiers exactly when
-/// the clock reaches `committed_at + 24 h` (still there 1 ms before), and the trimmer then
-/// purges them from the archive without breaking reads; `earliest_available_seq` skips them.
-#[tokio::test]
-async fn ephemeral_messages_vanish_from_both_tiers_after_24_hours() {
-    let h = Harness::embedded(small_windows()).await;
+on_every_backend!(
+    /// Ephemeral 24 h messages vanish from history and unread counts in both tiers exactly when
+    /// the clock reaches `committed_at + 24 h` (still there 1 ms before), and the trimmer then
+    /// purges them from the archive without breaking reads; `earliest_available_seq` skips them.
+    #[tokio::test]
+    ephemeral_messages_vanish_from_both_tiers_after_24_hours,
+    small_windows(),
+    ephemeral_messages_vanish_from_both_tiers_after_24_hours_on
+);
+
+async fn ephemeral_messages_vanish_from_both_tiers_after_24_hours_on(h: Harness) {
     let cid = h.conversation(&["alice", "bob"]).await;
     let eph = MessageClass::Ephemeral24h;
     let std = MessageClass::Standard;
@@ -279,7 +294,7 @@ async fn ephemeral_messages_vanish_from_both_tiers_after_24_hours() {
     let e4 = committed(h.send_class(&cid, "bob", "e4", "b", eph).await);
     assert_eq!(e4.expires_at_ms, Some(t_hot + EPHEMERAL_TTL_MS));
     committed(h.send_class(&cid, "alice", "s5", "b", std).await);
-    assert_eq!(h.hot_seqs(&cid), vec![4, 5]);
+    assert_eq!(h.hot_seqs(&cid).await, vec![4, 5]);
 
     let history = || async {
         h.service
@@ -325,17 +340,17 @@ async fn ephemeral_messages_vanish_from_both_tiers_after_24_hours() {
     );
 
     // The trimmer purges expired seq 1 from the archive; 4 and 5 stay hot (T is old).
-    assert_eq!(h.archive_row_counts(), (3, 3));
+    assert_eq!(h.archive_row_counts().await, (3, 3));
     let out = h.trim().await;
     assert_eq!((out.trimmed, out.purged), (0, 1));
-    assert_eq!(h.archived_seqs(&cid), (vec![2, 3], vec![2, 3]));
-    assert_eq!(h.hot_seqs(&cid), vec![4, 5]);
+    assert_eq!(h.archived_seqs(&cid).await, (vec![2, 3], vec![2, 3]));
+    assert_eq!(h.hot_seqs(&cid).await, vec![4, 5]);
     assert_eq!(seqs(&history().await.messages), vec![2, 3, 5]);
 
     // Archived and trimmed late, the expired seq 4 is purged too; reads are unchanged.
     assert_eq!(h.archive_and_trim_everything().await, 2);
     assert_eq!(h.floor(&cid).await, 5);
-    assert_eq!(h.archived_seqs(&cid), (vec![2, 3, 5], vec![2, 3, 5]));
+    assert_eq!(h.archived_seqs(&cid).await, (vec![2, 3, 5], vec![2, 3, 5]));
     let page = history().await;
     assert_eq!(seqs(&page.messages), vec![2, 3, 5]);
     assert_eq!((page.earliest_available_seq, page.latest_seq), (2, 5));

@@ -80,15 +80,15 @@ struct Model {
 /// acknowledged); no index entry lacks its record; and `ChatService::history` returns every seq
 /// `1..=latest` exactly once with the acknowledged content.
 async fn check_invariants(h: &Harness, model: &Model) -> Result<(), TestCaseError> {
-    prop_assert_eq!(h.orphan_index_entries(), 0);
+    prop_assert_eq!(h.orphan_index_entries().await, 0);
     for cid in &model.conversations {
         let expected = &model.records[cid];
         let latest = expected.len() as u64;
         let floor = h.floor(cid).await;
-        let hot = h.hot_seqs(cid);
+        let hot = h.hot_seqs(cid).await;
         prop_assert_eq!(&hot, &(floor + 1..=latest).collect::<Vec<_>>());
 
-        let (records, index) = h.archived_seqs(cid);
+        let (records, index) = h.archived_seqs(cid).await;
         let trimmed: Vec<u64> = (1..=latest).filter(|s| !hot.contains(s)).collect();
         for s in &trimmed {
             prop_assert_eq!(
@@ -278,7 +278,7 @@ async fn run_stalled(ops: Vec<StalledOp>) -> Result<(), TestCaseError> {
         for cid in &cids {
             prop_assert_eq!(h.floor(cid).await, 0);
         }
-        prop_assert_eq!(h.archive_row_counts(), (0, 0));
+        prop_assert_eq!(h.archive_row_counts().await, (0, 0));
 
         let lag = h.metrics.archive_lag_seconds.get();
         let expected = oldest.map_or(0, |t| (h.now() - t) / 1000);
@@ -331,12 +331,12 @@ async fn message_committed_in_the_watermark_millisecond_is_not_trimmed_unarchive
     // Same millisecond as T, after the snapshot: not archived.
     let second = h.commit(&cid, "seller", "m2", "not yet archived").await;
     assert_eq!(second.committed_at_ms, t);
-    assert_eq!(h.archived_seqs(&cid), (vec![1], vec![1]));
+    assert_eq!(h.archived_seqs(&cid).await, (vec![1], vec![1]));
 
     h.advance(common::ms(h.cfg.hot_window));
     assert_eq!(h.trim().await.trimmed, 1);
     assert_eq!(h.floor(&cid).await, 1);
-    assert_eq!(h.hot_seqs(&cid), vec![2]);
+    assert_eq!(h.hot_seqs(&cid).await, vec![2]);
     assert_eq!(common::seqs(&h.full_history(&cid).await), vec![1, 2]);
 
     // Once archived (under a later T) it may go.

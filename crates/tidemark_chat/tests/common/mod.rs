@@ -1,20 +1,26 @@
 //! Shared harness of the chat integration tests.
 //!
-//! A [`Harness`] runs the real SQLite backends (`hot.db` + `archive.db` in a fresh temporary
-//! directory) under an injected [`ManualClock`], so hot windows, watermarks and TTLs are tested
+//! A [`Harness`] runs the real SQLite backends, or ([`Harness::production`]) a private durable
+//! `redis-server` as hot store, a scratch database on the machine's MariaDB as archive and the
+//! SQLite outbox file a Redis hot store uses without a Kafka URL; the same tests run on both.
+//! Files live in a fresh temporary directory (`hot.db` + `archive.db`, or `outbox.db`); all
+//! run under an injected [`ManualClock`], so hot windows, watermarks and TTLs are tested
 //! by moving the clock, never by sleeping. Workers are driven by hand: [`Harness::archiver`] and
 //! [`Harness::trimmer`] build the real [`Archiver`] and [`Trimmer`], and the tests call their
-//! `run_once` directly. Raw SQL helpers look at the files behind the server's back.
+//! `run_once` directly. Raw helpers look at the stores behind the server's back: the same SQL
+//! on the SQLite file or on MariaDB, and the Redis hash of the conversation.
 
 // Every test binary compiles this module but uses only part of it; items are `pub` for the
 // test files, not for export.
-#![allow(dead_code, unreachable_pub)]
+#![allow(dead_code, unreachable_pub, unused_macros)]
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
 use rusqlite::{Connection, params};
+use sqlx::Row;
+use sqlx::mysql::MySqlPool;
 use tempfile::TempDir;
 use tidemark_chat::archiver::Archiver;
 use tidemark_chat::commit::CommitPath;
@@ -22,12 +28,33 @@ use tidemark_chat::metrics::ChatMetrics;
 use tidemark_chat::model::{MessageClass, MessageRecord, SendAck, SendCommand, SendOutcome};
 use tidemark_chat::ports::{Archive, HotStore, Outbox};
 use tidemark_chat::reads::Anchor;
+use tidemark_chat::redis::RedisHot;
 use tidemark_chat::service::NewConversation;
 use tidemark_chat::sqlite::{SqliteArchive, SqliteHot};
-use tidemark_chat::testing::FaultyArchive;
+use tidemark_chat::testing::{FaultyArchive, MariadbServer, RedisServer};
 use tidemark_chat::trimmer::{TrimOutcome, Trimmer};
 use tidemark_chat::{ChatConfig, ChatService, ChatStores};
 use tidemark_core::clock::{ManualClock, SharedClock};
+use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
+
+/// Defines a test module `$name` with two tests, `embedded` and `production`, each running
+/// `$scenario(harness)` on a fresh [`Harness`] of that kind built from `$cfg`:
+/// `on_every_backend!(#[tokio::test] name, small_windows(), name_on);`
+macro_rules! on_every_backend {
+    ($(#[$meta:meta])* $name:ident, $cfg:expr, $scenario:ident) => {
+        mod $name {
+            use super::*;
+            $(#[$meta])*
+            async fn embedded() {
+                $scenario(Harness::embedded($cfg).await).await;
+            }
+            $(#[$meta])*
+            async fn production() {
+                $scenario(Harness::production($cfg).await).await;
+            }
+        }
+    };
+}
 
 /// The tenant every test works in.
 pub const TENANT: &str = "acme";
@@ -53,13 +80,45 @@ pub fn ms(d: Duration) -> i64 {
     d.as_millis() as i64
 }
 
-/// How the archive port is wired.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// How the ports are wired.
+#[derive(Debug, Clone)]
 enum ArchiveWiring {
     /// `ChatStores::open_embedded`.
     Embedded,
     /// The same SQLite files wired by hand, the archive wrapped in a [`FaultyArchive`].
     Faulty,
+    /// `ChatStores::open` with `chat.hot` = the Redis, `chat.archive` = the MariaDB database.
+    Production(Arc<Production>),
+}
+
+/// The servers of a production harness; they outlive restarts of the service.
+#[derive(Debug)]
+pub struct Production {
+    /// The private durable redis-server.
+    pub redis: RedisServer,
+    /// URL of the scratch MariaDB database.
+    pub mysql: String,
+    /// A pool on it, to look behind the archive's back.
+    pub pool: MySqlPool,
+    /// The private MariaDB server the database lives on, if not the machine's shared one.
+    pub mariadb: Option<std::sync::Mutex<MariadbServer>>,
+}
+
+impl Drop for Production {
+    fn drop(&mut self) {
+        if self.mariadb.is_some() {
+            return; // the private server and its data directory go with it
+        }
+        // Drop is not async: drop the scratch database from a thread of its own.
+        let url = self.mysql.clone();
+        let _ = std::thread::spawn(move || {
+            tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .map(|rt| rt.block_on(drop_database(&url)))
+        })
+        .join();
+    }
 }
 
 /// A chat service on real SQLite files in a temporary directory, with a manual clock.
@@ -92,6 +151,87 @@ impl Harness {
         .await
     }
 
+    /// A private durable redis-server (hot store), a scratch MariaDB database (archive) and the
+    /// Redis hot store's SQLite outbox file, opened through `ChatStores::open`.
+    pub async fn production(cfg: ChatConfig) -> Self {
+        let redis = RedisServer::start().expect("start redis-server");
+        let mysql = scratch_database(&test_server_url(), "tm_chat_harness")
+            .await
+            .expect("scratch database");
+        let pool = tidemark_core::mysql::connect(&mysql, 2)
+            .await
+            .expect("mysql pool");
+        let production = Arc::new(Production {
+            redis,
+            mysql,
+            pool,
+            mariadb: None,
+        });
+        Self::open(
+            tempfile::tempdir().expect("tempdir"),
+            Arc::new(ManualClock::new(START_MS)),
+            cfg,
+            ArchiveWiring::Production(production),
+        )
+        .await
+    }
+
+    /// As [`Harness::production`], but the archive lives on a private MariaDB server that the
+    /// test may kill and restart ([`Harness::kill_mariadb`], [`Harness::restart_mariadb`]).
+    pub async fn production_with_private_mariadb(cfg: ChatConfig) -> Self {
+        let redis = RedisServer::start().expect("start redis-server");
+        let mariadb = MariadbServer::start().expect("start a private mariadbd");
+        let mysql = mariadb.url("tidemark");
+        let pool = tidemark_core::mysql::connect(&mysql, 2)
+            .await
+            .expect("mysql pool");
+        let production = Arc::new(Production {
+            redis,
+            mysql,
+            pool,
+            mariadb: Some(std::sync::Mutex::new(mariadb)),
+        });
+        Self::open(
+            tempfile::tempdir().expect("tempdir"),
+            Arc::new(ManualClock::new(START_MS)),
+            cfg,
+            ArchiveWiring::Production(production),
+        )
+        .await
+    }
+
+    fn private_mariadb(&self) -> std::sync::MutexGuard<'_, MariadbServer> {
+        match &self.wiring {
+            ArchiveWiring::Production(p) => p
+                .mariadb
+                .as_ref()
+                .expect("a harness with a private MariaDB")
+                .lock()
+                .expect("mariadb lock"),
+            _ => panic!("a harness with a private MariaDB"),
+        }
+    }
+
+    /// SIGKILLs the private MariaDB server.
+    pub fn kill_mariadb(&self) {
+        self.private_mariadb().kill();
+    }
+
+    /// Restarts the private MariaDB server on its data directory.
+    pub fn restart_mariadb(&self) {
+        self.private_mariadb().restart().expect("restart mariadbd");
+    }
+
+    /// Runs `scenario` on the embedded backends, then on the production ones.
+    pub async fn on_every_backend<F, Fut>(cfg: ChatConfig, scenario: F)
+    where
+        F: Fn(Harness) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
+        scenario(Self::embedded(cfg.clone()).await).await;
+        scenario(Self::production(cfg).await).await;
+    }
+
     /// The embedded SQLite stores wired by hand, the archive wrapped in a [`FaultyArchive`].
     pub async fn with_faulty_archive(cfg: ChatConfig) -> Self {
         Self::open(
@@ -112,7 +252,20 @@ impl Harness {
         wiring: ArchiveWiring,
     ) -> Self {
         let shared: SharedClock = Arc::clone(&clock) as SharedClock;
-        let (stores, faulty) = match wiring {
+        let (stores, faulty) = match &wiring {
+            ArchiveWiring::Production(p) => {
+                let cfg = ChatConfig {
+                    hot: p.redis.url(),
+                    archive: p.mysql.clone(),
+                    ..cfg.clone()
+                };
+                (
+                    ChatStores::open(dir.path(), &cfg)
+                        .await
+                        .expect("open production stores"),
+                    None,
+                )
+            }
             ArchiveWiring::Embedded => (
                 ChatStores::open_embedded(dir.path(), &cfg).expect("open embedded stores"),
                 None,
@@ -351,53 +504,83 @@ impl Harness {
         raw_connection(&self.chat_dir().join(file))
     }
 
+    /// Runs `sql` (the same text on SQLite and MariaDB, `?` placeholders bound to `args`)
+    /// against the archive and returns the first column of every row as integers.
+    async fn archive_ints(&self, sql: &str, args: &[&str]) -> Vec<i64> {
+        match &self.wiring {
+            ArchiveWiring::Production(p) => {
+                let mut q = sqlx::query(sql);
+                for a in args {
+                    q = q.bind(*a);
+                }
+                q.fetch_all(&p.pool)
+                    .await
+                    .expect("archive query")
+                    .iter()
+                    .map(|r| {
+                        r.try_get::<i64, _>(0)
+                            .or_else(|_| r.try_get::<u64, _>(0).map(|v| v as i64))
+                            .expect("integer column")
+                    })
+                    .collect()
+            }
+            _ => {
+                let conn = self.raw("archive.db");
+                let mut stmt = conn.prepare(sql).expect("prepare");
+                stmt.query_map(rusqlite::params_from_iter(args), |r| r.get::<_, i64>(0))
+                    .expect("query")
+                    .map(|v| v.expect("row"))
+                    .collect()
+            }
+        }
+    }
+
     /// Seqs of the conversation in the archive: `(message_record, history_index)`, ascending,
     /// with duplicates kept (so "exactly once" can be checked).
-    pub fn archived_seqs(&self, cid: &str) -> (Vec<u64>, Vec<u64>) {
-        let conn = self.raw("archive.db");
-        let seqs = |table: &str| {
-            conn.prepare(&format!(
+    pub async fn archived_seqs(&self, cid: &str) -> (Vec<u64>, Vec<u64>) {
+        let mut out = Vec::new();
+        for table in ["message_record", "history_index"] {
+            let sql = format!(
                 "SELECT conversation_seq FROM {table}
-                 WHERE tenant = ?1 AND conversation_id = ?2 ORDER BY conversation_seq"
-            ))
-            .expect("prepare")
-            .query_map(params![TENANT, cid], |r| r.get::<_, i64>(0))
-            .expect("query")
-            .map(|s| s.expect("row") as u64)
-            .collect::<Vec<u64>>()
-        };
-        (seqs("message_record"), seqs("history_index"))
+                 WHERE tenant = ? AND conversation_id = ? ORDER BY conversation_seq"
+            );
+            let seqs = self.archive_ints(&sql, &[TENANT, cid]).await;
+            out.push(seqs.into_iter().map(|s| s as u64).collect::<Vec<u64>>());
+        }
+        let index = out.pop().unwrap_or_default();
+        (out.pop().unwrap_or_default(), index)
     }
 
-    /// Number of `(message_record, history_index)` rows in the whole archive file.
-    pub fn archive_row_counts(&self) -> (u64, u64) {
-        let conn = self.raw("archive.db");
-        let count = |table: &str| {
-            conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| {
-                r.get::<_, i64>(0)
-            })
-            .expect("count") as u64
-        };
-        (count("message_record"), count("history_index"))
+    /// Number of `(message_record, history_index)` rows in the whole archive.
+    pub async fn archive_row_counts(&self) -> (u64, u64) {
+        let records = self
+            .archive_ints("SELECT count(*) FROM message_record", &[])
+            .await;
+        let index = self
+            .archive_ints("SELECT count(*) FROM history_index", &[])
+            .await;
+        (records[0] as u64, index[0] as u64)
     }
 
-    /// Index entries whose record is missing from the archive file (must always be 0).
-    pub fn orphan_index_entries(&self) -> u64 {
-        self.raw("archive.db")
-            .query_row(
-                "SELECT count(*) FROM history_index i WHERE NOT EXISTS (
-                     SELECT 1 FROM message_record r
-                     WHERE r.tenant = i.tenant AND r.conversation_id = i.conversation_id
-                       AND r.seq_bucket = i.seq_bucket AND r.conversation_seq = i.conversation_seq
-                       AND r.message_id = i.message_id)",
-                [],
-                |r| r.get::<_, i64>(0),
-            )
-            .expect("orphan count") as u64
+    /// Index entries whose record is missing from the archive (must always be 0).
+    pub async fn orphan_index_entries(&self) -> u64 {
+        self.archive_ints(
+            "SELECT count(*) FROM history_index i WHERE NOT EXISTS (
+                 SELECT 1 FROM message_record r
+                 WHERE r.tenant = i.tenant AND r.conversation_id = i.conversation_id
+                   AND r.seq_bucket = i.seq_bucket AND r.conversation_seq = i.conversation_seq
+                   AND r.message_id = i.message_id)",
+            &[],
+        )
+        .await[0] as u64
     }
 
     /// Seqs of the conversation still held in the hot tier (any state), ascending.
-    pub fn hot_seqs(&self, cid: &str) -> Vec<u64> {
+    pub async fn hot_seqs(&self, cid: &str) -> Vec<u64> {
+        if let ArchiveWiring::Production(p) = &self.wiring {
+            let hot = RedisHot::connect(&p.redis.url(), 1).await.expect("redis");
+            return hot.held_seqs(TENANT, cid).await.expect("held seqs");
+        }
         let conn = self.raw("hot.db");
         let mut stmt = conn
             .prepare(
@@ -412,15 +595,23 @@ impl Harness {
     }
 
     /// Deletes one archived message record behind the server's back (its index entry stays).
-    pub fn delete_archived_record(&self, cid: &str, seq: u64) {
-        let n = self
-            .raw("archive.db")
-            .execute(
-                "DELETE FROM message_record
-                 WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq = ?3",
-                params![TENANT, cid, seq as i64],
-            )
-            .expect("delete");
+    pub async fn delete_archived_record(&self, cid: &str, seq: u64) {
+        let sql = "DELETE FROM message_record
+                   WHERE tenant = ? AND conversation_id = ? AND conversation_seq = ?";
+        let n = match &self.wiring {
+            ArchiveWiring::Production(p) => sqlx::query(sql)
+                .bind(TENANT)
+                .bind(cid)
+                .bind(seq)
+                .execute(&p.pool)
+                .await
+                .expect("delete")
+                .rows_affected() as usize,
+            _ => self
+                .raw("archive.db")
+                .execute(sql, params![TENANT, cid, seq as i64])
+                .expect("delete"),
+        };
         assert_eq!(n, 1, "seq {seq} was in the archive");
     }
 }

@@ -1,0 +1,576 @@
+//! The production outbox on a Kafka-protocol broker (DESIGN.md "Backends": outbox log) with
+//! rdkafka (bundled librdkafka).
+//!
+//! Data flow: the staged commit appends each committed envelope (the full record as JSON) with
+//! an idempotent producer, `acks=all`, key = the conversation (`<tenant>/<conversation_id>`)
+//! and record timestamp = `committed_at`; [`Outbox::append`] returns only once the broker has
+//! acknowledged every record, so SEND_ACK never precedes durability. A broker that does not
+//! answer within 5 s (`message.timeout.ms`) fails the append: the SEND fails with 503 and
+//! nothing is acknowledged.
+//!
+//! The log is partition 0 of the topic: the archiver's start rule and watermark need one
+//! ordered offset range `[low, high]`, so the topic must have exactly one partition (checked at
+//! start; created with one partition if missing). Per-conversation keys keep the door open to
+//! several partitions with one position each.
+//!
+//! Consumer positions ([`Outbox::position`]) are the broker's committed offsets of the
+//! consumer group `tidemark.<consumer>` (the archiver: `tidemark.archiver`), committed
+//! synchronously. They live beside the log, as the SQLite outbox keeps them in its own file:
+//! the position shares the log's fate (a recreated topic shows up as a position outside
+//! `[low, high]` and the archiver refuses to start), and nothing else needs to be durable for
+//! the archiver to resume.
+//!
+//! Retention ([`Outbox::truncate`]) drops a prefix: up to the first record at or above `below`,
+//! or the first one not older than the cutoff, whichever comes first. The new start of the log
+//! is committed as the offset of the reserved group `tidemark.retention` and from then on is
+//! the log's `low` for this outbox (reads start there); the records themselves are deleted with
+//! the `DeleteRecords` admin call where the broker has it (Kafka, Redpanda). A broker without
+//! it (tansu 0.6 drops the connection) is noted once in the log, and its own retention
+//! (`retention.ms`, to be set above `chat.outbox_retention` plus the archive-lag alert) frees
+//! the space.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::DefaultClientContext;
+use rdkafka::config::ClientConfig;
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::message::Message;
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::{Offset, TopicPartitionList};
+use tidemark_core::clock::SharedClock;
+
+use crate::error::{ChatError, Result};
+use crate::model::MessageRecord;
+use crate::ports::Outbox;
+
+/// How long a broker call may take before the outbox reports the broker unavailable.
+const TIMEOUT: Duration = Duration::from_secs(5);
+
+/// The outbox partition.
+const PARTITION: i32 = 0;
+
+fn unavailable(what: &str, e: impl std::fmt::Display) -> ChatError {
+    ChatError::Unavailable(format!("kafka {what}: {e}"))
+}
+
+/// A parsed outbox URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KafkaUrl {
+    /// Bootstrap servers (`host:port[,host:port…]`).
+    pub brokers: String,
+    /// The topic.
+    pub topic: String,
+    /// Whether the producer is idempotent (default; `?idempotence=false` turns it off for a
+    /// broker whose idempotence cannot be trusted, see [`new_producer`]).
+    pub idempotence: bool,
+}
+
+/// Parses `kafka://host:port[,host:port…]/topic[?idempotence=false]`. Errors:
+/// [`ChatError::Invalid`] naming what is wrong.
+pub fn parse_url(url: &str) -> Result<KafkaUrl> {
+    let bad = |why: &str| ChatError::Invalid(format!("bad Kafka URL {url:?}: {why}"));
+    let rest = url
+        .strip_prefix("kafka://")
+        .ok_or_else(|| bad("the scheme must be kafka://"))?;
+    let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+    let (brokers, topic) = rest
+        .split_once('/')
+        .ok_or_else(|| bad("the path must name the topic"))?;
+    if brokers.is_empty() {
+        return Err(bad("no broker address"));
+    }
+    if topic.is_empty()
+        || topic.len() > 249
+        || !topic
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'))
+    {
+        return Err(bad("the topic must be 1-249 characters of [A-Za-z0-9._-]"));
+    }
+    let idempotence = match query {
+        "" | "idempotence=true" => true,
+        "idempotence=false" => false,
+        _ => return Err(bad("the only option is ?idempotence=true|false")),
+    };
+    Ok(KafkaUrl {
+        brokers: brokers.to_owned(),
+        topic: topic.to_owned(),
+        idempotence,
+    })
+}
+
+/// The reader's state: the consumer and the offset its assignment will deliver next.
+struct Reader {
+    consumer: BaseConsumer,
+    next: Option<i64>,
+}
+
+/// The Kafka-protocol outbox (see the module docs).
+pub struct KafkaOutbox {
+    brokers: String,
+    topic: String,
+    idempotence: bool,
+    /// Replaced when librdkafka declares it fatally failed (see [`KafkaOutbox::append`]).
+    producer: RwLock<FutureProducer>,
+    reader: Arc<Mutex<Reader>>,
+    groups: Mutex<HashMap<String, Arc<BaseConsumer>>>,
+    admin: AdminClient<DefaultClientContext>,
+    /// The retention floor: offsets below it are truncated (see the module docs).
+    floor: AtomicU64,
+    /// Whether the broker still looks like it supports `DeleteRecords`.
+    delete_records: AtomicBool,
+}
+
+/// The consumer name under which the retention floor is committed (reserved).
+pub const RETENTION_CONSUMER: &str = "retention";
+
+impl std::fmt::Debug for KafkaOutbox {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("KafkaOutbox")
+            .field("brokers", &self.brokers)
+            .field("topic", &self.topic)
+            .finish()
+    }
+}
+
+fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("enable.auto.offset.store", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("enable.partition.eof", "true")
+        .create()
+        .map_err(|e| unavailable("consumer", e))
+}
+
+impl KafkaOutbox {
+    /// Connects to the brokers of `url` (`kafka://host:port/topic`), creates the topic with one
+    /// partition if it is missing and checks it has exactly one. Errors: [`ChatError::Invalid`]
+    /// for a bad URL or a topic with several partitions, [`ChatError::Unavailable`] when the
+    /// broker does not answer within 5 s.
+    pub async fn connect(url: &str) -> Result<Self> {
+        let KafkaUrl {
+            brokers,
+            topic,
+            idempotence,
+        } = parse_url(url)?;
+        let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
+            .set("bootstrap.servers", &brokers)
+            .create()
+            .map_err(|e| unavailable("admin client", e))?;
+        let opts = admin_options();
+        let created = admin
+            .create_topics(
+                &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))],
+                &opts,
+            )
+            .await
+            .map_err(|e| unavailable("create topic", e))?;
+        for result in created {
+            match result {
+                Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
+                Err((t, code)) => return Err(unavailable(&format!("create topic {t}"), code)),
+            }
+        }
+        let producer = new_producer(&brokers, idempotence)?;
+        let reader = consumer(&brokers, "tidemark.outbox-reader")?;
+        let partitions = {
+            let t = topic.clone();
+            let metadata = reader
+                .fetch_metadata(Some(&t), TIMEOUT)
+                .map_err(|e| unavailable("metadata", e))?;
+            metadata
+                .topics()
+                .iter()
+                .find(|m| m.name() == t)
+                .map_or(0, |m| m.partitions().len())
+        };
+        if partitions != 1 {
+            return Err(ChatError::Invalid(format!(
+                "outbox topic {topic} has {partitions} partitions; Tidemark's outbox is one \
+                 ordered log: create it with exactly 1 partition"
+            )));
+        }
+        let outbox = Self {
+            brokers: brokers.clone(),
+            topic,
+            idempotence,
+            producer: RwLock::new(producer),
+            reader: Arc::new(Mutex::new(Reader {
+                consumer: reader,
+                next: None,
+            })),
+            groups: Mutex::new(HashMap::new()),
+            admin,
+            floor: AtomicU64::new(0),
+            delete_records: AtomicBool::new(true),
+        };
+        let floor = outbox.position(RETENTION_CONSUMER).await?.unwrap_or(0);
+        outbox.floor.store(floor, Ordering::SeqCst);
+        Ok(outbox)
+    }
+
+    /// The consumer of group `tidemark.<name>`, created on first use.
+    fn group(&self, name: &str) -> Result<Arc<BaseConsumer>> {
+        let mut groups = self
+            .groups
+            .lock()
+            .map_err(|_| ChatError::Unavailable("kafka: consumer table poisoned".into()))?;
+        if let Some(c) = groups.get(name) {
+            return Ok(Arc::clone(c));
+        }
+        let c = Arc::new(consumer(&self.brokers, &format!("tidemark.{name}"))?);
+        groups.insert(name.to_owned(), Arc::clone(&c));
+        Ok(c)
+    }
+
+    fn partition_list(&self, offset: Option<u64>) -> Result<TopicPartitionList> {
+        let mut tpl = TopicPartitionList::new();
+        match offset {
+            Some(o) => tpl
+                .add_partition_offset(&self.topic, PARTITION, Offset::Offset(o as i64))
+                .map_err(|e| unavailable("offset", e))?,
+            None => {
+                tpl.add_partition(&self.topic, PARTITION);
+            }
+        }
+        Ok(tpl)
+    }
+}
+
+/// The producer: `acks=all`, 5 s delivery timeout, 1 ms linger, a `client.id` of its own
+/// (`tidemark-outbox-<uuid v7>`), idempotent unless the URL says `?idempotence=false`.
+///
+/// Seen against tansu 0.6 (the test broker): after `kill -9` of tidemark, the restarted
+/// process's idempotent producer had records acknowledged (`acks=all`) that never reached the
+/// log — the broker took them for duplicates of the dead producer's — and the archiver then let
+/// the trimmer delete them from Redis: acknowledged messages lost. A broker whose idempotence
+/// cannot be trusted must run with `?idempotence=false`: the outbox tolerates duplicates
+/// (DESIGN.md: the archiver's inserts are idempotent), so retries without idempotence are safe.
+/// The tests against tansu do so; Kafka and Redpanda keep the default.
+pub fn new_producer(brokers: &str, idempotence: bool) -> Result<FutureProducer> {
+    ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .set(
+            "client.id",
+            format!("tidemark-outbox-{}", uuid::Uuid::now_v7()),
+        )
+        .set("enable.idempotence", idempotence.to_string())
+        .set("acks", "all")
+        .set("linger.ms", "1")
+        .set("message.timeout.ms", TIMEOUT.as_millis().to_string())
+        .create()
+        .map_err(|e| unavailable("producer", e))
+}
+
+fn admin_options() -> AdminOptions {
+    AdminOptions::new()
+        .operation_timeout(Some(TIMEOUT))
+        .request_timeout(Some(TIMEOUT))
+}
+
+/// Runs a blocking librdkafka call off the async threads.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ChatError::Unavailable(format!("kafka worker: {e}")))?
+}
+
+/// Positions the reader at `from`: `unassign`, then `assign` at the offset. (A second `assign`
+/// over a live assignment, or a `seek`, was seen to keep delivering from the old fetch position
+/// on tansu; replacing the consumer instead hung in its close.)
+fn position_at(reader: &mut Reader, topic: &str, from: i64) -> Result<()> {
+    if reader.next.is_some() {
+        reader
+            .consumer
+            .unassign()
+            .map_err(|e| unavailable("unassign", e))?;
+    }
+    let mut tpl = TopicPartitionList::new();
+    tpl.add_partition_offset(topic, PARTITION, Offset::Offset(from))
+        .map_err(|e| unavailable("assign", e))?;
+    reader
+        .consumer
+        .assign(&tpl)
+        .map_err(|e| unavailable("assign", e))?;
+    reader.next = Some(from);
+    Ok(())
+}
+
+/// How often a read steps back before it gives up (the step grows 8, 64, 512, … offsets).
+const MAX_STEPS_BACK: u32 = 6;
+
+/// Reads up to `max` records from `from` on (below `high`), re-positioning only when the reader
+/// is not already at `from`.
+///
+/// Offsets must follow each other without a gap (this outbox writes no transactions and no
+/// compaction runs on it). A message below the expected offset is skipped. A message above it,
+/// or the end of the partition below `high`, means the broker answered a fetch at an offset
+/// inside a record batch with the next batch or nothing (seen on tansu 0.6): the reader steps
+/// back (8, 64, 512, … offsets, never below `low`) and skips forward to the expected offset.
+/// After [`MAX_STEPS_BACK`] the read fails (retryable) rather than skipping a record: the
+/// archiver would otherwise store a position past a record it never wrote, and the trimmer
+/// would delete that record from the hot tier.
+fn read(
+    reader: &mut Reader,
+    topic: &str,
+    from: i64,
+    (low, high): (i64, i64),
+    max: usize,
+) -> Result<Vec<(u64, MessageRecord)>> {
+    if reader.next != Some(from) {
+        position_at(reader, topic, from)?;
+    }
+    let deadline = std::time::Instant::now() + TIMEOUT;
+    let mut out = Vec::new();
+    let mut next = from;
+    let mut steps_back = 0;
+    let mut step_back = |reader: &mut Reader, next: i64, seen: String| -> Result<()> {
+        steps_back += 1;
+        if steps_back > MAX_STEPS_BACK {
+            reader.next = None;
+            return Err(ChatError::Unavailable(format!(
+                "kafka fetch: expected offset {next} of {topic}, the broker answers {seen}"
+            )));
+        }
+        let back = 8i64 << (3 * (steps_back - 1));
+        position_at(reader, topic, next.saturating_sub(back).max(low))?;
+        reader.next = None; // the consumer is below `next` until it has skipped forward
+        Ok(())
+    };
+    while out.len() < max && next < high && std::time::Instant::now() < deadline {
+        match reader.consumer.poll(Duration::from_millis(100)) {
+            None => {}
+            Some(Err(KafkaError::PartitionEOF(_))) => {
+                step_back(reader, next, "end of partition".into())?;
+            }
+            Some(Err(e)) => {
+                reader.next = None;
+                return Err(unavailable("fetch", e));
+            }
+            Some(Ok(msg)) => {
+                let offset = msg.offset();
+                if offset < next {
+                    continue;
+                }
+                if offset > next {
+                    step_back(reader, next, format!("offset {offset}"))?;
+                    continue;
+                }
+                let payload = msg.payload().unwrap_or_default();
+                let record: MessageRecord = serde_json::from_slice(payload).map_err(|e| {
+                    ChatError::Corrupt(format!("outbox {topic} offset {offset}: {e}"))
+                })?;
+                next = offset + 1;
+                reader.next = Some(next);
+                out.push((offset as u64, record));
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl Outbox for KafkaOutbox {
+    /// Produces every record and waits for all acknowledgements. An idempotent producer whose
+    /// delivery timed out may be fenced by the broker (a fatal librdkafka state): it is then
+    /// replaced by a fresh one, so that the client's retry can succeed.
+    async fn append(&self, records: &[MessageRecord]) -> Result<()> {
+        let producer = self
+            .producer
+            .read()
+            .map_err(|_| ChatError::Unavailable("kafka: producer poisoned".into()))?
+            .clone();
+        let encoded = records
+            .iter()
+            .map(|r| {
+                let key = format!("{}/{}", r.tenant, r.conversation_id);
+                let payload = serde_json::to_vec(r)
+                    .map_err(|e| ChatError::Invalid(format!("encoding envelope: {e}")))?;
+                Ok((r, key, payload))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let sends = encoded.iter().map(|(r, key, payload)| {
+            let producer = &producer;
+            async move {
+                let record = FutureRecord::to(&self.topic)
+                    .partition(PARTITION)
+                    .key(key)
+                    .payload(payload)
+                    .timestamp(r.committed_at_ms);
+                producer.send(record, TIMEOUT).await.map_err(|(e, _)| e)?;
+                Ok::<_, KafkaError>(())
+            }
+        });
+        let Err(error) = futures::future::try_join_all(sends).await else {
+            return Ok(());
+        };
+        let fenced = matches!(
+            error.rdkafka_error_code(),
+            Some(
+                RDKafkaErrorCode::ProducerFenced
+                    | RDKafkaErrorCode::InvalidProducerEpoch
+                    | RDKafkaErrorCode::UnknownProducerId
+                    | RDKafkaErrorCode::OutOfOrderSequenceNumber
+            )
+        );
+        if fenced || producer.client().fatal_error().is_some() {
+            tracing::warn!(%error, "kafka producer can no longer produce; replacing it");
+            let fresh = new_producer(&self.brokers, self.idempotence)?;
+            if let Ok(mut p) = self.producer.write() {
+                *p = fresh;
+            }
+        }
+        Err(unavailable("produce", error))
+    }
+
+    async fn offsets(&self) -> Result<(u64, u64)> {
+        let (reader, topic) = (Arc::clone(&self.reader), self.topic.clone());
+        let floor = self.floor.load(Ordering::SeqCst);
+        blocking(move || {
+            let reader = reader
+                .lock()
+                .map_err(|_| ChatError::Unavailable("kafka: reader poisoned".into()))?;
+            let (low, high) = reader
+                .consumer
+                .fetch_watermarks(&topic, PARTITION, TIMEOUT)
+                .map_err(|e| unavailable("watermarks", e))?;
+            let high = high.max(0) as u64;
+            Ok(((low.max(0) as u64).max(floor).min(high), high))
+        })
+        .await
+    }
+
+    /// `T0` is read before `H0`: a commit that completed before `T0` had its append
+    /// acknowledged (`acks=all`) before it, so its offset is below any high watermark read
+    /// afterwards.
+    async fn watermark_snapshot(&self, clock: &SharedClock) -> Result<(i64, u64)> {
+        let t0 = clock.now_ms();
+        let (_, h0) = self.offsets().await?;
+        Ok((t0, h0))
+    }
+
+    async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>> {
+        let (reader, topic) = (Arc::clone(&self.reader), self.topic.clone());
+        let floor = self.floor.load(Ordering::SeqCst) as i64;
+        blocking(move || {
+            let mut reader = reader
+                .lock()
+                .map_err(|_| ChatError::Unavailable("kafka: reader poisoned".into()))?;
+            let (low, high) = reader
+                .consumer
+                .fetch_watermarks(&topic, PARTITION, TIMEOUT)
+                .map_err(|e| unavailable("watermarks", e))?;
+            let from = (from as i64).max(low).max(floor);
+            if from >= high || max == 0 {
+                return Ok(Vec::new());
+            }
+            read(&mut reader, &topic, from, (low, high), max)
+        })
+        .await
+    }
+
+    async fn position(&self, consumer: &str) -> Result<Option<u64>> {
+        let group = self.group(consumer)?;
+        let tpl = self.partition_list(None)?;
+        blocking(move || {
+            let committed = group
+                .committed_offsets(tpl, TIMEOUT)
+                .map_err(|e| unavailable("committed offsets", e))?;
+            Ok(committed.elements().first().and_then(|e| match e.offset() {
+                Offset::Offset(o) if o >= 0 => Some(o as u64),
+                _ => None,
+            }))
+        })
+        .await
+    }
+
+    async fn store_position(&self, consumer: &str, position: u64) -> Result<()> {
+        let group = self.group(consumer)?;
+        let tpl = self.partition_list(Some(position))?;
+        blocking(move || {
+            group
+                .commit(&tpl, CommitMode::Sync)
+                .map_err(|e| unavailable("commit offset", e))
+        })
+        .await
+    }
+
+    async fn truncate(&self, below: u64, older_than_ms: i64) -> Result<usize> {
+        let (low, _) = self.offsets().await?;
+        // The prefix to delete ends at `below` or at the first record not old enough.
+        let mut cut = low;
+        'scan: while cut < below {
+            let batch = self.fetch(cut, 1000).await?;
+            if batch.is_empty() {
+                break;
+            }
+            for (offset, record) in batch {
+                if offset >= below || record.committed_at_ms >= older_than_ms {
+                    break 'scan;
+                }
+                cut = offset + 1;
+            }
+        }
+        if cut <= low {
+            return Ok(0);
+        }
+        self.store_position(RETENTION_CONSUMER, cut).await?;
+        self.floor.fetch_max(cut, Ordering::SeqCst);
+        if self.delete_records.load(Ordering::SeqCst) {
+            let tpl = self.partition_list(Some(cut))?;
+            let deleted = match self.admin.delete_records(&tpl, &admin_options()).await {
+                Ok(result) => result.elements().iter().try_for_each(|e| e.error()),
+                Err(e) => Err(e),
+            };
+            if let Err(error) = deleted {
+                self.delete_records.store(false, Ordering::SeqCst);
+                tracing::warn!(%error, topic = %self.topic,
+                    "the broker did not delete records; its own retention must free the outbox");
+            }
+        }
+        Ok((cut - low) as usize)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_name_brokers_and_one_topic() {
+        assert_eq!(
+            parse_url("kafka://127.0.0.1:9092/tidemark.chat.outbox").unwrap(),
+            KafkaUrl {
+                brokers: "127.0.0.1:9092".into(),
+                topic: "tidemark.chat.outbox".into(),
+                idempotence: true
+            }
+        );
+        assert!(
+            !parse_url("kafka://h:1/t?idempotence=false")
+                .unwrap()
+                .idempotence
+        );
+        for bad in [
+            "http://x/y",
+            "kafka://127.0.0.1:9092",
+            "kafka:///t",
+            "kafka://h:1/a b",
+            "kafka://h:1/t?acks=1",
+        ] {
+            assert!(
+                matches!(parse_url(bad), Err(ChatError::Invalid(_))),
+                "{bad}"
+            );
+        }
+    }
+}

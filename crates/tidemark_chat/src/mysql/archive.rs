@@ -1,0 +1,297 @@
+//! `message_record` and `history_index` on MariaDB / MySQL, both keyed
+//! `(tenant, conversation_id, seq_bucket, conversation_seq)` (seed 000: bounded partitions per
+//! conversation; `seq_bucket = seq / 1000`).
+//!
+//! Data flow: the archiver calls [`Archive::put_records`] with a batch, then
+//! [`Archive::put_index`] with its entries (seed 000: index after record). Each call is split into
+//! multi-row `INSERT … ON DUPLICATE KEY UPDATE <no-op>` statements of at most [`ROWS_PER_INSERT`]
+//! rows, run concurrently on the pool: re-writing a row is a no-op, while any other error (a
+//! too-long value under strict mode, the server down) still fails the call — unlike
+//! `INSERT IGNORE`, which would turn those into warnings. Ephemeral rows carry `expires_at`;
+//! reads hide them from that instant on and [`Archive::purge_expired`] deletes them in batches,
+//! index entries first, so an index entry never outlives its record.
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use sqlx::mysql::{MySqlPool, MySqlRow};
+use sqlx::{QueryBuilder, Row};
+
+use crate::error::{ChatError, Result};
+use crate::model::{IndexEntry, MessageClass, MessageRecord, SEQ_BUCKET_SIZE};
+use crate::ports::Archive;
+
+/// Rows per multi-row insert (11 placeholders each, well under the 65,535 limit).
+const ROWS_PER_INSERT: usize = 500;
+
+/// The schema; `utf8mb4_bin` so that ids compare byte for byte, as on SQLite.
+const SCHEMA: [&str; 2] = [
+    "CREATE TABLE IF NOT EXISTS message_record (
+        tenant VARCHAR(128) NOT NULL,
+        conversation_id VARCHAR(128) NOT NULL,
+        seq_bucket BIGINT UNSIGNED NOT NULL,
+        conversation_seq BIGINT UNSIGNED NOT NULL,
+        message_id VARCHAR(64) NOT NULL,
+        sender VARCHAR(128) NOT NULL,
+        client_msg_id VARCHAR(128) NOT NULL,
+        body MEDIUMTEXT NOT NULL,
+        class TINYINT NOT NULL,
+        committed_at BIGINT NOT NULL,
+        expires_at BIGINT NULL,
+        PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq),
+        KEY message_record_expiry (expires_at)
+    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+    "CREATE TABLE IF NOT EXISTS history_index (
+        tenant VARCHAR(128) NOT NULL,
+        conversation_id VARCHAR(128) NOT NULL,
+        seq_bucket BIGINT UNSIGNED NOT NULL,
+        conversation_seq BIGINT UNSIGNED NOT NULL,
+        message_id VARCHAR(64) NOT NULL,
+        expires_at BIGINT NULL,
+        PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq),
+        KEY history_index_expiry (expires_at)
+    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+];
+
+const RECORD_COLUMNS: &str = "tenant, conversation_id, conversation_seq, message_id, sender, \
+     client_msg_id, body, class, committed_at, expires_at";
+
+/// The MariaDB / MySQL archive (see the module docs).
+#[derive(Debug, Clone)]
+pub struct MysqlArchive {
+    pool: MySqlPool,
+}
+
+impl MysqlArchive {
+    /// Connects to `url` (`mysql://user[:password]@host[:port]/database`; the database is created
+    /// if missing) with at most `max_connections`, and creates the tables if missing. Errors:
+    /// [`ChatError::Invalid`] for a bad URL, [`ChatError::Unavailable`] if the server is down.
+    pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
+        let pool = tidemark_core::mysql::connect(url, max_connections).await?;
+        Self::with_pool(pool).await
+    }
+
+    /// Uses an open pool; creates the tables if missing.
+    pub async fn with_pool(pool: MySqlPool) -> Result<Self> {
+        for ddl in SCHEMA {
+            sqlx::query(ddl).execute(&pool).await?;
+        }
+        Ok(Self { pool })
+    }
+
+    /// The pool (for tests that look behind the port's back).
+    pub fn pool(&self) -> &MySqlPool {
+        &self.pool
+    }
+}
+
+fn bucket(seq: u64) -> u64 {
+    seq / SEQ_BUCKET_SIZE
+}
+
+/// A text column. With the `utf8mb4_bin` collation the server reports text as binary, which
+/// sqlx will not decode as `String`; the bytes are checked as UTF-8 here instead.
+fn text(row: &MySqlRow, i: usize) -> Result<String> {
+    String::from_utf8(row.try_get::<Vec<u8>, _>(i)?)
+        .map_err(|e| ChatError::Corrupt(format!("archive column {i} is not UTF-8: {e}")))
+}
+
+fn record_from_row(row: &MySqlRow) -> Result<MessageRecord> {
+    Ok(MessageRecord {
+        tenant: text(row, 0)?,
+        conversation_id: text(row, 1)?,
+        conversation_seq: row.try_get(2)?,
+        message_id: text(row, 3)?,
+        sender: text(row, 4)?,
+        client_msg_id: text(row, 5)?,
+        body: text(row, 6)?,
+        class: MessageClass::from_code(i64::from(row.try_get::<i8, _>(7)?)),
+        committed_at_ms: row.try_get(8)?,
+        expires_at_ms: row.try_get(9)?,
+    })
+}
+
+impl MysqlArchive {
+    async fn insert_records(&self, chunk: &[MessageRecord]) -> Result<()> {
+        let mut q = QueryBuilder::new(
+            "INSERT INTO message_record (tenant, conversation_id, seq_bucket, conversation_seq, \
+             message_id, sender, client_msg_id, body, class, committed_at, expires_at) ",
+        );
+        q.push_values(chunk, |mut b, r| {
+            b.push_bind(&r.tenant)
+                .push_bind(&r.conversation_id)
+                .push_bind(r.seq_bucket())
+                .push_bind(r.conversation_seq)
+                .push_bind(&r.message_id)
+                .push_bind(&r.sender)
+                .push_bind(&r.client_msg_id)
+                .push_bind(&r.body)
+                .push_bind(r.class.code() as i8)
+                .push_bind(r.committed_at_ms)
+                .push_bind(r.expires_at_ms);
+        });
+        q.push(" ON DUPLICATE KEY UPDATE conversation_seq = conversation_seq");
+        q.build().execute(&self.pool).await?;
+        Ok(())
+    }
+
+    async fn insert_index(&self, chunk: &[IndexEntry]) -> Result<()> {
+        let mut q = QueryBuilder::new(
+            "INSERT INTO history_index (tenant, conversation_id, seq_bucket, conversation_seq, \
+             message_id, expires_at) ",
+        );
+        q.push_values(chunk, |mut b, e| {
+            b.push_bind(&e.tenant)
+                .push_bind(&e.conversation_id)
+                .push_bind(bucket(e.conversation_seq))
+                .push_bind(e.conversation_seq)
+                .push_bind(&e.message_id)
+                .push_bind(e.expires_at_ms);
+        });
+        q.push(" ON DUPLICATE KEY UPDATE conversation_seq = conversation_seq");
+        q.build().execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Archive for MysqlArchive {
+    async fn put_records(&self, records: &[MessageRecord]) -> Result<()> {
+        try_join_all(
+            records
+                .chunks(ROWS_PER_INSERT)
+                .map(|c| self.insert_records(c)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn put_index(&self, entries: &[IndexEntry]) -> Result<()> {
+        try_join_all(
+            entries
+                .chunks(ROWS_PER_INSERT)
+                .map(|c| self.insert_index(c)),
+        )
+        .await?;
+        Ok(())
+    }
+
+    async fn index_range(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        lo: u64,
+        hi: u64,
+        now_ms: i64,
+    ) -> Result<Vec<IndexEntry>> {
+        let rows = sqlx::query(
+            "SELECT conversation_seq, message_id, expires_at FROM history_index
+             WHERE tenant = ? AND conversation_id = ? AND seq_bucket BETWEEN ? AND ?
+               AND conversation_seq BETWEEN ? AND ?
+               AND (expires_at IS NULL OR expires_at > ?)
+             ORDER BY seq_bucket, conversation_seq",
+        )
+        .bind(tenant)
+        .bind(conversation_id)
+        .bind(bucket(lo))
+        .bind(bucket(hi))
+        .bind(lo)
+        .bind(hi)
+        .bind(now_ms)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|r| {
+                Ok(IndexEntry {
+                    tenant: tenant.to_owned(),
+                    conversation_id: conversation_id.to_owned(),
+                    conversation_seq: r.try_get(0)?,
+                    message_id: text(r, 1)?,
+                    expires_at_ms: r.try_get(2)?,
+                })
+            })
+            .collect()
+    }
+
+    async fn records(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        seqs: &[u64],
+    ) -> Result<Vec<MessageRecord>> {
+        if seqs.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut buckets: Vec<u64> = seqs.iter().map(|&s| bucket(s)).collect();
+        buckets.sort_unstable();
+        buckets.dedup();
+        // The bucket is a function of the seq, so `bucket IN … AND seq IN …` selects exactly
+        // the asked seqs while letting the primary key narrow by bucket first.
+        let mut q = QueryBuilder::new(format!("SELECT {RECORD_COLUMNS} FROM message_record "));
+        q.push("WHERE tenant = ")
+            .push_bind(tenant)
+            .push(" AND conversation_id = ")
+            .push_bind(conversation_id)
+            .push(" AND seq_bucket IN (");
+        let mut sep = q.separated(", ");
+        for b in &buckets {
+            sep.push_bind(*b);
+        }
+        q.push(") AND conversation_seq IN (");
+        let mut sep = q.separated(", ");
+        for s in seqs {
+            sep.push_bind(*s);
+        }
+        q.push(")");
+        let rows = q.build().fetch_all(&self.pool).await?;
+        rows.iter().map(record_from_row).collect()
+    }
+
+    async fn earliest_seq(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        now_ms: i64,
+    ) -> Result<Option<u64>> {
+        let row = sqlx::query(
+            "SELECT conversation_seq FROM history_index
+             WHERE tenant = ? AND conversation_id = ? AND (expires_at IS NULL OR expires_at > ?)
+             ORDER BY seq_bucket, conversation_seq LIMIT 1",
+        )
+        .bind(tenant)
+        .bind(conversation_id)
+        .bind(now_ms)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.map(|r| r.try_get::<u64, _>(0).map_err(ChatError::from))
+            .transpose()
+    }
+
+    async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize> {
+        let batch = batch as u64;
+        // Index entries first, then records that no longer have one: never an index entry
+        // without its record.
+        sqlx::query(
+            "DELETE FROM history_index
+             WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?",
+        )
+        .bind(now_ms)
+        .bind(batch)
+        .execute(&self.pool)
+        .await?;
+        let done = sqlx::query(
+            "DELETE FROM message_record
+             WHERE expires_at IS NOT NULL AND expires_at <= ?
+               AND NOT EXISTS (SELECT 1 FROM history_index i
+                   WHERE i.tenant = message_record.tenant
+                     AND i.conversation_id = message_record.conversation_id
+                     AND i.seq_bucket = message_record.seq_bucket
+                     AND i.conversation_seq = message_record.conversation_seq)
+             LIMIT ?",
+        )
+        .bind(now_ms)
+        .bind(batch)
+        .execute(&self.pool)
+        .await?;
+        Ok(done.rows_affected() as usize)
+    }
+}

@@ -1,0 +1,132 @@
+//! The production hot store on Redis 7 (DESIGN.md part A "Commit path", "Durability"; seed 000).
+//!
+//! Data flow of a SEND on the staged commit path ([`crate::commit::staged_commit`]):
+//! 1. `reserve_and_record.lua`: dedup lookup, `HINCRBY latest`, record RESERVED, dedup entry,
+//!    reserve-queue entry — one atomic script in the conversation's slot;
+//! 2. the envelope is appended to the outbox (Kafka protocol, or a SQLite outbox file);
+//! 3. `mark_published_and_committed.lua`: COMMITTED, hot index, trim candidate.
+//!
+//! The trimmer, the recovery worker and the dedup purge walk per-shard queues with `trim.lua`,
+//! `stale_reserved.lua` and `purge_dedup.lua` (key layout and the reason for shards in
+//! [`keys`]). Reads are single scripts too (`hot_slice.lua`, `hot_unread.lua`), so the floor F,
+//! the latest seq and the records are seen at one instant.
+//!
+//! Durability: at start [`RedisHot::connect`] refuses a server that is not `appendonly yes`,
+//! `appendfsync always`, `no-appendfsync-on-rewrite no` (DESIGN.md "Durability"). Seqs are
+//! never reused because `latest` lives in the conversation hash, which is never deleted, and is
+//! fsynced with the record it allocated. Commands go over a pool of connections (default 8,
+//! `chat.redis_pool`), round-robin: Redis fsyncs once per event-loop pass for all clients
+//! served in it, so many connections let many commits share one fsync.
+
+mod hot;
+pub mod keys;
+mod scripts;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+
+use crate::error::{ChatError, Result};
+use scripts::Scripts;
+
+/// Default number of pooled connections per Redis instance (DESIGN.md "Durability").
+pub const DEFAULT_POOL: usize = 8;
+
+/// The settings a hot store must have, with the values required.
+pub const REQUIRED_SETTINGS: [(&str, &str); 3] = [
+    ("appendonly", "yes"),
+    ("appendfsync", "always"),
+    ("no-appendfsync-on-rewrite", "no"),
+];
+
+/// The Redis hot store (see the module docs).
+pub struct RedisHot {
+    url: String,
+    pool: Vec<ConnectionManager>,
+    next: AtomicUsize,
+    scripts: Scripts,
+}
+
+impl std::fmt::Debug for RedisHot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RedisHot")
+            .field("url", &self.url)
+            .field("pool", &self.pool.len())
+            .finish()
+    }
+}
+
+impl From<redis::RedisError> for ChatError {
+    fn from(e: redis::RedisError) -> Self {
+        ChatError::Unavailable(format!("redis: {e}"))
+    }
+}
+
+impl RedisHot {
+    /// Connects `pool_size` (≥ 1) connections to `url` (`redis://host:port[/db]`), checks the
+    /// durability settings and loads the scripts. Errors: [`ChatError::Invalid`] for a bad URL,
+    /// [`ChatError::Unavailable`] if the server cannot be reached (5 s connect timeout),
+    /// [`ChatError::NotDurable`] naming the first setting that is not as required.
+    pub async fn connect(url: &str, pool_size: usize) -> Result<Self> {
+        let client = redis::Client::open(url)
+            .map_err(|e| ChatError::Invalid(format!("bad Redis URL {url:?}: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Duration::from_secs(5))
+            .set_response_timeout(Duration::from_secs(5))
+            .set_number_of_retries(2)
+            .set_max_delay(1000);
+        let mut pool = Vec::with_capacity(pool_size.max(1));
+        for _ in 0..pool_size.max(1) {
+            let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
+                .await
+                .map_err(|e| ChatError::Unavailable(format!("redis at {url}: {e}")))?;
+            pool.push(conn);
+        }
+        let store = Self {
+            url: url.to_owned(),
+            pool,
+            next: AtomicUsize::new(0),
+            scripts: Scripts::new(),
+        };
+        store.check_durable().await?;
+        let mut conn = store.conn();
+        for s in store.scripts.all() {
+            s.prepare_invoke().load_async(&mut conn).await?;
+        }
+        Ok(store)
+    }
+
+    /// Refuses a server that could lose acknowledged writes (DESIGN.md "Durability").
+    async fn check_durable(&self) -> Result<()> {
+        let mut conn = self.conn();
+        for (setting, required) in REQUIRED_SETTINGS {
+            let got: Vec<String> = redis::cmd("CONFIG")
+                .arg("GET")
+                .arg(setting)
+                .query_async(&mut conn)
+                .await?;
+            let value = got.get(1).cloned().unwrap_or_default();
+            if value != required {
+                return Err(ChatError::NotDurable {
+                    url: self.url.clone(),
+                    setting: setting.to_owned(),
+                    value,
+                    required: required.to_owned(),
+                });
+            }
+        }
+        Ok(())
+    }
+
+    /// The next pooled connection (round-robin; a handle, cheap to clone).
+    fn conn(&self) -> ConnectionManager {
+        let i = self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len();
+        self.pool[i].clone()
+    }
+
+    /// Number of pooled connections.
+    pub fn pool_size(&self) -> usize {
+        self.pool.len()
+    }
+}

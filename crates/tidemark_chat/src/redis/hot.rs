@@ -1,0 +1,548 @@
+//! [`HotStore`] on Redis: each method is one script or one command (pipelined per shard for the
+//! queue walks); see [`super::keys`] for the layout and `scripts/*.lua` for the atomic steps.
+
+use async_trait::async_trait;
+use futures::future::try_join_all;
+use redis::Value;
+
+use super::RedisHot;
+use super::keys::{self, ConvKeys, SHARDS, dedup_field, shard_prefix, split_member};
+use crate::error::{ChatError, Result};
+use crate::model::{
+    ConversationMeta, HotSlice, HotUnread, Membership, MessageClass, MessageRecord, RecordKey,
+    Reservation, SendAck, SendCommand,
+};
+use crate::ports::{CommitParams, HotStore};
+
+/// The JSON part of a record value: `[message_id, sender, client_msg_id, body, class,
+/// committed_at]`; tenant, conversation and seq are in the key and field, the expiry in the
+/// value's prefix.
+type StoredRecord = (String, String, String, String, i64, i64);
+
+/// `(expiry digits, json)` of a record value `<state><expiry>|<json>`.
+fn encode_record(r: &MessageRecord) -> Result<(String, String)> {
+    let json = serde_json::to_string(&(
+        &r.message_id,
+        &r.sender,
+        &r.client_msg_id,
+        &r.body,
+        r.class.code(),
+        r.committed_at_ms,
+    ))
+    .map_err(|e| ChatError::Invalid(format!("encoding record: {e}")))?;
+    Ok((
+        r.expires_at_ms.map(|e| e.to_string()).unwrap_or_default(),
+        json,
+    ))
+}
+
+fn decode_record(tenant: &str, cid: &str, seq: u64, value: &[u8]) -> Result<MessageRecord> {
+    let bad = |why: String| ChatError::Corrupt(format!("redis record {tenant}/{cid}/{seq}: {why}"));
+    let bar = value
+        .iter()
+        .position(|&b| b == b'|')
+        .ok_or_else(|| bad("no '|'".into()))?;
+    let expiry = std::str::from_utf8(value.get(1..bar).unwrap_or_default())
+        .map_err(|e| bad(e.to_string()))?;
+    let expires_at_ms = if expiry.is_empty() {
+        None
+    } else {
+        Some(expiry.parse().map_err(|e| bad(format!("expiry: {e}")))?)
+    };
+    let (message_id, sender, client_msg_id, body, class, committed_at_ms): StoredRecord =
+        serde_json::from_slice(&value[bar + 1..]).map_err(|e| bad(e.to_string()))?;
+    Ok(MessageRecord {
+        tenant: tenant.to_owned(),
+        conversation_id: cid.to_owned(),
+        conversation_seq: seq,
+        message_id,
+        sender,
+        client_msg_id,
+        body,
+        class: MessageClass::from_code(class),
+        committed_at_ms,
+        expires_at_ms,
+    })
+}
+
+fn int(v: &Value) -> Result<i64> {
+    match v {
+        Value::Int(i) => Ok(*i),
+        Value::BulkString(b) => std::str::from_utf8(b)
+            .ok()
+            .and_then(|s| s.parse().ok())
+            .ok_or_else(|| ChatError::Corrupt(format!("redis: expected a number, got {v:?}"))),
+        other => Err(ChatError::Corrupt(format!(
+            "redis: expected a number, got {other:?}"
+        ))),
+    }
+}
+
+fn bytes(v: &Value) -> Result<&[u8]> {
+    match v {
+        Value::BulkString(b) => Ok(b),
+        other => Err(ChatError::Corrupt(format!(
+            "redis: expected a string, got {other:?}"
+        ))),
+    }
+}
+
+fn text(v: &Value) -> Result<String> {
+    String::from_utf8(bytes(v)?.to_vec())
+        .map_err(|e| ChatError::Corrupt(format!("redis: not UTF-8: {e}")))
+}
+
+fn seq_of(s: &str) -> Result<u64> {
+    s.parse()
+        .map_err(|_| ChatError::Corrupt(format!("redis: bad seq {s:?}")))
+}
+
+impl RedisHot {
+    /// Every seq the hot tier holds for the conversation, RESERVED or COMMITTED, ascending (for
+    /// operators and tests; one `HKEYS`).
+    pub async fn held_seqs(&self, tenant: &str, conversation_id: &str) -> Result<Vec<u64>> {
+        let k = ConvKeys::new(tenant, conversation_id);
+        let mut seqs: Vec<u64> = redis::cmd("HKEYS")
+            .arg(k.messages())
+            .query_async(&mut self.conn())
+            .await?;
+        seqs.sort_unstable();
+        Ok(seqs)
+    }
+
+    /// `ZCOUNT <queue> -inf <max>` of every shard in one round trip: the shards worth a script
+    /// call.
+    async fn busy_shards(&self, queue: &str, max: i64) -> Result<Vec<usize>> {
+        let mut p = redis::pipe();
+        for n in 0..SHARDS {
+            p.cmd("ZCOUNT")
+                .arg(format!("{}{queue}", shard_prefix(n)))
+                .arg("-inf")
+                .arg(max);
+        }
+        let counts: Vec<i64> = p.query_async(&mut self.conn()).await?;
+        Ok(counts
+            .iter()
+            .enumerate()
+            .filter(|(_, c)| **c > 0)
+            .map(|(n, _)| n)
+            .collect())
+    }
+
+    /// Runs a shard-queue script (KEYS: the queue [+ the shard counter], ARGV: max score,
+    /// budget, shard prefix) over the busy shards while `budget` lasts; returns the raw replies.
+    async fn walk_shards(
+        &self,
+        script: &redis::Script,
+        queue: &str,
+        with_counter: bool,
+        max: i64,
+        budget: usize,
+    ) -> Result<Vec<Value>> {
+        let mut out = Vec::new();
+        let mut left = budget;
+        for n in self.busy_shards(queue, max).await? {
+            if left == 0 {
+                break;
+            }
+            let prefix = shard_prefix(n);
+            let mut inv = script.prepare_invoke();
+            inv.key(format!("{prefix}{queue}"));
+            if with_counter {
+                inv.key(format!("{prefix}n"));
+            }
+            inv.arg(max).arg(left).arg(&prefix);
+            let reply: Value = inv.invoke_async(&mut self.conn()).await?;
+            let taken = match &reply {
+                Value::Array(items) => items.len(),
+                other => int(other)? as usize,
+            };
+            left = left.saturating_sub(taken);
+            out.push(reply);
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl HotStore for RedisHot {
+    async fn create_conversation(
+        &self,
+        tenant: &str,
+        members: &[String],
+        listing_id: Option<u64>,
+        now_ms: i64,
+    ) -> Result<String> {
+        let id = uuid::Uuid::now_v7().to_string();
+        let k = ConvKeys::new(tenant, &id);
+        let members_json = serde_json::to_string(members)
+            .map_err(|e| ChatError::Invalid(format!("members: {e}")))?;
+        let mut p = redis::pipe();
+        p.atomic()
+            .cmd("HSET")
+            .arg(k.conv())
+            .arg("members")
+            .arg(members_json)
+            .arg("latest")
+            .arg(0)
+            .arg("floor")
+            .arg(0)
+            .arg("created")
+            .arg(now_ms);
+        if let Some(l) = listing_id {
+            p.cmd("HSET").arg(k.conv()).arg("listing").arg(l);
+        }
+        // The conversation first: a crash before the memberships leaves a conversation whose id
+        // was never returned, never a membership pointing nowhere.
+        let () = p.query_async(&mut self.conn()).await?;
+        let mut p = redis::pipe();
+        for m in members {
+            p.cmd("HSETNX")
+                .arg(keys::memberships(tenant, m))
+                .arg(&id)
+                .arg(0)
+                .ignore();
+        }
+        let () = p.query_async(&mut self.conn()).await?;
+        Ok(id)
+    }
+
+    async fn conversation(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+    ) -> Result<Option<ConversationMeta>> {
+        let k = ConvKeys::new(tenant, conversation_id);
+        let (members, listing, latest, floor): (
+            Option<String>,
+            Option<u64>,
+            Option<u64>,
+            Option<u64>,
+        ) = redis::cmd("HMGET")
+            .arg(k.conv())
+            .arg("members")
+            .arg("listing")
+            .arg("latest")
+            .arg("floor")
+            .query_async(&mut self.conn())
+            .await?;
+        let Some(members) = members else {
+            return Ok(None);
+        };
+        let members: Vec<String> = serde_json::from_str(&members)
+            .map_err(|e| ChatError::Corrupt(format!("members of {conversation_id}: {e}")))?;
+        Ok(Some(ConversationMeta {
+            conversation_id: conversation_id.to_owned(),
+            members,
+            listing_id: listing,
+            latest_seq: latest.unwrap_or(0),
+            floor: floor.unwrap_or(0),
+        }))
+    }
+
+    async fn reserve(
+        &self,
+        cmd: SendCommand,
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<Reservation> {
+        let k = ConvKeys::new(&cmd.tenant, &cmd.conversation_id);
+        let field = dedup_field(&cmd.sender, &cmd.client_msg_id);
+        // The record as it will be if this call allocates the seq (filled in below).
+        let mut record = cmd.into_record(0, now_ms);
+        let (expiry, json) = encode_record(&record)?;
+        let mut inv = self.scripts.reserve.prepare_invoke();
+        inv.key(k.conv())
+            .key(k.messages())
+            .key(k.dedup())
+            .key(k.shard("rsv"))
+            .key(k.shard("dx"))
+            .key(k.shard("n"))
+            .arg(&k.part)
+            .arg(&field)
+            .arg(now_ms)
+            .arg(now_ms + params.dedup_window_ms)
+            .arg(expiry)
+            .arg(json)
+            .arg(&record.message_id);
+        let reply: Vec<Value> = inv.invoke_async(&mut self.conn()).await?;
+        let tag = reply.first().map(text).transpose()?.unwrap_or_default();
+        let at = |i: usize| {
+            reply
+                .get(i)
+                .ok_or_else(|| ChatError::Corrupt(format!("redis reserve: short reply {reply:?}")))
+        };
+        match tag.as_str() {
+            "unknown" => Err(ChatError::UnknownConversation(record.conversation_id)),
+            "fresh" => {
+                record.conversation_seq = int(at(1)?)? as u64;
+                Ok(Reservation::Reserved {
+                    record,
+                    fresh: true,
+                })
+            }
+            "reserved" => {
+                let seq = int(at(1)?)? as u64;
+                Ok(Reservation::Reserved {
+                    record: decode_record(
+                        &record.tenant,
+                        &record.conversation_id,
+                        seq,
+                        bytes(at(2)?)?,
+                    )?,
+                    fresh: false,
+                })
+            }
+            "committed" => Ok(Reservation::Committed(SendAck {
+                conversation_seq: int(at(1)?)? as u64,
+                committed_at_ms: int(at(2)?)?,
+                message_id: text(at(3)?)?,
+            })),
+            other => Err(ChatError::Corrupt(format!(
+                "redis reserve: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
+    async fn mark_committed(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()> {
+        try_join_all(keys.iter().map(|key| async move {
+            let k = ConvKeys::new(&key.tenant, &key.conversation_id);
+            let mut inv = self.scripts.mark_committed.prepare_invoke();
+            inv.key(k.messages())
+                .key(k.index())
+                .key(k.shard("rsv"))
+                .key(k.shard("trim"))
+                .arg(&k.part)
+                .arg(key.conversation_seq)
+                .arg(now_ms + params.hot_window_ms);
+            let _: i64 = inv.invoke_async(&mut self.conn()).await?;
+            Ok::<_, ChatError>(())
+        }))
+        .await?;
+        Ok(())
+    }
+
+    async fn stale_reserved(
+        &self,
+        reserved_before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<MessageRecord>> {
+        let mut out = Vec::new();
+        for n in self.busy_shards("rsv", reserved_before_ms).await? {
+            let prefix = shard_prefix(n);
+            let mut inv = self.scripts.stale_reserved.prepare_invoke();
+            inv.key(format!("{prefix}rsv"))
+                .arg(reserved_before_ms)
+                .arg(limit)
+                .arg(&prefix);
+            let reply: Vec<Vec<u8>> = inv.invoke_async(&mut self.conn()).await?;
+            for pair in reply.chunks_exact(2) {
+                let (tenant, cid, seq) = split_member(&pair[0])?;
+                out.push(decode_record(&tenant, &cid, seq_of(&seq)?, &pair[1])?);
+            }
+        }
+        // Each shard gave its oldest `limit`; the oldest `limit` overall are among them.
+        out.sort_by(|a, b| {
+            (
+                a.committed_at_ms,
+                &a.tenant,
+                &a.conversation_id,
+                a.conversation_seq,
+            )
+                .cmp(&(
+                    b.committed_at_ms,
+                    &b.tenant,
+                    &b.conversation_id,
+                    b.conversation_seq,
+                ))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+
+    async fn hot_slice(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        lo: u64,
+        hi: u64,
+        now_ms: i64,
+    ) -> Result<HotSlice> {
+        let k = ConvKeys::new(tenant, conversation_id);
+        let mut inv = self.scripts.hot_slice.prepare_invoke();
+        inv.key(k.conv())
+            .key(k.messages())
+            .key(k.index())
+            .arg(lo)
+            .arg(hi)
+            .arg(now_ms);
+        let reply: Vec<Value> = inv.invoke_async(&mut self.conn()).await?;
+        let [floor, latest, earliest, rest @ ..] = reply.as_slice() else {
+            return Err(ChatError::UnknownConversation(conversation_id.to_owned()));
+        };
+        let records = rest
+            .chunks_exact(2)
+            .map(|pair| {
+                decode_record(
+                    tenant,
+                    conversation_id,
+                    int(&pair[0])? as u64,
+                    bytes(&pair[1])?,
+                )
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let earliest = int(earliest)? as u64;
+        Ok(HotSlice {
+            floor: int(floor)? as u64,
+            latest_seq: int(latest)? as u64,
+            records,
+            earliest_seq: (earliest > 0).then_some(earliest),
+        })
+    }
+
+    async fn hot_unread(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        user: &str,
+        read_seq: u64,
+        now_ms: i64,
+    ) -> Result<HotUnread> {
+        let k = ConvKeys::new(tenant, conversation_id);
+        let mut inv = self.scripts.hot_unread.prepare_invoke();
+        inv.key(k.conv())
+            .key(k.messages())
+            .key(k.index())
+            .arg(user)
+            .arg(read_seq)
+            .arg(now_ms);
+        let reply: Vec<i64> = inv.invoke_async(&mut self.conn()).await?;
+        let [floor, latest, unread] = reply.as_slice() else {
+            return Err(ChatError::UnknownConversation(conversation_id.to_owned()));
+        };
+        Ok(HotUnread {
+            floor: *floor as u64,
+            latest_seq: *latest as u64,
+            unread_above_floor: *unread as u64,
+        })
+    }
+
+    async fn set_read(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        user: &str,
+        seq: u64,
+    ) -> Result<()> {
+        let mut inv = self.scripts.raise.prepare_invoke();
+        inv.key(keys::memberships(tenant, user))
+            .arg(conversation_id)
+            .arg(seq)
+            .arg("0");
+        let _: i64 = inv.invoke_async(&mut self.conn()).await?;
+        Ok(())
+    }
+
+    async fn read_seq(&self, tenant: &str, conversation_id: &str, user: &str) -> Result<u64> {
+        let v: Option<u64> = redis::cmd("HGET")
+            .arg(keys::memberships(tenant, user))
+            .arg(conversation_id)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(v.unwrap_or(0))
+    }
+
+    async fn memberships(&self, tenant: &str, user: &str) -> Result<Vec<Membership>> {
+        let mut all: Vec<(String, u64)> = redis::cmd("HGETALL")
+            .arg(keys::memberships(tenant, user))
+            .query_async(&mut self.conn())
+            .await?;
+        all.sort();
+        Ok(all
+            .into_iter()
+            .map(|(conversation_id, read_seq)| Membership {
+                conversation_id,
+                read_seq,
+            })
+            .collect())
+    }
+
+    async fn watermark(&self) -> Result<Option<i64>> {
+        Ok(redis::cmd("HGET")
+            .arg(keys::META)
+            .arg("watermark")
+            .query_async(&mut self.conn())
+            .await?)
+    }
+
+    async fn publish_watermark(&self, t_ms: i64) -> Result<()> {
+        let mut inv = self.scripts.raise.prepare_invoke();
+        inv.key(keys::META).arg("watermark").arg(t_ms).arg("1");
+        let _: i64 = inv.invoke_async(&mut self.conn()).await?;
+        Ok(())
+    }
+
+    async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>> {
+        let mut out = Vec::new();
+        for reply in self
+            .walk_shards(&self.scripts.trim, "trim", true, cutoff_ms, batch)
+            .await?
+        {
+            let Value::Array(members) = reply else {
+                return Err(ChatError::Corrupt(format!("redis trim: {reply:?}")));
+            };
+            for m in &members {
+                let (tenant, conversation_id, seq) = split_member(bytes(m)?)?;
+                out.push(RecordKey {
+                    tenant,
+                    conversation_id,
+                    conversation_seq: seq_of(&seq)?,
+                });
+            }
+        }
+        Ok(out)
+    }
+
+    async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize> {
+        let replies = self
+            .walk_shards(&self.scripts.purge_dedup, "dx", false, now_ms, batch)
+            .await?;
+        replies.iter().map(|r| Ok(int(r)? as usize)).sum()
+    }
+
+    /// Always empty: every Redis commit goes through the outbox and registers a trim candidate
+    /// (`hot-only` mode is refused with a Redis hot store, see `ChatStores::open`).
+    async fn untracked_committed(&self, _limit: usize) -> Result<Vec<MessageRecord>> {
+        Ok(Vec::new())
+    }
+
+    async fn register_trim_candidates(&self, keys: &[RecordKey], score_ms: i64) -> Result<()> {
+        try_join_all(keys.iter().map(|key| async move {
+            let k = ConvKeys::new(&key.tenant, &key.conversation_id);
+            let mut inv = self.scripts.register_trim.prepare_invoke();
+            inv.key(k.messages())
+                .key(k.shard("trim"))
+                .arg(&k.part)
+                .arg(key.conversation_seq)
+                .arg(score_ms);
+            let _: i64 = inv.invoke_async(&mut self.conn()).await?;
+            Ok::<_, ChatError>(())
+        }))
+        .await?;
+        Ok(())
+    }
+
+    async fn hot_len(&self) -> Result<u64> {
+        let mut p = redis::pipe();
+        for n in 0..SHARDS {
+            p.cmd("GET").arg(format!("{}n", shard_prefix(n)));
+        }
+        let counts: Vec<Option<i64>> = p.query_async(&mut self.conn()).await?;
+        Ok(counts.into_iter().flatten().sum::<i64>().max(0) as u64)
+    }
+}

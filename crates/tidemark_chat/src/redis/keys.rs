@@ -1,0 +1,141 @@
+//! Key layout of the Redis hot store.
+//!
+//! A conversation is named by `P = "<len(tenant)>:<tenant><len(cid)>:<cid>"` (byte lengths, so
+//! any tenant or id splits back unambiguously) and lives in one of [`SHARDS`] shards chosen by
+//! FNV-1a of P. Every key of a shard starts with the hash tag `{tm:NN}`, so all keys of a
+//! conversation — and the shard-wide queues its scripts update in the same atomic step — hash
+//! to one Redis Cluster slot:
+//!
+//! | key | type | content |
+//! |---|---|---|
+//! | `{tm:NN}:c:P` | hash | `members` (JSON), `listing`, `latest` (seq counter), `floor` (F), `created` |
+//! | `{tm:NN}:m:P` | hash | seq → record value `<R/C><expiry>\|<json>` |
+//! | `{tm:NN}:h:P` | zset | committed seqs (score = seq): the hot history index |
+//! | `{tm:NN}:d:P` | hash | dedup field `<len(sender)>:<sender><client_msg_id>` → `seq\|committed_at\|expires_at\|message_id` |
+//! | `{tm:NN}:rsv` | zset | `P<seq>` of RESERVED records, score = reserve time |
+//! | `{tm:NN}:trim` | zset | `P<seq>` trim candidates, score = commit time + hot window |
+//! | `{tm:NN}:dx` | zset | `P<dedup field>`, score = dedup expiry |
+//! | `{tm:NN}:n` | string | records held by the shard |
+//! | `tm:mb:{<len(tenant)>:<tenant><user>}` | hash | conversation id → read pointer |
+//! | `tm:meta` | hash | `watermark` (T, Unix ms) |
+//!
+//! Why shards rather than a tag per conversation: the trimmer, the recovery worker and the
+//! dedup purge walk queues across conversations; with the queues in the conversation's own
+//! slot every script stays single-slot (Cluster-safe) and atomic, and a pass visits
+//! [`SHARDS`] queues, not every conversation. The shard count is part of the data layout:
+//! changing it needs a migration.
+
+use crate::error::{ChatError, Result};
+
+/// Number of shards (hash tags) conversations are spread over.
+pub const SHARDS: usize = 64;
+
+/// The membership hash of `(tenant, user)`.
+pub(crate) fn memberships(tenant: &str, user: &str) -> String {
+    format!("tm:mb:{{{}:{tenant}{user}}}", tenant.len())
+}
+
+/// The hash holding the archive watermark.
+pub(crate) const META: &str = "tm:meta";
+
+/// The prefix (hash tag and colon) of shard `n`.
+pub(crate) fn shard_prefix(n: usize) -> String {
+    format!("{{tm:{n:02}}}:")
+}
+
+/// A conversation's name P and its keys.
+#[derive(Debug, Clone)]
+pub(crate) struct ConvKeys {
+    /// P.
+    pub(crate) part: String,
+    /// Shard prefix.
+    pub(crate) prefix: String,
+}
+
+impl ConvKeys {
+    pub(crate) fn new(tenant: &str, conversation_id: &str) -> Self {
+        let part = format!(
+            "{}:{tenant}{}:{conversation_id}",
+            tenant.len(),
+            conversation_id.len()
+        );
+        let prefix = shard_prefix(shard_of(&part));
+        Self { part, prefix }
+    }
+    fn key(&self, kind: &str) -> String {
+        format!("{}{kind}:{}", self.prefix, self.part)
+    }
+    pub(crate) fn conv(&self) -> String {
+        self.key("c")
+    }
+    pub(crate) fn messages(&self) -> String {
+        self.key("m")
+    }
+    pub(crate) fn index(&self) -> String {
+        self.key("h")
+    }
+    pub(crate) fn dedup(&self) -> String {
+        self.key("d")
+    }
+    pub(crate) fn shard(&self, queue: &str) -> String {
+        format!("{}{queue}", self.prefix)
+    }
+}
+
+/// FNV-1a (64 bit) of P modulo [`SHARDS`]: stable across builds and versions.
+fn shard_of(part: &str) -> usize {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in part.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % SHARDS as u64) as usize
+}
+
+/// The dedup field of `(sender, client_msg_id)`.
+pub(crate) fn dedup_field(sender: &str, client_msg_id: &str) -> String {
+    format!("{}:{sender}{client_msg_id}", sender.len())
+}
+
+/// Splits a queue member `P<suffix>` into `(tenant, conversation_id, suffix)`.
+pub(crate) fn split_member(member: &[u8]) -> Result<(String, String, String)> {
+    let bad = || {
+        ChatError::Corrupt(format!(
+            "redis queue member {:?}",
+            String::from_utf8_lossy(member)
+        ))
+    };
+    let s = std::str::from_utf8(member).map_err(|_| bad())?;
+    let take = |s: &str| -> Option<(String, usize)> {
+        let colon = s.find(':')?;
+        let len: usize = s[..colon].parse().ok()?;
+        let value = s.get(colon + 1..colon + 1 + len)?;
+        Some((value.to_owned(), colon + 1 + len))
+    };
+    let (tenant, used) = take(s).ok_or_else(bad)?;
+    let (cid, used2) = take(&s[used..]).ok_or_else(bad)?;
+    Ok((tenant, cid, s[used + used2..].to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn members_split_back_whatever_the_ids_contain() {
+        let k = ConvKeys::new("t:1{", "c}9:");
+        let member = format!("{}42", k.part);
+        assert_eq!(
+            split_member(member.as_bytes()).unwrap(),
+            ("t:1{".into(), "c}9:".into(), "42".into())
+        );
+        assert!(split_member(b"9:ab").is_err());
+        assert!(k.conv().starts_with("{tm:") && k.conv().contains("}:c:4:t:1{4:c}9:"));
+    }
+
+    #[test]
+    fn shards_are_stable() {
+        assert_eq!(shard_of("2:t14:conv"), shard_of("2:t14:conv"));
+        assert!(shard_of("x") < SHARDS);
+    }
+}

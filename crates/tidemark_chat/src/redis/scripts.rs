@@ -1,0 +1,56 @@
+//! The Lua scripts of the Redis hot store (`scripts/*.lua`, each prefixed with
+//! `scripts/prelude.lua`). They are loaded once at start (`SCRIPT LOAD`) and called by SHA1
+//! (`EVALSHA`); after a server restart lost the script cache, `redis::Script` reloads on
+//! `NOSCRIPT` and retries.
+
+use redis::Script;
+
+const PRELUDE: &str = include_str!("scripts/prelude.lua");
+
+fn script(body: &str) -> Script {
+    Script::new(&format!("{PRELUDE}\n{body}"))
+}
+
+/// Every script, compiled into the binary.
+#[derive(Debug)]
+pub(crate) struct Scripts {
+    pub(crate) reserve: Script,
+    pub(crate) mark_committed: Script,
+    pub(crate) trim: Script,
+    pub(crate) purge_dedup: Script,
+    pub(crate) stale_reserved: Script,
+    pub(crate) hot_slice: Script,
+    pub(crate) hot_unread: Script,
+    pub(crate) raise: Script,
+    pub(crate) register_trim: Script,
+}
+
+impl Scripts {
+    pub(crate) fn new() -> Self {
+        Self {
+            reserve: script(include_str!("scripts/reserve_and_record.lua")),
+            mark_committed: script(include_str!("scripts/mark_published_and_committed.lua")),
+            trim: script(include_str!("scripts/trim.lua")),
+            purge_dedup: script(include_str!("scripts/purge_dedup.lua")),
+            stale_reserved: script(include_str!("scripts/stale_reserved.lua")),
+            hot_slice: script(include_str!("scripts/hot_slice.lua")),
+            hot_unread: script(include_str!("scripts/hot_unread.lua")),
+            raise: script(include_str!("scripts/raise.lua")),
+            register_trim: script(include_str!("scripts/register_trim.lua")),
+        }
+    }
+
+    pub(crate) fn all(&self) -> [&Script; 9] {
+        [
+            &self.reserve,
+            &self.mark_committed,
+            &self.trim,
+            &self.purge_dedup,
+            &self.stale_reserved,
+            &self.hot_slice,
+            &self.hot_unread,
+            &self.raise,
+            &self.register_trim,
+        ]
+    }
+}

@@ -1,0 +1,19 @@
+-- Shared by every script (prepended in scripts.rs).
+-- A shard-queue member is "<P><suffix>": P = "<len(tenant)>:<tenant><len(cid)>:<cid>" names the
+-- conversation, the suffix is a seq (rsv, trim) or a dedup field (dx). Returns P, suffix.
+local function split_member(member)
+  local a = string.find(member, ':', 1, true)
+  local p2 = a + tonumber(string.sub(member, 1, a - 1)) + 1
+  local b = string.find(member, ':', p2, true)
+  local pend = b + tonumber(string.sub(member, p2, b - 1))
+  return string.sub(member, 1, pend), string.sub(member, pend + 1)
+end
+-- A record value is "<state><expiry digits>|<json>": state 'R' (RESERVED) or 'C' (COMMITTED),
+-- expiry empty for standard messages.
+local function expired(v, now)
+  local e = string.match(v, '^.(%d*)|')
+  return e ~= '' and tonumber(e) <= now
+end
+local function committed(v)
+  return v and string.sub(v, 1, 1) == 'C'
+end

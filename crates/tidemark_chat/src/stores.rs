@@ -1,0 +1,192 @@
+//! Which engine each chat port runs on, chosen by URL (`chat.hot`, `chat.outbox`,
+//! `chat.archive`; DESIGN.md "Backends"). `sqlite` everywhere is the embedded default
+//! ([`ChatStores::open_embedded`]).
+//!
+//! | hot | outbox | commit path |
+//! |---|---|---|
+//! | `sqlite` | `sqlite` | fused: one SQLite transaction in `hot.db` (hot tier + outbox table) |
+//! | `redis://…` | `sqlite` | staged: reserve in Redis → append to `<data_dir>/chat/outbox.db` → mark committed |
+//! | `redis://…` | `kafka://…` | staged: reserve in Redis → produce to the topic → mark committed |
+//! | `sqlite` | `kafka://…` | staged over `hot.db` as hot store and the topic as outbox |
+//!
+//! A Redis hot store without a Kafka URL gets a SQLite outbox file of its own: it is durable
+//! (fsync per group commit) and keeps the archiver's position beside the log, so a single
+//! machine needs no broker; it is not shared between machines, so a multi-node deployment names
+//! a `kafka://` outbox. `hot-only` mode needs the SQLite hot store (its fused commit can skip
+//! the outbox and leave history untracked for a later backfill; the staged path cannot).
+
+use std::path::Path;
+use std::sync::Arc;
+
+use crate::commit::CommitPath;
+use crate::config::{ChatConfig, ChatMode};
+use crate::error::{ChatError, Result};
+use crate::kafka::KafkaOutbox;
+use crate::mysql::MysqlArchive;
+use crate::ports::{Archive, HotStore, Outbox};
+use crate::redis::RedisHot;
+use crate::service::ChatStores;
+use crate::sqlite::{SqliteArchive, SqliteHot};
+
+/// A port's engine as configured.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Engine {
+    /// The embedded SQLite file.
+    Sqlite,
+    /// `redis://` or `rediss://`.
+    Redis(String),
+    /// `kafka://host:port/topic`.
+    Kafka(String),
+    /// `mysql://` or `mariadb://`.
+    Mysql(String),
+}
+
+impl Engine {
+    /// Parses the value of setting `what`; `allowed` lists the URL schemes this port accepts
+    /// besides `sqlite`. Errors: [`ChatError::Invalid`] naming the setting and the value.
+    pub fn parse(what: &str, value: &str, allowed: &[&str]) -> Result<Self> {
+        let v = value.trim();
+        if v.is_empty() || v == "sqlite" {
+            return Ok(Engine::Sqlite);
+        }
+        let scheme = v.split_once("://").map(|(s, _)| s).unwrap_or_default();
+        if !allowed.contains(&scheme) {
+            return Err(ChatError::Invalid(format!(
+                "{what} = {v:?}: expected \"sqlite\" or a URL with scheme {}",
+                allowed.join("://, ") + "://"
+            )));
+        }
+        Ok(match scheme {
+            "redis" | "rediss" => Engine::Redis(v.to_owned()),
+            "kafka" => Engine::Kafka(v.to_owned()),
+            _ => Engine::Mysql(v.to_owned()),
+        })
+    }
+}
+
+impl ChatStores {
+    /// Opens the stores `cfg` names (see the module docs); all `sqlite` is
+    /// [`ChatStores::open_embedded`] under `dir`. Errors: a bad or unsupported URL or mode
+    /// combination ([`ChatError::Invalid`]), a server down ([`ChatError::Unavailable`]), a
+    /// Redis that is not durable ([`ChatError::NotDurable`]).
+    pub async fn open(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
+        let hot = Engine::parse("chat.hot", &cfg.hot, &["redis", "rediss"])?;
+        let outbox = Engine::parse("chat.outbox", &cfg.outbox, &["kafka"])?;
+        let archive = Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])?;
+        if (&hot, &outbox, &archive) == (&Engine::Sqlite, &Engine::Sqlite, &Engine::Sqlite) {
+            return Self::open_embedded(dir, cfg);
+        }
+        let chat_dir = dir.join("chat");
+        std::fs::create_dir_all(&chat_dir)
+            .map_err(|e| ChatError::Unavailable(format!("creating {}: {e}", chat_dir.display())))?;
+        let tiered = cfg.mode != ChatMode::HotOnly;
+        let archive: Option<Arc<dyn Archive>> = match (&archive, tiered) {
+            (_, false) => None,
+            (Engine::Mysql(url), true) => {
+                Some(Arc::new(MysqlArchive::connect(url, cfg.mysql_pool).await?))
+            }
+            (_, true) => Some(Arc::new(SqliteArchive::open(&chat_dir.join("archive.db"))?)),
+        };
+        match hot {
+            Engine::Redis(url) => {
+                if !tiered {
+                    return Err(ChatError::Invalid(
+                        "chat.mode = \"hot-only\" needs chat.hot = \"sqlite\": a Redis hot store \
+                         always commits through the outbox"
+                            .into(),
+                    ));
+                }
+                let hot: Arc<dyn HotStore> =
+                    Arc::new(RedisHot::connect(&url, cfg.redis_pool).await?);
+                let outbox: Arc<dyn Outbox> = match &outbox {
+                    Engine::Kafka(url) => Arc::new(KafkaOutbox::connect(url).await?),
+                    _ => Arc::new(SqliteHot::open(
+                        &chat_dir.join("outbox.db"),
+                        cfg.commit_batch_max,
+                    )?),
+                };
+                Ok(Self {
+                    commit_path: CommitPath::Staged {
+                        hot: Arc::clone(&hot),
+                        outbox: Arc::clone(&outbox),
+                    },
+                    hot,
+                    outbox: Some(outbox),
+                    archive,
+                })
+            }
+            _ => {
+                let sqlite = Arc::new(SqliteHot::open(
+                    &chat_dir.join("hot.db"),
+                    cfg.commit_batch_max,
+                )?);
+                let hot: Arc<dyn HotStore> = Arc::clone(&sqlite) as _;
+                let (commit_path, outbox) = match (&outbox, tiered) {
+                    (Engine::Kafka(url), true) => {
+                        let outbox: Arc<dyn Outbox> = Arc::new(KafkaOutbox::connect(url).await?);
+                        (
+                            CommitPath::Staged {
+                                hot: Arc::clone(&hot),
+                                outbox: Arc::clone(&outbox),
+                            },
+                            Some(outbox),
+                        )
+                    }
+                    _ => (
+                        CommitPath::Fused {
+                            store: Arc::clone(&sqlite) as _,
+                            with_outbox: tiered,
+                        },
+                        tiered.then(|| Arc::clone(&sqlite) as Arc<dyn Outbox>),
+                    ),
+                };
+                Ok(Self {
+                    hot,
+                    outbox,
+                    archive,
+                    commit_path,
+                })
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_pick_engines_and_bad_ones_name_the_setting() {
+        assert_eq!(
+            Engine::parse("chat.hot", "", &["redis"]).unwrap(),
+            Engine::Sqlite
+        );
+        assert_eq!(
+            Engine::parse("chat.hot", "redis://127.0.0.1:6390", &["redis"]).unwrap(),
+            Engine::Redis("redis://127.0.0.1:6390".into())
+        );
+        let err = Engine::parse("chat.archive", "postgres://x/y", &["mysql", "mariadb"])
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "chat.archive = \"postgres://x/y\": expected \"sqlite\" or a URL with scheme mysql://, mariadb://"
+        );
+    }
+
+    #[tokio::test]
+    async fn hot_only_with_redis_is_refused_before_connecting() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = ChatConfig {
+            hot: "redis://127.0.0.1:1".into(),
+            mode: ChatMode::HotOnly,
+            ..ChatConfig::default()
+        };
+        let err = ChatStores::open(dir.path(), &cfg).await.unwrap_err();
+        assert!(
+            err.to_string()
+                .starts_with("chat.mode = \"hot-only\" needs"),
+            "{err}"
+        );
+    }
+}

@@ -1,0 +1,107 @@
+//! The archive conformance suite (`tidemark_chat::conformance::archive`) on the real MariaDB
+//! (`TIDEMARK_TEST_MYSQL`, default root@127.0.0.1:3306), one scratch database per test.
+
+use std::sync::Arc;
+
+use sqlx::Row;
+use tidemark_chat::conformance;
+use tidemark_chat::model::{MessageClass, MessageRecord, SendCommand};
+use tidemark_chat::mysql::MysqlArchive;
+use tidemark_chat::ports::Archive;
+use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
+
+async fn scratch() -> (String, MysqlArchive) {
+    let url = scratch_database(&test_server_url(), "tm_chat_archive")
+        .await
+        .unwrap();
+    let archive = MysqlArchive::connect(&url, 4).await.unwrap();
+    (url, archive)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_archive() {
+    let (url, archive) = scratch().await;
+    conformance::archive(Arc::new(archive.clone())).await;
+    archive.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
+fn record(seq: u64) -> MessageRecord {
+    SendCommand {
+        tenant: "t1".into(),
+        conversation_id: "c1".into(),
+        sender: "u1".into(),
+        client_msg_id: format!("k{seq}"),
+        body: format!("body {seq}"),
+        class: MessageClass::Standard,
+    }
+    .into_record(seq, 1_800_000_000_000)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn batches_larger_than_one_insert_land_whole_and_stay_idempotent() {
+    let (url, archive) = scratch().await;
+    let recs: Vec<MessageRecord> = (1..=1_234).map(record).collect();
+    archive.put_records(&recs).await.unwrap();
+    let index: Vec<_> = recs.iter().map(MessageRecord::index_entry).collect();
+    archive.put_index(&index).await.unwrap();
+    archive.put_records(&recs[100..700]).await.unwrap();
+    let count = |table: &'static str| {
+        let pool = archive.pool().clone();
+        async move {
+            sqlx::query(&format!("SELECT COUNT(*) FROM {table}"))
+                .fetch_one(&pool)
+                .await
+                .unwrap()
+                .get::<i64, _>(0)
+        }
+    };
+    assert_eq!(
+        (count("message_record").await, count("history_index").await),
+        (1_234, 1_234)
+    );
+    let got = archive
+        .index_range("t1", "c1", 990, 2_010, 0)
+        .await
+        .unwrap();
+    assert_eq!(got.len(), 1_234 - 989);
+    assert_eq!(
+        (
+            got[0].conversation_seq,
+            got.last().unwrap().conversation_seq
+        ),
+        (990, 1_234)
+    );
+    let mut found = archive
+        .records("t1", "c1", &[1, 999, 1_000, 1_234])
+        .await
+        .unwrap();
+    found.sort_by_key(|r| r.conversation_seq);
+    assert_eq!(
+        found,
+        vec![
+            recs[0].clone(),
+            recs[998].clone(),
+            recs[999].clone(),
+            recs[1_233].clone()
+        ]
+    );
+    assert_eq!(archive.records("t1", "c1", &[]).await.unwrap(), vec![]);
+    archive.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_url_or_a_down_server_is_a_clear_error() {
+    let err = MysqlArchive::connect("mysql://root@127.0.0.1/bad-name", 1)
+        .await
+        .unwrap_err();
+    assert!(err.to_string().contains("must name a database"), "{err}");
+    let err = MysqlArchive::connect("mysql://root@127.0.0.1:1/tidemark", 1)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().starts_with("store unavailable: mysql"),
+        "{err}"
+    );
+}

@@ -1,0 +1,76 @@
+//! The hot-store conformance suite (`tidemark_chat::conformance::hot_store`) on a private
+//! `redis-server` with durable AOF, and the start-up refusal of a Redis that is not durable.
+
+use std::sync::Arc;
+
+use tidemark_chat::ChatError;
+use tidemark_chat::conformance;
+use tidemark_chat::redis::RedisHot;
+use tidemark_chat::testing::RedisServer;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_hot_store() {
+    let server = RedisServer::start().unwrap();
+    let hot = RedisHot::connect(&server.url(), 8).await.unwrap();
+    assert_eq!(hot.pool_size(), 8);
+    conformance::hot_store(Arc::new(hot)).await;
+}
+
+/// The machine's Redis on 6379 keeps nothing on disk (SERVICES.md): it must be refused, with
+/// the setting and its value named.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_without_durable_aof_is_refused() {
+    let err = RedisHot::connect("redis://127.0.0.1:6379", 2)
+        .await
+        .unwrap_err();
+    match &err {
+        ChatError::NotDurable {
+            setting,
+            value,
+            required,
+            ..
+        } => assert_eq!(
+            (setting.as_str(), value.as_str(), required.as_str()),
+            ("appendonly", "no", "yes")
+        ),
+        other => panic!("expected NotDurable, got {other:?}"),
+    }
+    assert_eq!(
+        err.to_string(),
+        "refusing the hot store at redis://127.0.0.1:6379: appendonly is \"no\", Tidemark needs \"yes\" (DESIGN.md, Durability)"
+    );
+}
+
+/// Each of the three settings is checked on its own: a private server that is durable but for
+/// one setting is refused, naming that setting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_durability_setting_is_checked() {
+    for (args, setting, value) in [
+        (["--appendfsync", "everysec"], "appendfsync", "everysec"),
+        (
+            ["--no-appendfsync-on-rewrite", "yes"],
+            "no-appendfsync-on-rewrite",
+            "yes",
+        ),
+    ] {
+        let server = RedisServer::start_with(&args).unwrap();
+        match RedisHot::connect(&server.url(), 1).await.unwrap_err() {
+            ChatError::NotDurable {
+                setting: s,
+                value: v,
+                ..
+            } => assert_eq!((s.as_str(), v.as_str()), (setting, value)),
+            other => panic!("expected NotDurable, got {other:?}"),
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bad_url_or_a_down_server_is_a_clear_error() {
+    let err = RedisHot::connect("http://x", 1).await.unwrap_err();
+    assert!(matches!(err, ChatError::Invalid(_)), "{err:?}");
+    let err = RedisHot::connect("redis://127.0.0.1:1", 1)
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ChatError::Unavailable(_)), "{err:?}");
+}

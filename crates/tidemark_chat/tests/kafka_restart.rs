@@ -1,0 +1,61 @@
+//! The Kafka-protocol outbox after a restart (a second `KafkaOutbox` on the same topic): it
+//! reads on from the position the first stored, and a fetch that starts inside a record batch
+//! (two records appended in one call share a batch) returns exactly the asked offsets — tansu
+//! 0.6 answers such a fetch with the next batch, which a reader must never take for the next
+//! offset.
+
+use tidemark_chat::kafka::KafkaOutbox;
+use tidemark_chat::model::{MessageClass, MessageRecord, SendCommand};
+use tidemark_chat::ports::Outbox;
+use tidemark_chat::testing::KafkaBroker;
+
+fn rec(s: u64) -> MessageRecord {
+    SendCommand {
+        tenant: "t".into(),
+        conversation_id: "c".into(),
+        sender: "u".into(),
+        client_msg_id: format!("k{s}"),
+        body: format!("b{s}"),
+        class: MessageClass::Standard,
+    }
+    .into_record(s, 1_800_000_000_000 + s as i64)
+}
+
+fn seqs(batch: &[(u64, MessageRecord)]) -> Vec<(u64, u64)> {
+    batch
+        .iter()
+        .map(|(o, r)| (*o, r.conversation_seq))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_outbox_reads_on_from_the_stored_position_also_inside_a_batch() {
+    let broker = KafkaBroker::start().unwrap();
+    let url = broker.url("restart");
+    let first = KafkaOutbox::connect(&url).await.unwrap();
+    for s in 1..=6 {
+        first.append(&[rec(s)]).await.unwrap();
+    }
+    assert_eq!(
+        seqs(&first.fetch(0, 100).await.unwrap()),
+        (0..6).map(|o| (o, o + 1)).collect::<Vec<_>>()
+    );
+    first.store_position("archiver", 6).await.unwrap();
+    drop(first);
+
+    let second = KafkaOutbox::connect(&url).await.unwrap();
+    second.append(&[rec(8), rec(7)]).await.unwrap();
+    second.append(&[rec(6)]).await.unwrap();
+    assert_eq!(second.offsets().await.unwrap(), (0, 9));
+    assert_eq!(second.position("archiver").await.unwrap(), Some(6));
+    assert_eq!(
+        seqs(&second.fetch(6, 100).await.unwrap()),
+        vec![(6, 8), (7, 7), (8, 6)]
+    );
+    assert_eq!(seqs(&second.fetch(7, 1).await.unwrap()), vec![(7, 7)]);
+    assert_eq!(seqs(&second.fetch(8, 5).await.unwrap()), vec![(8, 6)]);
+    assert_eq!(
+        seqs(&second.fetch(6, 2).await.unwrap()),
+        vec![(6, 8), (7, 7)]
+    );
+}
