@@ -1,5 +1,5 @@
 //! The archive conformance suite (`tidemark_chat::conformance::archive`) on the real MariaDB
-//! (`TIDEMARK_TEST_MYSQL`, default root@127.0.0.1:3306), one scratch database per test.
+//! (`TEST_MYSQL_URL`, default root@127.0.0.1:3306), one scratch database per test.
 
 use std::sync::Arc;
 
