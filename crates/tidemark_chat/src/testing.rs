@@ -123,8 +123,8 @@ impl RedisServer {
     }
 
     fn spawn(&mut self) -> std::io::Result<()> {
-        let bin = std::env::var("TEST_REDIS_SERVER")
-            .unwrap_or_else(|_| "/usr/bin/redis-server".into());
+        let bin =
+            std::env::var("TEST_REDIS_SERVER").unwrap_or_else(|_| "/usr/bin/redis-server".into());
         let child = std::process::Command::new(bin)
             .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1"])
             .arg("--dir")
