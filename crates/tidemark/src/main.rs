@@ -16,6 +16,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   header_read_timeout          TIDEMARK_HEADER_READ_TIMEOUT    default 30s
   tenants = [{name, key}]      TIDEMARK_TENANTS='[{name=\"demo\",key=\"...\"}]'
                                                                default demo / dev-key (loopback only)
+  analytics_tenant             TIDEMARK_ANALYTICS_TENANT       default: the first tenant
   [chat] mode                  TIDEMARK_CHAT__MODE             tiered | hot-only | sync-archive
   [chat] hot_window            TIDEMARK_CHAT__HOT_WINDOW       default 7d
   [chat] outbox_recovery_window TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW  default 30s
@@ -28,6 +29,18 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [chat] trim_interval         TIDEMARK_CHAT__TRIM_INTERVAL    default 1s
   [chat] archive_idle          TIDEMARK_CHAT__ARCHIVE_IDLE     default 50ms
   [chat] outbox_retention      TIDEMARK_CHAT__OUTBOX_RETENTION default 24h
+  [chat] hot                   TIDEMARK_CHAT__HOT              sqlite | redis://host:port
+  [chat] outbox                TIDEMARK_CHAT__OUTBOX           sqlite | kafka://host:port/topic
+  [chat] archive               TIDEMARK_CHAT__ARCHIVE          sqlite | mysql://user@host/db
+  [chat] redis_pool            TIDEMARK_CHAT__REDIS_POOL       default 8
+  [links] store                TIDEMARK_LINKS__STORE           sqlite | mysql://user@host/db
+  [links] track_base           TIDEMARK_LINKS__TRACK_BASE      default http://<listen>
+  [links] retention_days       TIDEMARK_LINKS__RETENTION_DAYS  default 180
+  [events] raw                 TIDEMARK_EVENTS__RAW            sqlite | influxdb://host:port/db
+  [events] rollups             TIDEMARK_EVENTS__ROLLUPS        sqlite | mysql://user@host/db
+  [events] archive_url         TIDEMARK_EVENTS__ARCHIVE_URL    default data/events/archive
+  [events] raw_retention       TIDEMARK_EVENTS__RAW_RETENTION  default 7d
+(the README's Configuration section shows every key of the file)
 
 Logging: RUST_LOG (default info).";
 
