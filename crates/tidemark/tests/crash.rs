@@ -59,8 +59,17 @@ async fn acknowledged_messages_survive_kill_9() {
             }
         }));
     }
-    // Let load build up, then pull the plug mid-flight.
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    // Let load build up (at least 150 acknowledged sends, however slow the machine is), then
+    // pull the plug mid-flight.
+    let started = std::time::Instant::now();
+    while acked.lock().await.len() < 150 {
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "only {} sends acknowledged in 60 s",
+            acked.lock().await.len()
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     server.kill9();
     for s in senders {
         s.await.unwrap();
