@@ -34,16 +34,50 @@ async fn metric(c: &reqwest::Client, s: &TestServer, name: &str) -> u64 {
 }
 
 async fn production_server(redis: &RedisServer, mysql: &str, outbox: &str) -> TestServer {
-    TestServer::start(&[
-        ("TIDEMARK_CHAT__HOT", &redis.url()),
-        ("TIDEMARK_CHAT__ARCHIVE", mysql),
-        ("TIDEMARK_CHAT__OUTBOX", outbox),
-        ("TIDEMARK_CHAT__HOT_WINDOW", "1s"),
-        ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "200ms"),
-        ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms"),
-        ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms"),
-    ])
-    .await
+    production_server_with(redis, mysql, outbox, &[]).await
+}
+
+async fn production_server_with(
+    redis: &RedisServer,
+    mysql: &str,
+    outbox: &str,
+    extra: &[(&str, &str)],
+) -> TestServer {
+    let mut env = vec![
+        ("TIDEMARK_CHAT__HOT", redis.url()),
+        ("TIDEMARK_CHAT__ARCHIVE", mysql.to_owned()),
+        ("TIDEMARK_CHAT__OUTBOX", outbox.to_owned()),
+        ("TIDEMARK_CHAT__HOT_WINDOW", "1s".to_owned()),
+        ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "200ms".to_owned()),
+        ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms".to_owned()),
+        ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms".to_owned()),
+    ];
+    env.extend(extra.iter().map(|(k, v)| (*k, (*v).to_owned())));
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    TestServer::start(&env).await
+}
+
+/// How a crash test holds SENDs between reserve and outbox append, and lets them go.
+enum Hold<'a> {
+    /// The broker is frozen (SIGSTOP): the append waits on it.
+    Broker(&'a KafkaBroker),
+    /// The `after-reserve` failpoint file of `TEST_FAILPOINT_DIR` (tidemark_chat::failpoint).
+    Failpoint(std::path::PathBuf),
+}
+
+impl Hold<'_> {
+    fn on(&self) {
+        match self {
+            Hold::Broker(b) => b.pause().unwrap(),
+            Hold::Failpoint(dir) => std::fs::write(dir.join("after-reserve"), b"").unwrap(),
+        }
+    }
+    fn off(&self) {
+        match self {
+            Hold::Broker(b) => b.resume().unwrap(),
+            Hold::Failpoint(dir) => std::fs::remove_file(dir.join("after-reserve")).unwrap(),
+        }
+    }
 }
 
 /// 300 messages (alice the odd seqs, bob the even ones) are acknowledged, archived to MariaDB
@@ -228,7 +262,42 @@ async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exact
     let mysql = scratch_database(&test_server_url(), "tm_e2e_chat_crash")
         .await
         .unwrap();
-    let mut server = production_server(&redis, &mysql, &broker.url("tidemark.chat.outbox")).await;
+    let outbox = broker.url("tidemark.chat.outbox");
+    let server = production_server(&redis, &mysql, &outbox).await;
+    recovered_exactly_once(server, &redis, &mysql, Hold::Broker(&broker), Some(&outbox)).await;
+}
+
+/// The same crash with the outbox a Redis hot store uses without a broker (its SQLite file),
+/// held by the `after-reserve` failpoint: no broker defect can get in the way, so this one
+/// always runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_reserve_and_outbox_append_on_the_sqlite_outbox_is_recovered_exactly_once() {
+    let redis = RedisServer::start().unwrap();
+    let mysql = scratch_database(&test_server_url(), "tm_e2e_chat_crash_fp")
+        .await
+        .unwrap();
+    let failpoints = tempfile::tempdir().unwrap();
+    let server = production_server_with(
+        &redis,
+        &mysql,
+        "sqlite",
+        &[("TEST_FAILPOINT_DIR", failpoints.path().to_str().unwrap())],
+    )
+    .await;
+    let hold = Hold::Failpoint(failpoints.path().to_path_buf());
+    recovered_exactly_once(server, &redis, &mysql, hold, None).await;
+}
+
+/// Five messages, then three SENDs held between reserve and append, `kill -9`, release,
+/// restart: recovery commits seqs 6..=8, everything is archived exactly once, and the clients'
+/// retries get the recovered seqs. `kafka` names the outbox to show when it stalls.
+async fn recovered_exactly_once(
+    mut server: TestServer,
+    redis: &RedisServer,
+    mysql: &str,
+    hold: Hold<'_>,
+    kafka: Option<&str>,
+) {
     let c = client();
     let cid = create_conversation(&c, &server, &["alice", "bob"]).await;
     for i in 1..=5u64 {
@@ -236,17 +305,18 @@ async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exact
         assert_eq!((st, ack["conversation_seq"].as_u64()), (201, Some(i)));
     }
 
-    broker.pause().unwrap();
+    hold.on();
     let mut in_flight = Vec::new();
     for key in ["ka", "kb", "kc"] {
         let (c, url, cid) = (c.clone(), server.url(""), cid.clone());
         in_flight.push(tokio::spawn(async move {
-            let _ = c
-                .post(format!("{url}/v1/conversations/{cid}/messages"))
+            c.post(format!("{url}/v1/conversations/{cid}/messages"))
                 .bearer_auth(common::KEY)
                 .json(&serde_json::json!({"client_msg_id": key, "sender": "bob", "body": key}))
                 .send()
-                .await;
+                .await
+                .ok()
+                .map(|r| r.status().as_u16())
         }));
     }
     let hot = RedisHot::connect(&redis.url(), 1).await.unwrap();
@@ -266,19 +336,33 @@ async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exact
         hot.held_seqs(TENANT, &cid).await.unwrap(),
         (1..=8).collect::<Vec<u64>>()
     );
+    // 6..=8 are reserved, not committed: the crash lands in the window recovery exists for.
+    let mut reserved: Vec<u64> = hot
+        .stale_reserved(i64::MAX, 10)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| r.conversation_seq)
+        .collect();
+    reserved.sort_unstable();
+    assert_eq!(reserved, vec![6, 7, 8]);
     server.kill9();
     for t in in_flight {
-        t.await.unwrap();
+        assert_eq!(
+            t.await.unwrap(),
+            None,
+            "a held SEND was answered before the kill"
+        );
     }
     // Thaw the broker and let it finish what the dead process had sent before tidemark comes
     // back (tansu 0.6 with in-memory storage was seen to lose records when two producers
     // appended at once).
-    broker.resume().unwrap();
+    hold.off();
     tokio::time::sleep(Duration::from_secs(1)).await;
     server.spawn().await;
 
     // Recovery (window 200 ms) commits 6..=8; the archiver archives everything once.
-    let archive = MysqlArchive::connect(&mysql, 1).await.unwrap();
+    let archive = MysqlArchive::connect(mysql, 1).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     while archive
         .index_range(TENANT, &cid, 1, 100, 0)
@@ -289,21 +373,27 @@ async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exact
     {
         if Instant::now() >= deadline {
             // Say where it stalled: the outbox, the archiver's position, the hot tier.
-            let outbox = KafkaOutbox::connect(&broker.url("tidemark.chat.outbox"))
-                .await
-                .unwrap();
-            let log: Vec<(u64, u64)> = outbox
-                .fetch(0, 100)
-                .await
-                .unwrap_or_default()
-                .iter()
-                .map(|(o, r)| (*o, r.conversation_seq))
-                .collect();
+            let (offsets, position, log) = match kafka {
+                Some(url) => {
+                    let outbox = KafkaOutbox::connect(url).await.unwrap();
+                    let log: Vec<(u64, u64)> = outbox
+                        .fetch(0, 100)
+                        .await
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|(o, r)| (*o, r.conversation_seq))
+                        .collect();
+                    (
+                        format!("{:?}", outbox.offsets().await),
+                        format!("{:?}", outbox.position("archiver").await),
+                        log,
+                    )
+                }
+                None => ("(sqlite)".into(), "(sqlite)".into(), Vec::new()),
+            };
             panic!(
-                "recovered messages were not archived: outbox {:?} log {log:?} archiver at {:?}; \
+                "recovered messages were not archived: outbox {offsets} log {log:?} archiver at {position}; \
                  archive {:?}; hot {:?}",
-                outbox.offsets().await,
-                outbox.position("archiver").await,
                 archive
                     .index_range(TENANT, &cid, 1, 100, 0)
                     .await
@@ -341,5 +431,5 @@ async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exact
     );
     drop(server);
     archive.pool().close().await;
-    drop_database(&mysql).await.unwrap();
+    drop_database(mysql).await.unwrap();
 }

@@ -95,6 +95,10 @@ pub async fn staged_commit(
     match hot.reserve(cmd, clock.now_ms(), params).await? {
         Reservation::Committed(ack) => Ok(SendOutcome::Duplicate(ack)),
         Reservation::Reserved { record, fresh } => {
+            if fresh && crate::failpoint::active("after-reserve") {
+                // A crash test holds the SEND here, reserved but not in the outbox, and kills us.
+                std::future::pending::<()>().await;
+            }
             publish_and_commit(hot, outbox, std::slice::from_ref(&record), clock, params).await?;
             Ok(if fresh {
                 SendOutcome::Committed(record)

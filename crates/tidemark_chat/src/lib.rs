@@ -23,6 +23,7 @@ pub mod config;
 pub mod conformance;
 pub mod contact;
 pub mod error;
+pub mod failpoint;
 pub mod http;
 pub mod kafka;
 pub mod metrics;
