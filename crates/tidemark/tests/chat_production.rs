@@ -8,7 +8,7 @@ mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{TestServer, all_messages, call, client, create_conversation, send};
+use common::{TestServer, all_messages, call, client, create_conversation, metric, send};
 use tidemark_chat::kafka::KafkaOutbox;
 use tidemark_chat::mysql::MysqlArchive;
 use tidemark_chat::ports::{Archive, HotStore, Outbox};
@@ -17,21 +17,6 @@ use tidemark_chat::testing::{KafkaBroker, RedisServer};
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 
 const TENANT: &str = "demo";
-
-/// The value of a counter on `/metrics`.
-async fn metric(c: &reqwest::Client, s: &TestServer, name: &str) -> u64 {
-    let text = c
-        .get(s.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    text.lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
-}
 
 async fn production_server(redis: &RedisServer, mysql: &str, outbox: &str) -> TestServer {
     production_server_with(redis, mysql, outbox, &[]).await

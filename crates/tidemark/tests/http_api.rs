@@ -385,14 +385,7 @@ async fn ops_endpoints() {
     );
     let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
     send(&c, &server, &cid, "u1", "m", "x").await;
-    let text = c
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let text = metrics_text(&c, &server).await;
     assert!(text.contains("tidemark_chat_sends_total 1"), "{text}");
     assert!(text.contains("tidemark_chat_archive_lag_seconds"));
 }

@@ -169,14 +169,7 @@ async fn render_rewrite_and_redirect_in(mode: Mode) {
     );
 
     // Two clicks and one open counted; the HEAD request is bot traffic.
-    let metrics = c
-        .get(server.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let metrics = metrics_text(&c, &server).await;
     for line in [
         "tidemark_links_clicks_total 2",
         "tidemark_links_opens_total 1",

@@ -307,3 +307,23 @@ pub async fn all_messages(c: &reqwest::Client, s: &TestServer, cid: &str) -> (u6
     }
     (latest, out)
 }
+
+/// The `/metrics` page (Prometheus text).
+pub async fn metrics_text(c: &reqwest::Client, s: &TestServer) -> String {
+    c.get(s.url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap()
+}
+
+/// The value of an unlabelled counter or gauge on `/metrics` (0 when absent).
+pub async fn metric(c: &reqwest::Client, s: &TestServer, name: &str) -> u64 {
+    metrics_text(c, s)
+        .await
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
+        .unwrap_or(0)
+}
