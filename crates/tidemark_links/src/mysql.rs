@@ -247,24 +247,7 @@ impl MysqlLinks {
     }
 
     async fn insert_once(&self, records: &[LinkRecord]) -> std::result::Result<(), sqlx::Error> {
-        let mut tx = self.pool.begin().await?;
-        for chunk in records.chunks(ROWS_PER_INSERT) {
-            let mut q = QueryBuilder::new(
-                "INSERT INTO links (day, link_id, url, email, mailing_id, position, kind, created_ms) ",
-            );
-            q.push_values(chunk, |mut b, r| {
-                b.push_bind(UtcDay::of_ms(r.created_ms).to_string())
-                    .push_bind(&r.link_id)
-                    .push_bind(&r.url)
-                    .push_bind(&r.email)
-                    .push_bind(&r.mailing_id)
-                    .push_bind(r.position)
-                    .push_bind(r.kind.code())
-                    .push_bind(r.created_ms);
-            });
-            q.build().execute(&mut *tx).await?;
-        }
-        tx.commit().await
+        insert_batch(&self.pool, records).await
     }
 }
 
@@ -369,6 +352,34 @@ impl LinkStore for MysqlLinks {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// Inserts `records` into `links` in one transaction of multi-row statements of at most
+/// [`ROWS_PER_INSERT`] rows; each row's `day` is its id's UTC day (seed 001: inserts append,
+/// one partition per day). Shared by [`MysqlLinks`] and the seed-001 benchmark, which runs the
+/// same statement on other table layouts.
+pub async fn insert_batch(
+    pool: &sqlx::MySqlPool,
+    records: &[LinkRecord],
+) -> std::result::Result<(), sqlx::Error> {
+    let mut tx = pool.begin().await?;
+    for chunk in records.chunks(ROWS_PER_INSERT) {
+        let mut q = QueryBuilder::new(
+            "INSERT INTO links (day, link_id, url, email, mailing_id, position, kind, created_ms) ",
+        );
+        q.push_values(chunk, |mut b, r| {
+            b.push_bind(UtcDay::of_ms(r.created_ms).to_string())
+                .push_bind(&r.link_id)
+                .push_bind(&r.url)
+                .push_bind(&r.email)
+                .push_bind(&r.mailing_id)
+                .push_bind(r.position)
+                .push_bind(r.kind.code())
+                .push_bind(r.created_ms);
+        });
+        q.build().execute(&mut *tx).await?;
+    }
+    tx.commit().await
 }
 
 #[cfg(test)]

@@ -9,9 +9,7 @@
 //!
 //! Both get ids from a CSPRNG without a time prefix, as the seed's did.
 
-use sqlx::QueryBuilder;
 use sqlx::mysql::MySqlPool;
-use tidemark_core::day::UtcDay;
 use tidemark_links::model::LinkRecord;
 
 /// Which shape (see the module docs).
@@ -77,25 +75,8 @@ pub(super) fn random_id() -> String {
     format!("{:032x}", rand::random::<u128>())
 }
 
-/// Inserts `records` in one transaction of multi-row statements (as `MysqlLinks` does).
+/// Inserts `records` in one transaction of multi-row statements (the statement `MysqlLinks`
+/// runs, whatever the table layout).
 pub(super) async fn insert(pool: &MySqlPool, records: &[LinkRecord]) -> anyhow::Result<()> {
-    let mut tx = pool.begin().await?;
-    for chunk in records.chunks(tidemark_links::mysql::ROWS_PER_INSERT) {
-        let mut q = QueryBuilder::new(
-            "INSERT INTO links (day, link_id, url, email, mailing_id, position, kind, created_ms) ",
-        );
-        q.push_values(chunk, |mut b, r| {
-            b.push_bind(UtcDay::of_ms(r.created_ms).to_string())
-                .push_bind(&r.link_id)
-                .push_bind(&r.url)
-                .push_bind(&r.email)
-                .push_bind(&r.mailing_id)
-                .push_bind(r.position)
-                .push_bind(r.kind.code())
-                .push_bind(r.created_ms);
-        });
-        q.build().execute(&mut *tx).await?;
-    }
-    tx.commit().await?;
-    Ok(())
+    Ok(tidemark_links::mysql::insert_batch(pool, records).await?)
 }
