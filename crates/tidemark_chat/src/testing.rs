@@ -96,7 +96,8 @@ impl Archive for FaultyArchive {
 /// `no-appendfsync-on-rewrite no`, no RDB snapshots). Killed (SIGKILL) on drop.
 #[derive(Debug)]
 pub struct RedisServer {
-    child: Option<std::process::Child>,
+    /// First field: dropped (killed) before the data directory is removed.
+    child: ChildProcess,
     port: u16,
     dir: tempfile::TempDir,
     extra: Vec<String>,
@@ -113,7 +114,7 @@ impl RedisServer {
     /// value of a setting wins: e.g. `["--appendfsync", "everysec"]` for a refusal test).
     pub fn start_with(extra: &[&str]) -> std::io::Result<Self> {
         let mut server = Self {
-            child: None,
+            child: ChildProcess::default(),
             port: free_port()?,
             dir: tempfile::tempdir()?,
             extra: extra.iter().map(|s| (*s).to_owned()).collect(),
@@ -135,7 +136,7 @@ impl RedisServer {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()?;
-        self.child = Some(child);
+        self.child.set(child);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
         while std::time::Instant::now() < deadline {
             if self.pong() {
@@ -166,10 +167,7 @@ impl RedisServer {
     /// SIGKILLs the server (no chance to flush anything beyond what `appendfsync always`
     /// already made durable).
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.kill();
     }
 
     /// Starts it again on the same port and directory (it replays its AOF).
@@ -179,7 +177,30 @@ impl RedisServer {
     }
 }
 
-impl Drop for RedisServer {
+/// The child process of a test server: killed (SIGKILL) and reaped by [`ChildProcess::kill`]
+/// and on drop, so a server never outlives its test.
+#[derive(Debug, Default)]
+struct ChildProcess(Option<std::process::Child>);
+
+impl ChildProcess {
+    fn set(&mut self, child: std::process::Child) {
+        self.kill();
+        self.0 = Some(child);
+    }
+
+    fn id(&self) -> Option<u32> {
+        self.0.as_ref().map(std::process::Child::id)
+    }
+
+    fn kill(&mut self) {
+        if let Some(mut child) = self.0.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+}
+
+impl Drop for ChildProcess {
     fn drop(&mut self) {
         self.kill();
     }
@@ -197,7 +218,7 @@ fn free_port() -> std::io::Result<u16> {
 /// Killed on drop.
 #[derive(Debug)]
 pub struct KafkaBroker {
-    child: Option<std::process::Child>,
+    child: ChildProcess,
     port: u16,
 }
 
@@ -206,7 +227,7 @@ impl KafkaBroker {
     /// installed (the message says how to install it), or it did not come up.
     pub fn start() -> std::io::Result<Self> {
         let mut broker = Self {
-            child: None,
+            child: ChildProcess::default(),
             port: free_port()?,
         };
         broker.spawn()?;
@@ -241,7 +262,7 @@ impl KafkaBroker {
                      `cargo install tansu --locked --features dynostore` or run scripts/test"
                 ))
             })?;
-        self.child = Some(child);
+        self.child.set(child);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
         while std::time::Instant::now() < deadline {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
@@ -277,8 +298,8 @@ impl KafkaBroker {
     fn signal(&self, sig: &str) -> std::io::Result<()> {
         let pid = self
             .child
-            .as_ref()
-            .map(|c| c.id().to_string())
+            .id()
+            .map(|id| id.to_string())
             .ok_or_else(|| std::io::Error::other("the broker is not running"))?;
         let status = std::process::Command::new("kill")
             .args([sig, &pid])
@@ -292,16 +313,7 @@ impl KafkaBroker {
 
     /// Kills the broker (SIGKILL); its in-memory log is gone.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
-    }
-}
-
-impl Drop for KafkaBroker {
-    fn drop(&mut self) {
-        self.kill();
+        self.child.kill();
     }
 }
 
@@ -311,7 +323,8 @@ impl Drop for KafkaBroker {
 /// stopped). Killed (SIGKILL) on drop.
 #[derive(Debug)]
 pub struct MariadbServer {
-    child: Option<std::process::Child>,
+    /// First field: dropped (killed) before the data directory is removed.
+    child: ChildProcess,
     port: u16,
     dir: tempfile::TempDir,
 }
@@ -338,7 +351,7 @@ impl MariadbServer {
             )));
         }
         let mut server = Self {
-            child: None,
+            child: ChildProcess::default(),
             port: free_port()?,
             dir,
         };
@@ -361,7 +374,7 @@ impl MariadbServer {
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()?;
-        self.child = Some(child);
+        self.child.set(child);
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
         while std::time::Instant::now() < deadline {
             if std::net::TcpStream::connect(("127.0.0.1", self.port)).is_ok() {
@@ -382,21 +395,12 @@ impl MariadbServer {
 
     /// SIGKILLs the server.
     pub fn kill(&mut self) {
-        if let Some(mut child) = self.child.take() {
-            let _ = child.kill();
-            let _ = child.wait();
-        }
+        self.child.kill();
     }
 
     /// Starts it again on the same port and data directory (InnoDB recovers).
     pub fn restart(&mut self) -> std::io::Result<()> {
         self.kill();
         self.spawn()
-    }
-}
-
-impl Drop for MariadbServer {
-    fn drop(&mut self) {
-        self.kill();
     }
 }
