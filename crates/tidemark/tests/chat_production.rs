@@ -201,6 +201,95 @@ async fn redis_kafka_and_mariadb_end_to_end_and_a_frozen_broker_fails_sends_with
     drop_database(&mysql).await.unwrap();
 }
 
+/// `hot-only` on Redis alone (one script per commit, no outbox, no archive): sends commit with
+/// dense seqs and a retry gets its original ACK. The same data dir and Redis then restart in
+/// `tiered` mode: the history written hot-only is backfilled into the outbox, archived to
+/// MariaDB and only then trimmed, and reads still return all of it; the next send continues the
+/// seqs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hot_only_on_redis_then_tiered_backfills_archives_and_trims_that_history() {
+    let redis = RedisServer::start().unwrap();
+    let mut server = TestServer::start(&[
+        ("TIDEMARK_CHAT__HOT", redis.url().as_str()),
+        ("TIDEMARK_CHAT__MODE", "hot-only"),
+    ])
+    .await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["alice", "bob"]).await;
+    for i in 1..=20u64 {
+        let (st, ack) = send(
+            &c,
+            &server,
+            &cid,
+            "alice",
+            &format!("k{i}"),
+            &format!("m{i}"),
+        )
+        .await;
+        assert_eq!(
+            (st, ack["conversation_seq"].as_u64()),
+            (201, Some(i)),
+            "{ack}"
+        );
+    }
+    let (st, retry) = send(&c, &server, &cid, "alice", "k7", "m7").await;
+    assert_eq!((st, retry["conversation_seq"].as_u64()), (200, Some(7)));
+    let hot = RedisHot::connect(&redis.url(), 1).await.unwrap();
+    assert_eq!(
+        hot.held_seqs(TENANT, &cid).await.unwrap(),
+        (1..=20).collect::<Vec<u64>>()
+    );
+    assert_eq!(hot.untracked_committed(100).await.unwrap().len(), 20);
+    assert!(server.terminate().success());
+
+    let mysql = scratch_database(&test_server_url(), "tm_e2e_chat_hot_only")
+        .await
+        .unwrap();
+    server.env = vec![
+        ("TIDEMARK_CHAT__HOT".into(), redis.url()),
+        ("TIDEMARK_CHAT__ARCHIVE".into(), mysql.clone()),
+        ("TIDEMARK_CHAT__HOT_WINDOW".into(), "1s".into()),
+        (
+            "TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW".into(),
+            "200ms".into(),
+        ),
+        ("TIDEMARK_CHAT__SAFETY_MARGIN".into(), "100ms".into()),
+        ("TIDEMARK_CHAT__TRIM_INTERVAL".into(), "100ms".into()),
+    ];
+    server.spawn().await;
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while metric(&c, &server, "tidemark_chat_trimmed_total").await < 20 {
+        assert!(
+            Instant::now() < deadline,
+            "the hot-only history was not trimmed"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(hot.untracked_committed(100).await.unwrap().is_empty());
+    assert_eq!(hot.hot_len().await.unwrap(), 0);
+    let archive = MysqlArchive::connect(&mysql, 1).await.unwrap();
+    assert_eq!(
+        archive
+            .index_range(TENANT, &cid, 1, 100, 0)
+            .await
+            .unwrap()
+            .len(),
+        20
+    );
+    let (st, ack) = send(&c, &server, &cid, "bob", "k21", "m21").await;
+    assert_eq!((st, ack["conversation_seq"].as_u64()), (201, Some(21)));
+    let (latest, all) = all_messages(&c, &server, &cid).await;
+    let bodies: Vec<&str> = all.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    let want: Vec<String> = (1..=21).map(|i| format!("m{i}")).collect();
+    assert_eq!(
+        (latest, bodies),
+        (21, want.iter().map(String::as_str).collect())
+    );
+    archive.pool().close().await;
+    drop(server);
+    drop_database(&mysql).await.unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_without_durable_aof_stops_the_server_at_start() {
     let dir = tempfile::tempdir().unwrap();

@@ -8,8 +8,10 @@ use std::sync::Arc;
 use tidemark_core::clock::{ManualClock, SharedClock};
 
 use crate::error::ChatError;
-use crate::model::{IndexEntry, MessageClass, MessageRecord, Reservation, SendCommand};
-use crate::ports::{Archive, CommitParams, HotStore, Outbox};
+use crate::model::{
+    IndexEntry, MessageClass, MessageRecord, Reservation, SendCommand, SendOutcome,
+};
+use crate::ports::{Archive, CommitParams, FusedCommit, HotStore, Outbox};
 
 const T0: i64 = 1_800_000_000_000;
 const PARAMS: CommitParams = CommitParams {
@@ -206,6 +208,72 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
 }
 
 /// The outbox contract: offsets from 0, ordered fetch, consumer positions, retention, and the
+/// The `hot-only` commit (no outbox): [`FusedCommit::commit_fused`] without outbox gives dense
+/// seqs, answers a retry with the original ACK, makes the record readable at once, registers no
+/// trim candidate (nothing may be trimmed that no archive holds) and leaves it untracked until
+/// [`HotStore::register_trim_candidates`] — the backfill of a later tiered server.
+pub async fn hot_only_commit<S: FusedCommit + HotStore>(store: Arc<S>) {
+    let clock = Arc::new(ManualClock::new(T0));
+    let shared: SharedClock = Arc::clone(&clock) as SharedClock;
+    let members = vec!["u1".to_string(), "u2".to_string()];
+    let cid = store
+        .create_conversation("t1", &members, None, T0)
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for key in ["k1", "k2", "k3"] {
+        clock.advance(1);
+        match store
+            .commit_fused(cmd("t1", &cid, "u1", key), &shared, PARAMS, false)
+            .await
+            .unwrap()
+        {
+            SendOutcome::Committed(r) => records.push(r),
+            other => panic!("a fresh send commits, got {other:?}"),
+        }
+    }
+    let seqs: Vec<u64> = records.iter().map(|r| r.conversation_seq).collect();
+    assert_eq!(seqs, [1, 2, 3]);
+    assert_eq!(records[1].committed_at_ms, T0 + 2);
+
+    // A retry: the original ACK, no new seq.
+    clock.advance(1);
+    assert_eq!(
+        store
+            .commit_fused(cmd("t1", &cid, "u1", "k2"), &shared, PARAMS, false)
+            .await
+            .unwrap(),
+        SendOutcome::Duplicate(records[1].ack())
+    );
+    let meta = store.conversation("t1", &cid).await.unwrap().unwrap();
+    assert_eq!(meta.latest_seq, 3);
+    let slice = store.hot_slice("t1", &cid, 1, 10, T0 + 10).await.unwrap();
+    assert_eq!(slice.records, records);
+
+    // Nothing to trim, however late; all three wait for a backfill.
+    assert!(
+        store.trim(i64::MAX, 100).await.unwrap().is_empty(),
+        "hot-only records are never trim candidates"
+    );
+    let untracked = store.untracked_committed(10).await.unwrap();
+    assert_eq!(untracked, records);
+    assert_eq!(store.untracked_committed(2).await.unwrap(), records[..2]);
+    let keys: Vec<_> = records.iter().map(MessageRecord::key).collect();
+    store
+        .register_trim_candidates(&keys[..2], T0 + 100)
+        .await
+        .unwrap();
+    assert_eq!(store.untracked_committed(10).await.unwrap(), records[2..]);
+    store
+        .register_trim_candidates(&keys[2..], T0 + 100)
+        .await
+        .unwrap();
+    assert!(store.untracked_committed(10).await.unwrap().is_empty());
+    let trimmed = store.trim(T0 + 100, 100).await.unwrap();
+    assert_eq!(trimmed, keys);
+    assert_eq!(store.hot_len().await.unwrap(), 0);
+}
+
 /// watermark snapshot.
 pub async fn outbox(outbox: Arc<dyn Outbox>) {
     assert_eq!(outbox.offsets().await.unwrap(), (0, 0));

@@ -7,7 +7,7 @@
 //! 3. `mark_published_and_committed.lua`: COMMITTED, hot index, trim candidate.
 //!
 //! The trimmer, the recovery worker and the dedup purge walk per-shard queues with `trim.lua`,
-//! `stale_reserved.lua` and `purge_dedup.lua` (key layout and the reason for shards in
+//! `queued_records.lua` and `purge_dedup.lua` (key layout and the reason for shards in
 //! [`keys`]). Reads are single scripts too (`hot_slice.lua`, `hot_unread.lua`), so the floor F,
 //! the latest seq and the records are seen at one instant.
 //!

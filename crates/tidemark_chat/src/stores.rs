@@ -9,11 +9,15 @@
 //! | `redis://…` | `kafka://…` | staged: reserve in Redis → produce to the topic → mark committed |
 //! | `sqlite` | `kafka://…` | staged over `hot.db` as hot store and the topic as outbox |
 //!
+//! In `hot-only` mode there is no outbox and no archive: SQLite commits in one transaction,
+//! Redis in one `reserve_and_record.lua` call that writes the record COMMITTED (see
+//! [`crate::redis`]). Either leaves that history untracked, and a later tiered server backfills
+//! it into the outbox before it can be trimmed (`recovery::backfill_untracked`).
+//!
 //! A Redis hot store without a Kafka URL gets a SQLite outbox file of its own: it is durable
 //! (fsync per group commit) and keeps the archiver's position beside the log, so a single
 //! machine needs no broker; it is not shared between machines, so a multi-node deployment names
-//! a `kafka://` outbox. `hot-only` mode needs the SQLite hot store (its fused commit can skip
-//! the outbox and leave history untracked for a later backfill; the staged path cannot).
+//! a `kafka://` outbox.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -89,15 +93,20 @@ impl ChatStores {
         };
         match hot {
             Engine::Redis(url) => {
+                let redis = Arc::new(RedisHot::connect(&url, cfg.redis_pool).await?);
                 if !tiered {
-                    return Err(ChatError::Invalid(
-                        "chat.mode = \"hot-only\" needs chat.hot = \"sqlite\": a Redis hot store \
-                         always commits through the outbox"
-                            .into(),
-                    ));
+                    // hot-only: Redis alone, one script per commit, no outbox, no archive.
+                    return Ok(Self {
+                        commit_path: CommitPath::Fused {
+                            store: Arc::clone(&redis) as _,
+                            with_outbox: false,
+                        },
+                        hot: redis,
+                        outbox: None,
+                        archive: None,
+                    });
                 }
-                let hot: Arc<dyn HotStore> =
-                    Arc::new(RedisHot::connect(&url, cfg.redis_pool).await?);
+                let hot: Arc<dyn HotStore> = redis;
                 let outbox: Arc<dyn Outbox> = match &outbox {
                     Engine::Kafka(url) => Arc::new(KafkaOutbox::connect(url).await?),
                     _ => Arc::new(SqliteHot::open(
@@ -171,22 +180,6 @@ mod tests {
         assert_eq!(
             err,
             "chat.archive = \"postgres://x/y\": expected \"sqlite\" or a URL with scheme mysql://, mariadb://"
-        );
-    }
-
-    #[tokio::test]
-    async fn hot_only_with_redis_is_refused_before_connecting() {
-        let dir = tempfile::tempdir().unwrap();
-        let cfg = ChatConfig {
-            hot: "redis://127.0.0.1:1".into(),
-            mode: ChatMode::HotOnly,
-            ..ChatConfig::default()
-        };
-        let err = ChatStores::open(dir.path(), &cfg).await.unwrap_err();
-        assert!(
-            err.to_string()
-                .starts_with("chat.mode = \"hot-only\" needs"),
-            "{err}"
         );
     }
 }

@@ -74,3 +74,10 @@ async fn a_bad_url_or_a_down_server_is_a_clear_error() {
         .unwrap_err();
     assert!(matches!(err, ChatError::Unavailable(_)), "{err:?}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_hot_only_commit() {
+    let server = RedisServer::start().unwrap();
+    conformance::hot_only_commit(Arc::new(RedisHot::connect(&server.url(), 8).await.unwrap()))
+        .await;
+}

@@ -31,3 +31,12 @@ async fn sqlite_archive() {
     ))
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_hot_only_commit() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::hot_only_commit(Arc::new(
+        SqliteHot::open(&dir.path().join("hot.db"), 64).unwrap(),
+    ))
+    .await;
+}

@@ -9,6 +9,7 @@
 //! Also measured in the same run: the fsync rate of the disk that holds the data dirs.
 //! It prints figures and whether the bars of the chat issue were met; it asserts nothing.
 
+mod engines;
 mod fsync;
 mod zipf;
 
@@ -30,6 +31,7 @@ use super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, call};
 use super::process::{
     ServerProcess, clock_ticks_per_sec, cpu_ticks, machine_busy_ticks, scrape_metrics,
 };
+use engines::{Engines, RedisBytes, RunEngines};
 use zipf::Zipf;
 
 /// The API key of the default `demo` tenant the spawned servers use.
@@ -44,6 +46,13 @@ const BAR_P99_MS: f64 = 20.0;
 const BAR_RATIO_RATE: u64 = 5_000;
 /// The factor.
 const BAR_RATIO: f64 = 1.25;
+/// Production engines (issue 6): `tiered` at this rate…
+const BAR_PRODUCTION_RATE: u64 = 5_000;
+/// …with a p99 at most this (ms)…
+const BAR_PRODUCTION_P99_MS: f64 = 50.0;
+/// …and at most this many Redis bytes per message (record + index, body excluded; seed 000:
+/// about 360 B).
+const BAR_REDIS_BYTES: f64 = 360.0;
 
 /// A chat storage mode, as `TIDEMARK_CHAT__MODE` spells it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -107,12 +116,27 @@ pub struct ChatBenchArgs {
     /// system temp dir]. Removed afterwards.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Storage engines of the servers: `embedded` (SQLite) or `production` (issue 6: a private
+    /// durable redis-server, a private tansu broker and a scratch database on `--mysql`, fresh
+    /// for every run).
+    #[arg(long, value_enum, default_value = "embedded")]
+    pub engines: Engines,
+    /// Redis connection pools to compare (`--engines production`): every mode runs once per
+    /// pool, e.g. `8,1` (seed 000: a single connection collapses).
+    #[arg(long, value_delimiter = ',', default_value = "8")]
+    pub pools: Vec<usize>,
+    /// The MariaDB / MySQL server of the production archive (a scratch database on it is
+    /// created per run and dropped afterwards).
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    pub mysql: String,
 }
 
 /// One printed row.
 #[derive(Debug)]
 struct Row {
     mode: BenchMode,
+    /// Redis pool of a production run.
+    pool: Option<usize>,
     load: LoadResult,
     /// Mean in-server SEND time over the run (from `tidemark_chat_send_seconds`), ms.
     server_mean_ms: Option<f64>,
@@ -123,10 +147,12 @@ struct Row {
     other_cpu: Option<f64>,
 }
 
-/// Per-mode storage figures.
+/// Per-run storage figures.
 #[derive(Debug)]
 struct ModeStorage {
     mode: BenchMode,
+    pool: Option<usize>,
+    redis: Option<RedisBytes>,
     messages: u64,
     hot_db: u64,
     hot_wal: u64,
@@ -154,6 +180,14 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     if args.conversations == 0 || args.max_in_flight == 0 || args.body_bytes == 0 {
         bail!("--conversations, --max-in-flight and --body-bytes must be positive");
     }
+    if args.pools.is_empty() || args.pools.contains(&0) {
+        bail!("--pools must be non-empty, and every pool positive");
+    }
+    // The embedded engines have no Redis pool: one run per mode.
+    let pools: Vec<Option<usize>> = match args.engines {
+        Engines::Embedded => vec![None],
+        Engines::Production => args.pools.iter().copied().map(Some).collect(),
+    };
     let root = super::temp_root(args.dir.as_deref(), "chat")?;
 
     let fs = {
@@ -168,9 +202,19 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     let mut out = String::new();
     writeln!(
         out,
-        "tidemark bench chat — open loop over loopback HTTP/1.1, {} B bodies, {} conversations \
-         (Zipf s={}, top one {:.1} % of sends), per rate {} s warmup + {} s measured, ≤{} \
-         requests in flight",
+        "tidemark bench chat — {} engines{}, open loop over loopback HTTP/1.1, {} B bodies, {} \
+         conversations (Zipf s={}, top one {:.1} % of sends), per rate {} s warmup + {} s \
+         measured, ≤{} requests in flight",
+        match args.engines {
+            Engines::Embedded => "embedded (SQLite)",
+            Engines::Production =>
+                "production (Redis AOF always + Kafka protocol (tansu) + MariaDB)",
+        },
+        if args.engines == Engines::Production {
+            format!(", Redis pools {:?}", args.pools)
+        } else {
+            String::new()
+        },
         args.body_bytes,
         args.conversations,
         args.zipf_s,
@@ -204,12 +248,32 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     let mut rows = Vec::new();
     let mut storage = Vec::new();
     for &mode in &args.modes {
-        let (mode_rows, st) = run_mode(&args, mode, root.path(), &zipf, &body_tail).await?;
-        rows.extend(mode_rows);
-        storage.push(st);
+        for &pool in &pools {
+            let (mode_rows, st) =
+                run_mode(&args, mode, pool, root.path(), &zipf, &body_tail).await?;
+            rows.extend(mode_rows);
+            storage.push(st);
+        }
     }
 
     let mut out = String::new();
+    match args.engines {
+        Engines::Embedded => {
+            write_sqlite_storage(&mut out, &storage)?;
+            write_bars(&mut out, &rows)?;
+        }
+        Engines::Production => {
+            write_redis_storage(&mut out, &storage, args.body_bytes)?;
+            write_production_bars(&mut out, &rows, &storage)?;
+        }
+    }
+    print_now(&out);
+    drop(root);
+    Ok(())
+}
+
+/// The SQLite files of each embedded run, per message.
+fn write_sqlite_storage(out: &mut String, storage: &[ModeStorage]) -> std::fmt::Result {
     writeln!(
         out,
         "\nhot-tier bytes per message (files sized after a graceful stop):"
@@ -219,17 +283,11 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
         "{:<13} {:>10} {:>12} {:>12} {:>10} {:>12}  archiver at stop",
         "mode", "messages", "hot.db", "hot.db-wal", "B/msg", "archive.db"
     )?;
-    for s in &storage {
+    for s in storage {
         let per_msg = if s.messages > 0 {
             format!("{:.0}", (s.hot_db + s.hot_wal) as f64 / s.messages as f64)
         } else {
             "-".into()
-        };
-        let archiver = match (s.archived, s.backlog, s.lag_s) {
-            (Some(a), Some(b), Some(l)) if s.mode != BenchMode::HotOnly => {
-                format!("archived {a}, outbox backlog {b}, lag {l} s")
-            }
-            _ => "-".into(),
         };
         writeln!(
             out,
@@ -240,7 +298,7 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
             s.hot_wal,
             per_msg,
             s.archive_db,
-            archiver,
+            archiver_at_stop(s),
             if s.clean_stop {
                 ""
             } else {
@@ -252,11 +310,74 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
         out,
         "(messages = tidemark_chat_sends_total; hot.db also holds the conversations, members, \
          dedup keys and, in tiered/sync-archive, the outbox copy of each message)"
+    )
+}
+
+/// Redis memory of each production run, per message, and where its archiver stood.
+fn write_redis_storage(
+    out: &mut String,
+    storage: &[ModeStorage],
+    body_bytes: usize,
+) -> std::fmt::Result {
+    writeln!(
+        out,
+        "\nRedis memory per message after the run (MEMORY USAGE of every key, {body_bytes} B \
+         bodies subtracted):"
     )?;
-    write_bars(&mut out, &rows)?;
-    print_now(&out);
-    drop(root);
-    Ok(())
+    writeln!(
+        out,
+        "{:<16} {:>10} {:>10} {:>14} {:>10}  archiver at stop",
+        "run", "messages", "in Redis", "rec+index B", "all keys B"
+    )?;
+    for s in storage {
+        let (held, rec, all) = s.redis.map_or_else(
+            || ("-".into(), "-".into(), "-".into()),
+            |r| {
+                (
+                    r.records.to_string(),
+                    format!("{:.0}", r.record_and_index),
+                    format!("{:.0}", r.all_keys),
+                )
+            },
+        );
+        writeln!(
+            out,
+            "{:<16} {:>10} {:>10} {:>14} {:>10}  {}{}",
+            run_label(s.mode, s.pool),
+            s.messages,
+            held,
+            rec,
+            all,
+            archiver_at_stop(s),
+            if s.clean_stop {
+                ""
+            } else {
+                " (server did not stop cleanly)"
+            }
+        )?;
+    }
+    writeln!(
+        out,
+        "(rec+index = record hash + hot history index: the issue's figure; all keys adds the \
+         conversation hashes, dedup entries with their expiry queue and the trim candidates)"
+    )
+}
+
+fn archiver_at_stop(s: &ModeStorage) -> String {
+    match (s.archived, s.backlog, s.lag_s) {
+        (Some(a), Some(b), Some(l)) if s.mode != BenchMode::HotOnly => {
+            format!("archived {a}, outbox backlog {b}, lag {l} s")
+        }
+        _ => "-".into(),
+    }
+}
+
+/// `tiered`, or `tiered/p8` for a production run with a pool of 8.
+fn run_label(mode: BenchMode, pool: Option<usize>) -> String {
+    match pool {
+        Some(p) => format!("{}/p{p}", mode.as_str()),
+        None => mode.as_str().to_owned(),
+    }
 }
 
 fn print_now(s: &str) {
@@ -279,22 +400,26 @@ fn body_tail(n: usize) -> Vec<u8> {
     v
 }
 
+/// One run: a fresh server of `mode` (with a Redis pool of `pool` on the production engines)
+/// driven at every rate in turn.
 async fn run_mode(
     args: &ChatBenchArgs,
     mode: BenchMode,
+    pool: Option<usize>,
     root: &Path,
     zipf: &Zipf,
     body_tail: &[u8],
 ) -> anyhow::Result<(Vec<Row>, ModeStorage)> {
+    let label = run_label(mode, pool);
     let client = load::http_client(args.max_in_flight);
-    let data_dir = root.join(mode.as_str());
-    let log = root.join(format!("{}-server.log", mode.as_str()));
+    let dir_name = label.replace('/', "-");
+    let data_dir = root.join(&dir_name);
+    let log = root.join(format!("{dir_name}-server.log"));
     let t = Instant::now();
-    let mode_env = [("TIDEMARK_CHAT__MODE", Some(mode.as_str()))];
-    let server = ServerProcess::start(&client, &data_dir, &log, &mode_env).await?;
+    let engines = RunEngines::start(args.engines, mode, pool.unwrap_or(1), &args.mysql).await?;
+    let server = ServerProcess::start(&client, &data_dir, &log, &engines.env()).await?;
     eprintln!(
-        "{}: server on {} ready in {:.1} s; creating {} conversations …",
-        mode.as_str(),
+        "{label}: server on {} ready in {:.1} s; creating {} conversations …",
         server.addr,
         t.elapsed().as_secs_f64(),
         args.conversations
@@ -302,8 +427,7 @@ async fn run_mode(
     let t = Instant::now();
     let uris = create_conversations(&client, server.addr, args.conversations).await?;
     eprintln!(
-        "{}: {} conversations in {:.1} s",
-        mode.as_str(),
+        "{label}: {} conversations in {:.1} s",
         uris.len(),
         t.elapsed().as_secs_f64()
     );
@@ -312,10 +436,8 @@ async fn run_mode(
     let mut rows = Vec::new();
     for (ri, &rate) in args.rates.iter().enumerate() {
         eprintln!(
-            "{}: {rate} msg/s, {} s warmup + {} s measured …",
-            mode.as_str(),
-            args.warmup,
-            args.duration
+            "{label}: {rate} msg/s, {} s warmup + {} s measured …",
+            args.warmup, args.duration
         );
         let before = scrape(&client, server.addr).await.ok();
         let cpu_before = (
@@ -383,6 +505,7 @@ async fn run_mode(
             .and_then(|all| Some((all - server_cpu? - gen_cpu?).max(0.0)));
         let row = Row {
             mode,
+            pool,
             load: result,
             server_mean_ms,
             server_cpu,
@@ -397,13 +520,21 @@ async fn run_mode(
     drop(client);
     let stopped = server.stop(Duration::from_secs(60)).await;
     if let Err(e) = &stopped {
-        eprintln!("{}: {e:#}", mode.as_str());
+        eprintln!("{label}: {e:#}");
     }
+    let redis = engines.redis_bytes(args.body_bytes).await;
+    let redis = redis.unwrap_or_else(|e| {
+        eprintln!("{label}: sizing Redis: {e:#}");
+        None
+    });
+    engines.finish().await?;
     let clean_stop = matches!(&stopped, Ok(s) if s.success());
     let size =
         |name: &str| std::fs::metadata(data_dir.join("chat").join(name)).map_or(0, |m| m.len());
     let st = ModeStorage {
         mode,
+        pool,
+        redis,
         messages: last.as_ref().map_or(0, |m| m.sends as u64),
         hot_db: size("hot.db"),
         hot_wal: size("hot.db-wal"),
@@ -487,8 +618,8 @@ async fn scrape(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<Scrape>
 
 fn row_header() -> String {
     format!(
-        "{:<13} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
-        "mode",
+        "{:<16} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
+        "run",
         "offered",
         "achieved",
         "p50 ms",
@@ -518,8 +649,8 @@ fn format_row(r: &Row) -> String {
         }
     };
     let mut s = format!(
-        "{:<13} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>7} {:>7} {:>7} {:>7}\n",
-        r.mode.as_str(),
+        "{:<16} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>7} {:>7} {:>7} {:>7}\n",
+        run_label(r.mode, r.pool),
         l.cfg.rate,
         l.achieved(),
         q(0.5),
@@ -540,7 +671,7 @@ fn format_row(r: &Row) -> String {
     if l.errors() > 0 {
         let _ = writeln!(
             s,
-            "{:<13}   of {} scheduled: {} not sent (≥{} in flight), {} bad status, {} transport, \
+            "{:<16}   of {} scheduled: {} not sent (≥{} in flight), {} bad status, {} transport, \
              {} unanswered; first: {}",
             "",
             l.scheduled,
@@ -644,5 +775,108 @@ fn write_bars(out: &mut String, rows: &[Row]) -> std::fmt::Result {
     writeln!(
         out,
         "  2. tiered p99 at {BAR_RATIO_RATE} msg/s within {BAR_RATIO}× of hot-only: {verdict2}"
+    )
+}
+
+/// The production bars of issue 6, each beside what seed 000 measured.
+fn write_production_bars(
+    out: &mut String,
+    rows: &[Row],
+    storage: &[ModeStorage],
+) -> std::fmt::Result {
+    let max_pool = rows.iter().filter_map(|r| r.pool).max();
+    let min_pool = rows.iter().filter_map(|r| r.pool).min();
+    let find = |mode: BenchMode, pool: Option<usize>, rate: u64| {
+        rows.iter()
+            .find(|r| r.mode == mode && r.pool == pool && r.load.cfg.rate == rate)
+            .map(|r| &r.load)
+    };
+    let figure = |l: Option<&LoadResult>| {
+        l.map_or_else(
+            || "not measured".to_string(),
+            |l| {
+                format!(
+                    "{:.0}/s achieved, p50/p99 {}/{} ms, {} errors",
+                    l.achieved(),
+                    opt(
+                        (!l.latency.is_empty()).then(|| ms(l.latency.value_at_quantile(0.5))),
+                        1
+                    ),
+                    opt(p99_ms(l), 1),
+                    l.errors()
+                )
+            },
+        )
+    };
+    writeln!(out, "\nbeside seed 000 (its figures on its machine):")?;
+    writeln!(
+        out,
+        "  sync-archive at 200 msg/s (seed: p50/p99 184/252 ms): {}",
+        figure(find(BenchMode::SyncArchive, max_pool, 200))
+    )?;
+    writeln!(
+        out,
+        "  tiered, pool {}, at 5,000 msg/s (seed, 8 connections: p50/p99 129/184 ms): {}",
+        opt(max_pool.map(|p| p as f64), 0),
+        figure(find(BenchMode::Tiered, max_pool, BAR_PRODUCTION_RATE))
+    )?;
+    if min_pool != max_pool {
+        writeln!(
+            out,
+            "  tiered, pool {}, at 5,000 msg/s (seed, 1 connection: collapses to 1,873 msg/s): {}",
+            opt(min_pool.map(|p| p as f64), 0),
+            figure(find(BenchMode::Tiered, min_pool, BAR_PRODUCTION_RATE))
+        )?;
+    }
+    let tiered_bytes = storage
+        .iter()
+        .find(|s| s.mode == BenchMode::Tiered && s.pool == max_pool)
+        .and_then(|s| s.redis);
+    writeln!(
+        out,
+        "  Redis bytes per message, record + index, body excluded (seed: about 360 B): {}",
+        tiered_bytes.map_or_else(
+            || "not measured".into(),
+            |b| format!("{:.0} B", b.record_and_index)
+        )
+    )?;
+
+    writeln!(
+        out,
+        "\nbars (sustained = achieved ≥ 99 % of offered and errors ≤ 0.1 %):"
+    )?;
+    let tiered = find(BenchMode::Tiered, max_pool, BAR_PRODUCTION_RATE);
+    let verdict = match tiered {
+        None => "NOT MEASURED (tiered was not run at 5,000 msg/s)".to_string(),
+        Some(l) => {
+            let met = l.sustained() && p99_ms(l).is_some_and(|p| p <= BAR_PRODUCTION_P99_MS);
+            format!(
+                "{} — {}",
+                if met { "MET" } else { "NOT MET" },
+                figure(Some(l))
+            )
+        }
+    };
+    writeln!(
+        out,
+        "  1. tiered (pool {}) sustains {BAR_PRODUCTION_RATE} msg/s with p99 ≤ \
+         {BAR_PRODUCTION_P99_MS} ms: {verdict}",
+        opt(max_pool.map(|p| p as f64), 0)
+    )?;
+    let verdict = match tiered_bytes {
+        None => "NOT MEASURED".to_string(),
+        Some(b) => format!(
+            "{} — {:.0} B",
+            if b.record_and_index <= BAR_REDIS_BYTES {
+                "MET"
+            } else {
+                "NOT MET"
+            },
+            b.record_and_index
+        ),
+    };
+    writeln!(
+        out,
+        "  2. Redis bytes per message (record + index, body excluded) ≤ {BAR_REDIS_BYTES}: {verdict}"
     )
 }

@@ -10,9 +10,38 @@ use super::keys::{self, ConvKeys, SHARDS, dedup_field, shard_prefix, split_membe
 use crate::error::{ChatError, Result};
 use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageClass, MessageRecord, RecordKey,
-    Reservation, SendAck, SendCommand,
+    Reservation, SendAck, SendCommand, SendOutcome,
 };
-use crate::ports::{CommitParams, HotStore};
+use crate::ports::{CommitParams, FusedCommit, HotStore};
+use tidemark_core::clock::SharedClock;
+
+/// The state `reserve_and_record.lua` writes a fresh record in.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum RecordState {
+    /// RESERVED: step 1 of the staged commit (an outbox append and COMMITTED follow).
+    Reserved,
+    /// COMMITTED and indexed at once: the whole commit of `hot-only` mode, which has no outbox.
+    Committed,
+}
+
+impl RecordState {
+    /// The first byte of the record value (see `prelude.lua`).
+    fn tag(self) -> &'static str {
+        match self {
+            RecordState::Reserved => "R",
+            RecordState::Committed => "C",
+        }
+    }
+
+    /// The shard queue a fresh record in this state goes in: `rsv` (RESERVED, for the recovery
+    /// worker) or `ut` (committed in hot-only mode, for the backfill into the outbox).
+    fn queue(self) -> &'static str {
+        match self {
+            RecordState::Reserved => "rsv",
+            RecordState::Committed => "ut",
+        }
+    }
+}
 
 /// The JSON part of a record value: `[message_id, sender, client_msg_id, body, class,
 /// committed_at]`; tenant, conversation and seq are in the key and field, the expiry in the
@@ -110,6 +139,117 @@ impl RedisHot {
         Ok(seqs)
     }
 
+    /// `reserve_and_record.lua`: the dedup lookup and seq allocation, writing the fresh record
+    /// in `state` (see [`RecordState`]).
+    async fn reserve_as(
+        &self,
+        cmd: SendCommand,
+        now_ms: i64,
+        params: CommitParams,
+        state: RecordState,
+    ) -> Result<Reservation> {
+        let k = ConvKeys::new(&cmd.tenant, &cmd.conversation_id);
+        let field = dedup_field(&cmd.sender, &cmd.client_msg_id);
+        // The record as it will be if this call allocates the seq (filled in below).
+        let mut record = cmd.into_record(0, now_ms);
+        let (expiry, json) = encode_record(&record)?;
+        let mut inv = self.scripts.reserve.prepare_invoke();
+        inv.key(k.conv())
+            .key(k.messages())
+            .key(k.dedup())
+            .key(k.shard(state.queue()))
+            .key(k.shard("dx"))
+            .key(k.shard("n"))
+            .key(k.index())
+            .arg(&k.part)
+            .arg(&field)
+            .arg(now_ms)
+            .arg(now_ms + params.dedup_window_ms)
+            .arg(expiry)
+            .arg(json)
+            .arg(&record.message_id)
+            .arg(state.tag());
+        let reply: Vec<Value> = inv.invoke_async(&mut self.conn()).await?;
+        let tag = reply.first().map(text).transpose()?.unwrap_or_default();
+        let at = |i: usize| {
+            reply
+                .get(i)
+                .ok_or_else(|| ChatError::Corrupt(format!("redis reserve: short reply {reply:?}")))
+        };
+        match tag.as_str() {
+            "unknown" => Err(ChatError::UnknownConversation(record.conversation_id)),
+            "fresh" => {
+                record.conversation_seq = int(at(1)?)? as u64;
+                Ok(Reservation::Reserved {
+                    record,
+                    fresh: true,
+                })
+            }
+            "reserved" => {
+                let seq = int(at(1)?)? as u64;
+                Ok(Reservation::Reserved {
+                    record: decode_record(
+                        &record.tenant,
+                        &record.conversation_id,
+                        seq,
+                        bytes(at(2)?)?,
+                    )?,
+                    fresh: false,
+                })
+            }
+            "committed" => Ok(Reservation::Committed(SendAck {
+                conversation_seq: int(at(1)?)? as u64,
+                committed_at_ms: int(at(2)?)?,
+                message_id: text(at(3)?)?,
+            })),
+            other => Err(ChatError::Corrupt(format!(
+                "redis reserve: unexpected reply {other:?}"
+            ))),
+        }
+    }
+
+    /// The oldest `limit` records (by score, then key) of the shard queues of `state` with a
+    /// score ≤ `max_score` whose value is still in `state` (`queued_records.lua` per busy shard).
+    async fn queued_records(
+        &self,
+        state: RecordState,
+        max_score: i64,
+        limit: usize,
+    ) -> Result<Vec<MessageRecord>> {
+        let mut out = Vec::new();
+        for n in self.busy_shards(state.queue(), max_score).await? {
+            let prefix = shard_prefix(n);
+            let mut inv = self.scripts.queued_records.prepare_invoke();
+            inv.key(format!("{prefix}{}", state.queue()))
+                .arg(max_score)
+                .arg(limit)
+                .arg(&prefix)
+                .arg(state.tag());
+            let reply: Vec<Vec<u8>> = inv.invoke_async(&mut self.conn()).await?;
+            for pair in reply.chunks_exact(2) {
+                let (tenant, cid, seq) = split_member(&pair[0])?;
+                out.push(decode_record(&tenant, &cid, seq_of(&seq)?, &pair[1])?);
+            }
+        }
+        // Each shard gave its oldest `limit`; the oldest `limit` overall are among them.
+        out.sort_by(|a, b| {
+            (
+                a.committed_at_ms,
+                &a.tenant,
+                &a.conversation_id,
+                a.conversation_seq,
+            )
+                .cmp(&(
+                    b.committed_at_ms,
+                    &b.tenant,
+                    &b.conversation_id,
+                    b.conversation_seq,
+                ))
+        });
+        out.truncate(limit);
+        Ok(out)
+    }
+
     /// `ZCOUNT <queue> -inf <max>` of every shard in one round trip: the shards worth a script
     /// call.
     async fn busy_shards(&self, queue: &str, max: i64) -> Result<Vec<usize>> {
@@ -161,6 +301,46 @@ impl RedisHot {
             out.push(reply);
         }
         Ok(out)
+    }
+}
+
+/// `hot-only` mode on Redis: one `reserve_and_record.lua` call writes the record COMMITTED and
+/// indexed (one round trip, one fsync under `appendfsync always`). No trim candidate is
+/// registered: nothing is archived in this mode, so nothing may leave the hot tier.
+#[async_trait]
+impl FusedCommit for RedisHot {
+    /// Errors: `with_outbox` ([`ChatError::Invalid`]: a Redis hot store commits through a
+    /// separate outbox, [`crate::commit::staged_commit`]); a retry whose first try is still
+    /// RESERVED from a tiered run ([`ChatError::Unavailable`]: committing it without the outbox
+    /// would let the trimmer of a later tiered run drop a record the archive never saw — the
+    /// recovery worker of a tiered server finishes it).
+    async fn commit_fused(
+        &self,
+        cmd: SendCommand,
+        clock: &SharedClock,
+        params: CommitParams,
+        with_outbox: bool,
+    ) -> Result<SendOutcome> {
+        if with_outbox {
+            return Err(ChatError::Invalid(
+                "a Redis hot store commits through a separate outbox (staged commit)".into(),
+            ));
+        }
+        match self
+            .reserve_as(cmd, clock.now_ms(), params, RecordState::Committed)
+            .await?
+        {
+            Reservation::Committed(ack) => Ok(SendOutcome::Duplicate(ack)),
+            Reservation::Reserved {
+                record,
+                fresh: true,
+            } => Ok(SendOutcome::Committed(record)),
+            Reservation::Reserved { record, .. } => Err(ChatError::Unavailable(format!(
+                "message {} of conversation {} is still RESERVED from a tiered run: a tiered \
+                 server's recovery worker commits it",
+                record.conversation_seq, record.conversation_id
+            ))),
+        }
     }
 }
 
@@ -246,62 +426,8 @@ impl HotStore for RedisHot {
         now_ms: i64,
         params: CommitParams,
     ) -> Result<Reservation> {
-        let k = ConvKeys::new(&cmd.tenant, &cmd.conversation_id);
-        let field = dedup_field(&cmd.sender, &cmd.client_msg_id);
-        // The record as it will be if this call allocates the seq (filled in below).
-        let mut record = cmd.into_record(0, now_ms);
-        let (expiry, json) = encode_record(&record)?;
-        let mut inv = self.scripts.reserve.prepare_invoke();
-        inv.key(k.conv())
-            .key(k.messages())
-            .key(k.dedup())
-            .key(k.shard("rsv"))
-            .key(k.shard("dx"))
-            .key(k.shard("n"))
-            .arg(&k.part)
-            .arg(&field)
-            .arg(now_ms)
-            .arg(now_ms + params.dedup_window_ms)
-            .arg(expiry)
-            .arg(json)
-            .arg(&record.message_id);
-        let reply: Vec<Value> = inv.invoke_async(&mut self.conn()).await?;
-        let tag = reply.first().map(text).transpose()?.unwrap_or_default();
-        let at = |i: usize| {
-            reply
-                .get(i)
-                .ok_or_else(|| ChatError::Corrupt(format!("redis reserve: short reply {reply:?}")))
-        };
-        match tag.as_str() {
-            "unknown" => Err(ChatError::UnknownConversation(record.conversation_id)),
-            "fresh" => {
-                record.conversation_seq = int(at(1)?)? as u64;
-                Ok(Reservation::Reserved {
-                    record,
-                    fresh: true,
-                })
-            }
-            "reserved" => {
-                let seq = int(at(1)?)? as u64;
-                Ok(Reservation::Reserved {
-                    record: decode_record(
-                        &record.tenant,
-                        &record.conversation_id,
-                        seq,
-                        bytes(at(2)?)?,
-                    )?,
-                    fresh: false,
-                })
-            }
-            "committed" => Ok(Reservation::Committed(SendAck {
-                conversation_seq: int(at(1)?)? as u64,
-                committed_at_ms: int(at(2)?)?,
-                message_id: text(at(3)?)?,
-            })),
-            other => Err(ChatError::Corrupt(format!(
-                "redis reserve: unexpected reply {other:?}"
-            ))),
-        }
+        self.reserve_as(cmd, now_ms, params, RecordState::Reserved)
+            .await
     }
 
     async fn mark_committed(
@@ -332,37 +458,8 @@ impl HotStore for RedisHot {
         reserved_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<MessageRecord>> {
-        let mut out = Vec::new();
-        for n in self.busy_shards("rsv", reserved_before_ms).await? {
-            let prefix = shard_prefix(n);
-            let mut inv = self.scripts.stale_reserved.prepare_invoke();
-            inv.key(format!("{prefix}rsv"))
-                .arg(reserved_before_ms)
-                .arg(limit)
-                .arg(&prefix);
-            let reply: Vec<Vec<u8>> = inv.invoke_async(&mut self.conn()).await?;
-            for pair in reply.chunks_exact(2) {
-                let (tenant, cid, seq) = split_member(&pair[0])?;
-                out.push(decode_record(&tenant, &cid, seq_of(&seq)?, &pair[1])?);
-            }
-        }
-        // Each shard gave its oldest `limit`; the oldest `limit` overall are among them.
-        out.sort_by(|a, b| {
-            (
-                a.committed_at_ms,
-                &a.tenant,
-                &a.conversation_id,
-                a.conversation_seq,
-            )
-                .cmp(&(
-                    b.committed_at_ms,
-                    &b.tenant,
-                    &b.conversation_id,
-                    b.conversation_seq,
-                ))
-        });
-        out.truncate(limit);
-        Ok(out)
+        self.queued_records(RecordState::Reserved, reserved_before_ms, limit)
+            .await
     }
 
     async fn hot_slice(
@@ -517,8 +614,9 @@ impl HotStore for RedisHot {
 
     /// Always empty: every Redis commit goes through the outbox and registers a trim candidate
     /// (`hot-only` mode is refused with a Redis hot store, see `ChatStores::open`).
-    async fn untracked_committed(&self, _limit: usize) -> Result<Vec<MessageRecord>> {
-        Ok(Vec::new())
+    async fn untracked_committed(&self, limit: usize) -> Result<Vec<MessageRecord>> {
+        self.queued_records(RecordState::Committed, i64::MAX, limit)
+            .await
     }
 
     async fn register_trim_candidates(&self, keys: &[RecordKey], score_ms: i64) -> Result<()> {
@@ -527,6 +625,7 @@ impl HotStore for RedisHot {
             let mut inv = self.scripts.register_trim.prepare_invoke();
             inv.key(k.messages())
                 .key(k.shard("trim"))
+                .key(k.shard(RecordState::Committed.queue()))
                 .arg(&k.part)
                 .arg(key.conversation_seq)
                 .arg(score_ms);

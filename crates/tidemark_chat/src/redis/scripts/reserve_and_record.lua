@@ -1,6 +1,11 @@
 -- Commit step 1 (seed 000 reserve_and_record): dedup lookup, seq allocation, record RESERVED.
--- KEYS: conversation, messages, dedup, shard rsv, shard dx, shard count
--- ARGV: P, dedup field, now, dedup expiry, expiry digits, record json, message id
+-- In hot-only mode (ARGV[8] = 'C', no outbox) the same call is the whole commit: the record is
+-- written COMMITTED and put in the hot history index at once, with no trim candidate (nothing is
+-- archived, so nothing may be trimmed); it goes in the shard's untracked queue instead, which a
+-- tiered server later backfills into the outbox (recovery::backfill_untracked).
+-- KEYS: conversation, messages, dedup, shard queue (rsv for 'R', ut for 'C'), shard dx,
+--       shard count, history index
+-- ARGV: P, dedup field, now, dedup expiry, expiry digits, record json, message id, state R|C
 -- Returns {'unknown'} | {'committed', seq, committed_at, message_id}
 --       | {'reserved', seq, value} (an earlier try, still RESERVED) | {'fresh', seq}
 if redis.call('EXISTS', KEYS[1]) == 0 then return {'unknown'} end
@@ -14,10 +19,12 @@ if dd then
     return {'committed', seq, at, mid}
   end
 end
+local state = ARGV[8]
 local seq = tostring(redis.call('HINCRBY', KEYS[1], 'latest', 1))
-redis.call('HSET', KEYS[2], seq, 'R' .. ARGV[5] .. '|' .. ARGV[6])
+redis.call('HSET', KEYS[2], seq, state .. ARGV[5] .. '|' .. ARGV[6])
 redis.call('HSET', KEYS[3], ARGV[2], seq .. '|' .. ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[7])
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1] .. ARGV[2])
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1] .. seq)
+if state == 'C' then redis.call('ZADD', KEYS[7], seq, seq) end
 redis.call('INCR', KEYS[6])
 return {'fresh', seq}
