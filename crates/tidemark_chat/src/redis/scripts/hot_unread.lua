@@ -4,14 +4,15 @@
 -- Returns {} for an unknown conversation, else {F, latest, unread}.
 local st = redis.call('HMGET', KEYS[1], 'floor', 'latest')
 if not st[2] then return {} end
-local floor, now = tonumber(st[1]), tonumber(ARGV[3])
-local from = math.max(tonumber(ARGV[2]), floor)
+local floor, latest, now = tonumber(st[1]), tonumber(st[2]), tonumber(ARGV[3])
 local n = 0
-for _, s in ipairs(redis.call('ZRANGEBYSCORE', KEYS[3], '(' .. from, '+inf')) do
+local s = next_indexed(KEYS[3], math.max(tonumber(ARGV[2]), floor) + 1, latest)
+while s do
   local v = redis.call('HGET', KEYS[2], s)
   if committed(v) and not expired(v, now) then
     local rec = cjson.decode(string.sub(v, string.find(v, '|', 1, true) + 1))
     if rec[2] ~= ARGV[1] then n = n + 1 end
   end
+  s = next_indexed(KEYS[3], s + 1, latest)
 end
-return {floor, tonumber(st[2]), n}
+return {floor, latest, n}

@@ -17,3 +17,11 @@ end
 local function committed(v)
   return v and string.sub(v, 1, 1) == 'C'
 end
+-- The hot history index of a conversation is a bitmap: bit s is set while seq s is committed and
+-- hot. The first indexed seq in [from, to] (to clamped by the caller), or nil.
+local function next_indexed(index, from, to)
+  if from > to then return nil end
+  local s = redis.call('BITPOS', index, 1, from, to, 'BIT')
+  if s < 0 then return nil end
+  return s
+end

@@ -25,6 +25,6 @@ redis.call('HSET', KEYS[2], seq, state .. ARGV[5] .. '|' .. ARGV[6])
 redis.call('HSET', KEYS[3], ARGV[2], seq .. '|' .. ARGV[3] .. '|' .. ARGV[4] .. '|' .. ARGV[7])
 redis.call('ZADD', KEYS[5], ARGV[4], ARGV[1] .. ARGV[2])
 redis.call('ZADD', KEYS[4], ARGV[3], ARGV[1] .. seq)
-if state == 'C' then redis.call('ZADD', KEYS[7], seq, seq) end
+if state == 'C' then redis.call('SETBIT', KEYS[7], seq, 1) end
 redis.call('INCR', KEYS[6])
 return {'fresh', seq}

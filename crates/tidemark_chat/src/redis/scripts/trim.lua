@@ -6,7 +6,7 @@ local members = redis.call('ZRANGEBYSCORE', KEYS[1], '-inf', ARGV[1], 'LIMIT', 0
 for _, m in ipairs(members) do
   local p, seq = split_member(m)
   redis.call('HDEL', ARGV[3] .. 'm:' .. p, seq)
-  redis.call('ZREM', ARGV[3] .. 'h:' .. p, seq)
+  redis.call('SETBIT', ARGV[3] .. 'h:' .. p, seq, 0)
   local c = ARGV[3] .. 'c:' .. p
   if tonumber(seq) > tonumber(redis.call('HGET', c, 'floor') or '0') then
     redis.call('HSET', c, 'floor', seq)
