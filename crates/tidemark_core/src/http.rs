@@ -94,9 +94,21 @@ impl IntoResponse for ApiError {
                 message: &self.message,
             },
         };
-        (self.status, Json(body)).into_response()
+        let mut response = (self.status, Json(body)).into_response();
+        if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            response.headers_mut().insert(
+                axum::http::header::RETRY_AFTER,
+                axum::http::HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS),
+            );
+        }
+        response
     }
 }
+
+/// `Retry-After` (seconds) of every 503 `unavailable` answer: a store or broker is down for a
+/// moment, and the request may be repeated as it was (sends with the same `client_msg_id`,
+/// event batches whole). The redirector sets its own.
+pub const UNAVAILABLE_RETRY_AFTER_SECS: &str = "1";
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
@@ -277,5 +289,14 @@ mod tests {
         );
         assert_eq!(keys.tenant_for("Basic dev-key"), None);
         assert_eq!(keys.tenant_for("dev-key"), None);
+    }
+
+    #[test]
+    fn a_503_says_when_to_retry_and_other_errors_do_not() {
+        let r = ApiError::unavailable("influxdb is down").into_response();
+        assert_eq!(r.status(), StatusCode::SERVICE_UNAVAILABLE);
+        assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "1");
+        let r = ApiError::internal("corrupt").into_response();
+        assert!(r.headers().get(axum::http::header::RETRY_AFTER).is_none());
     }
 }
