@@ -6,6 +6,9 @@
 //! commits once (one fsync, `synchronous = FULL`), and only then answers each caller. A job that
 //! fails is rolled back to its savepoint alone; the others still commit. This is group commit:
 //! many acknowledgements share one fsync, and no caller is answered before its data is durable.
+//! A hot path whose jobs only fail before their first write ([`GroupWriter::write_unguarded`],
+//! the chat commit) skips the savepoint; should such a job still fail after writing, the whole
+//! group is rolled back and every job in it is answered [`SqliteError::CommitFailed`].
 //!
 //! Reads: a [`ReadPool`] of read-only connections; WAL lets them read a consistent snapshot while
 //! the writer works.
@@ -38,8 +41,14 @@ pub enum SqliteError {
     Task(String),
 }
 
+/// Page cache of a read-write connection, KiB ([`open_rw`]): with SQLite's default of 2 MiB
+/// the chat writer re-read index pages and spilled dirty pages mid-transaction (`pagerStress`
+/// in a perf profile at 8,000 sends/s, issue 2).
+pub const WRITER_CACHE_KIB: i64 = 64 * 1024;
+
 /// Opens a read-write connection with Tidemark's pragmas: WAL, `synchronous = FULL` (fsync of
-/// the WAL on every commit), foreign keys on, a 5 s busy timeout.
+/// the WAL on every commit), foreign keys on, a [`WRITER_CACHE_KIB`] page cache, a 5 s busy
+/// timeout.
 pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
     let conn = Connection::open(path)?;
     conn.busy_timeout(Duration::from_secs(5))?;
@@ -48,11 +57,14 @@ pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Savepoint sub-journals (one per group-commit job) stay in memory.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
+    conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
     Ok(conn)
 }
 
 type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
-type Job = Box<dyn FnOnce(&Connection) -> Completion + Send>;
+/// A job run by the writer thread: its completion, and whether it failed after writing without
+/// a savepoint (which dooms the group transaction).
+type Job = Box<dyn FnOnce(&Connection) -> (Completion, bool) + Send>;
 
 /// The single writer of one SQLite file, with group commit (see the module docs).
 #[derive(Debug)]
@@ -113,16 +125,48 @@ impl GroupWriter {
         R: Send + 'static,
         E: From<SqliteError> + Send + 'static,
     {
+        self.submit(move |conn| (run_in_savepoint(conn, job), false))
+            .await
+    }
+
+    /// Like [`GroupWriter::write`] without the job's savepoint (one statement and the
+    /// sub-journal copy of every page it touches less), for jobs whose errors come before their
+    /// first write (a lookup, a missing row) or doom the transaction anyway (I/O, corruption).
+    /// If the job returns `Err` after it changed rows, the whole group transaction is rolled
+    /// back and every job in it is answered [`SqliteError::CommitFailed`]: never a half-written
+    /// job, at the price of its neighbours retrying.
+    pub async fn write_unguarded<R, E, F>(&self, job: F) -> Result<R, E>
+    where
+        F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
+        R: Send + 'static,
+        E: From<SqliteError> + Send + 'static,
+    {
+        self.submit(move |conn| {
+            let before = conn.total_changes();
+            let outcome = job(conn);
+            let doomed = outcome.is_err() && conn.total_changes() != before;
+            (outcome, doomed)
+        })
+        .await
+    }
+
+    async fn submit<R, E, F>(&self, run: F) -> Result<R, E>
+    where
+        F: FnOnce(&Connection) -> (Result<R, E>, bool) + Send + 'static,
+        R: Send + 'static,
+        E: From<SqliteError> + Send + 'static,
+    {
         let (done_tx, done_rx) = oneshot::channel::<Result<R, E>>();
         let boxed: Job = Box::new(move |conn: &Connection| {
-            let outcome = run_in_savepoint(conn, job);
-            Box::new(move |commit: Result<(), String>| {
+            let (outcome, doomed) = run(conn);
+            let completion = Box::new(move |commit: Result<(), String>| {
                 let answer = match commit {
                     Ok(()) => outcome,
                     Err(e) => Err(E::from(SqliteError::CommitFailed(e))),
                 };
                 let _ = done_tx.send(answer);
-            }) as Completion
+            }) as Completion;
+            (completion, doomed)
         });
         let sender = self.tx.as_ref().ok_or(SqliteError::WriterStopped)?;
         sender.send(boxed).map_err(|_| SqliteError::WriterStopped)?;
@@ -149,15 +193,16 @@ where
     F: FnOnce(&Connection) -> Result<R, E>,
     E: From<SqliteError>,
 {
-    conn.execute_batch("SAVEPOINT job")
-        .map_err(|e| E::from(e.into()))?;
-    let out = job(conn);
-    let end = if out.is_ok() {
-        "RELEASE job"
-    } else {
-        "ROLLBACK TO job; RELEASE job"
+    let run = |sql: &str| -> Result<(), SqliteError> {
+        conn.prepare_cached(sql)?.execute([])?;
+        Ok(())
     };
-    conn.execute_batch(end).map_err(|e| E::from(e.into()))?;
+    run("SAVEPOINT job").map_err(E::from)?;
+    let out = job(conn);
+    if out.is_err() {
+        run("ROLLBACK TO job").map_err(E::from)?;
+    }
+    run("RELEASE job").map_err(E::from)?;
     out
 }
 
@@ -192,21 +237,32 @@ fn writer_loop(conn: &Connection, rx: mpsc::Receiver<Job>, max_batch: usize) {
         let began = conn.execute_batch("BEGIN IMMEDIATE");
         if let Err(e) = began {
             tracing::error!(error = %e, "sqlite writer could not begin a transaction");
-            first(conn)(Err(e.to_string()));
+            first(conn).0(Err(e.to_string()));
             continue;
         }
-        completions.push(first(conn));
+        let (done, mut doomed) = first(conn);
+        completions.push(done);
         while completions.len() < max_batch {
             match rx.try_recv() {
-                Ok(job) => completions.push(job(conn)),
+                Ok(job) => {
+                    let (done, d) = job(conn);
+                    doomed |= d;
+                    completions.push(done);
+                }
                 Err(_) => break,
             }
         }
-        let commit = conn.execute_batch("COMMIT").map_err(|e| {
-            tracing::error!(error = %e, "sqlite group commit failed");
+        let commit = if doomed {
+            tracing::error!("a job failed after writing without a savepoint: group rolled back");
             let _ = conn.execute_batch("ROLLBACK");
-            e.to_string()
-        });
+            Err("rolled back: a job of the same group failed after writing".to_owned())
+        } else {
+            conn.execute_batch("COMMIT").map_err(|e| {
+                tracing::error!(error = %e, "sqlite group commit failed");
+                let _ = conn.execute_batch("ROLLBACK");
+                e.to_string()
+            })
+        };
         for done in completions.drain(..) {
             done(commit.clone());
         }
@@ -312,5 +368,97 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((count, refused), (180, 0));
+    }
+
+    type TestJob = Box<dyn FnOnce(&Connection) -> Result<i64, TestError> + Send>;
+
+    /// Jobs queued while the writer is held by a first job share one group transaction.
+    async fn one_group(
+        writer: &std::sync::Arc<GroupWriter>,
+        jobs: Vec<TestJob>,
+    ) -> Vec<Result<i64, TestError>> {
+        let (hold_tx, hold_rx) = std::sync::mpsc::channel::<()>();
+        let w = std::sync::Arc::clone(writer);
+        let first = tokio::spawn(async move {
+            w.write_unguarded(move |_| {
+                let _ = hold_rx.recv();
+                Ok::<_, TestError>(0)
+            })
+            .await
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let mut tasks = Vec::new();
+        for job in jobs {
+            let w = std::sync::Arc::clone(writer);
+            tasks.push(tokio::spawn(async move { w.write_unguarded(job).await }));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        hold_tx.send(()).unwrap();
+        let mut out = vec![first.await.unwrap()];
+        for t in tasks {
+            out.push(t.await.unwrap());
+        }
+        out
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn an_unguarded_job_failing_before_writing_leaves_its_group_alone_and_after_writing_rolls_it_back()
+     {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let conn = open_rw(&path).unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
+            .unwrap();
+        let writer = std::sync::Arc::new(GroupWriter::start("t", conn, 64));
+        let insert = |v: i64| -> TestJob {
+            Box::new(move |c: &Connection| {
+                c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+                Ok(v)
+            })
+        };
+        let count = |path: std::path::PathBuf| {
+            let c = Connection::open(path).unwrap();
+            c.query_row("SELECT count(*), coalesce(sum(v), 0) FROM t", [], |r| {
+                Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            })
+            .unwrap()
+        };
+
+        // Refused before any write: the neighbours commit.
+        let out = one_group(
+            &writer,
+            vec![insert(1), Box::new(|_| Err(TestError::Refused)), insert(2)],
+        )
+        .await;
+        assert!(matches!(out[2], Err(TestError::Refused)));
+        assert_eq!(
+            [&out[0], &out[1], &out[3]].map(|r| r.as_ref().ok().copied()),
+            [Some(0), Some(1), Some(2)]
+        );
+        assert_eq!(count(path.clone()), (2, 3));
+
+        // Failed after writing: the whole group is rolled back, every job told so.
+        let half = Box::new(|c: &Connection| {
+            c.execute("INSERT INTO t (v) VALUES (100)", [])?;
+            Err(TestError::Refused)
+        });
+        let out = one_group(&writer, vec![insert(10), half, insert(20)]).await;
+        assert_eq!(out.len(), 4);
+        for r in &out {
+            assert!(
+                matches!(r, Err(TestError::Db(SqliteError::CommitFailed(_)))),
+                "{r:?}"
+            );
+        }
+        assert_eq!(
+            count(path.clone()),
+            (2, 3),
+            "nothing of that group was written"
+        );
+
+        // The writer goes on.
+        let out = one_group(&writer, vec![insert(7)]).await;
+        assert_eq!(out[1].as_ref().ok(), Some(&7));
+        assert_eq!(count(path), (3, 10));
     }
 }

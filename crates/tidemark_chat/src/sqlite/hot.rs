@@ -254,8 +254,10 @@ impl FusedCommit for SqliteHot {
         with_outbox: bool,
     ) -> Result<SendOutcome> {
         let clock = std::sync::Arc::clone(clock);
+        // Unguarded (no savepoint): every early answer (duplicate, unknown conversation) comes
+        // before the first write; what could fail later dooms the group transaction anyway.
         self.writer
-            .write(move |conn| {
+            .write_unguarded(move |conn| {
                 let now = clock.now_ms();
                 if let Some(ack) = dedup_lookup(conn, &cmd, now)? {
                     return Ok(SendOutcome::Duplicate(ack));
