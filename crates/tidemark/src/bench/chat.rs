@@ -291,7 +291,7 @@ fn write_sqlite_storage(out: &mut String, storage: &[ModeStorage]) -> std::fmt::
         };
         writeln!(
             out,
-            "{:<13} {:>10} {:>12} {:>12} {:>10} {:>12}  {}{}",
+            "{:<13} {:>10} {:>12} {:>12} {:>10} {:>12}  {}",
             s.mode.as_str(),
             s.messages,
             s.hot_db,
@@ -299,11 +299,6 @@ fn write_sqlite_storage(out: &mut String, storage: &[ModeStorage]) -> std::fmt::
             per_msg,
             s.archive_db,
             archiver_at_stop(s),
-            if s.clean_stop {
-                ""
-            } else {
-                " (server did not stop cleanly)"
-            }
         )?;
     }
     writeln!(
@@ -342,18 +337,13 @@ fn write_redis_storage(
         );
         writeln!(
             out,
-            "{:<16} {:>10} {:>10} {:>14} {:>10}  {}{}",
+            "{:<16} {:>10} {:>10} {:>14} {:>10}  {}",
             run_label(s.mode, s.pool),
             s.messages,
             held,
             rec,
             all,
             archiver_at_stop(s),
-            if s.clean_stop {
-                ""
-            } else {
-                " (server did not stop cleanly)"
-            }
         )?;
     }
     writeln!(
@@ -363,12 +353,18 @@ fn write_redis_storage(
     )
 }
 
+/// Where the archiver stood when the server stopped, and whether it stopped cleanly.
 fn archiver_at_stop(s: &ModeStorage) -> String {
-    match (s.archived, s.backlog, s.lag_s) {
+    let archiver = match (s.archived, s.backlog, s.lag_s) {
         (Some(a), Some(b), Some(l)) if s.mode != BenchMode::HotOnly => {
             format!("archived {a}, outbox backlog {b}, lag {l} s")
         }
         _ => "-".into(),
+    };
+    if s.clean_stop {
+        archiver
+    } else {
+        format!("{archiver} (server did not stop cleanly)")
     }
 }
 
