@@ -321,15 +321,12 @@ async fn a_redis_without_durable_aof_stops_the_server_at_start() {
 /// `?idempotence=false`), and the outbox reader took the next record batch for the offset it
 /// asked for when a fetch started inside a batch (`tests/kafka_restart.rs` in tidemark_chat).
 ///
-/// Ignored: it still fails in about one run of three against tansu 0.6 with in-memory storage,
-/// and the failure message shows the broker at fault — the log ends at seq 6 (offsets shrink
-/// from 9 to 7 between reads) although the restarted process's appends of seqs 7 and 8 were
-/// acknowledged with `acks=all`, so the archiver's watermark lets the trimmer delete them: the
-/// dead process's late-delivered produce requests and the new process's overwrite each other.
-/// Run it with `--ignored` against a broker that keeps acknowledged records (Kafka, Redpanda,
-/// or tansu on a durable storage engine).
+/// It failed in about one run of three until the third defect was found: tansu 0.6 (memory
+/// storage) acknowledged a multi-record produce batch but advanced its log by one offset, so
+/// the recovery worker's append of seqs 6..=8 in one call kept only seq 6 and the archiver's
+/// watermark then let the trimmer delete 7 and 8 from Redis. The test broker's URL now carries
+/// `max_batch=1` (`tests/kafka_restart.rs` in tidemark_chat reproduces the defect).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "tansu 0.6 (memory storage) loses acknowledged records in this scenario"]
 async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exactly_once() {
     let redis = RedisServer::start().unwrap();
     let broker = KafkaBroker::start().unwrap();
@@ -346,20 +343,37 @@ async fn kill_9_of_tidemark_between_reserve_and_outbox_append_is_recovered_exact
 /// always runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kill_9_between_reserve_and_outbox_append_on_the_sqlite_outbox_is_recovered_exactly_once() {
+    kill_9_at_the_failpoint(None).await;
+}
+
+/// The same crash with the Kafka-protocol outbox (tansu): the failpoint holds the SENDs before
+/// any produce request leaves, so the broker sees only the restarted process's appends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_between_reserve_and_outbox_append_on_the_kafka_outbox_is_recovered_exactly_once() {
+    let broker = KafkaBroker::start().unwrap();
+    kill_9_at_the_failpoint(Some(&broker)).await;
+}
+
+/// Redis hot store, MariaDB archive and the SQLite outbox file (`broker` None) or the broker's
+/// topic; the `after-reserve` failpoint (`TEST_FAILPOINT_DIR`) holds three SENDs, tidemark is
+/// killed and restarted, and [`recovered_exactly_once`] checks the outcome.
+async fn kill_9_at_the_failpoint(broker: Option<&KafkaBroker>) {
     let redis = RedisServer::start().unwrap();
     let mysql = scratch_database(&test_server_url(), "tm_e2e_chat_crash_fp")
         .await
         .unwrap();
     let failpoints = tempfile::tempdir().unwrap();
+    let outbox = broker.map_or_else(|| "sqlite".to_owned(), |b| b.url("tidemark.chat.outbox"));
     let server = production_server_with(
         &redis,
         &mysql,
-        "sqlite",
+        &outbox,
         &[("TEST_FAILPOINT_DIR", failpoints.path().to_str().unwrap())],
     )
     .await;
     let hold = Hold::Failpoint(failpoints.path().to_path_buf());
-    recovered_exactly_once(server, &redis, &mysql, hold, None).await;
+    let kafka = broker.is_some().then_some(outbox.as_str());
+    recovered_exactly_once(server, &redis, &mysql, hold, kafka).await;
 }
 
 /// Five messages, then three SENDs held between reserve and append, `kill -9`, release,

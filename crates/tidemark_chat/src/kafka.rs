@@ -69,10 +69,14 @@ pub struct KafkaUrl {
     /// Whether the producer is idempotent (default; `?idempotence=false` turns it off for a
     /// broker whose idempotence cannot be trusted, see [`new_producer`]).
     pub idempotence: bool,
+    /// Most records per produce batch (`?max_batch=N`; default: librdkafka's 10,000). `1`
+    /// for a broker that mishandles multi-record batches (see [`new_producer`]).
+    pub max_batch: Option<u32>,
 }
 
-/// Parses `kafka://host:port[,host:port…]/topic[?idempotence=false]`. Errors:
-/// [`ChatError::Invalid`] naming what is wrong.
+/// Parses `kafka://host:port[,host:port…]/topic[?option&…]` with the options
+/// `idempotence=true|false` and `max_batch=N` (1..=1,000,000). Errors: [`ChatError::Invalid`]
+/// naming what is wrong.
 pub fn parse_url(url: &str) -> Result<KafkaUrl> {
     let bad = |why: &str| ChatError::Invalid(format!("bad Kafka URL {url:?}: {why}"));
     let rest = url
@@ -93,16 +97,32 @@ pub fn parse_url(url: &str) -> Result<KafkaUrl> {
     {
         return Err(bad("the topic must be 1-249 characters of [A-Za-z0-9._-]"));
     }
-    let idempotence = match query {
-        "" | "idempotence=true" => true,
-        "idempotence=false" => false,
-        _ => return Err(bad("the only option is ?idempotence=true|false")),
-    };
-    Ok(KafkaUrl {
+    let mut parsed = KafkaUrl {
         brokers: brokers.to_owned(),
         topic: topic.to_owned(),
-        idempotence,
-    })
+        idempotence: true,
+        max_batch: None,
+    };
+    for option in query.split('&').filter(|o| !o.is_empty()) {
+        match option.split_once('=') {
+            Some(("idempotence", "true")) => parsed.idempotence = true,
+            Some(("idempotence", "false")) => parsed.idempotence = false,
+            Some(("max_batch", n)) => {
+                parsed.max_batch = Some(
+                    n.parse()
+                        .ok()
+                        .filter(|n| (1..=1_000_000).contains(n))
+                        .ok_or_else(|| bad("max_batch must be 1..=1000000"))?,
+                );
+            }
+            _ => {
+                return Err(bad(
+                    "the options are idempotence=true|false and max_batch=N",
+                ));
+            }
+        }
+    }
+    Ok(parsed)
 }
 
 /// The reader's state: the consumer and the offset its assignment will deliver next.
@@ -116,6 +136,7 @@ pub struct KafkaOutbox {
     brokers: String,
     topic: String,
     idempotence: bool,
+    max_batch: Option<u32>,
     /// Replaced when librdkafka declares it fatally failed (see [`KafkaOutbox::append`]).
     producer: RwLock<FutureProducer>,
     reader: Arc<Mutex<Reader>>,
@@ -161,6 +182,7 @@ impl KafkaOutbox {
             brokers,
             topic,
             idempotence,
+            max_batch,
         } = parse_url(url)?;
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &brokers)
@@ -180,7 +202,7 @@ impl KafkaOutbox {
                 Err((t, code)) => return Err(unavailable(&format!("create topic {t}"), code)),
             }
         }
-        let producer = new_producer(&brokers, idempotence)?;
+        let producer = new_producer(&brokers, idempotence, max_batch)?;
         let reader = consumer(&brokers, "tidemark.outbox-reader")?;
         let partitions = {
             let t = topic.clone();
@@ -203,6 +225,7 @@ impl KafkaOutbox {
             brokers: brokers.clone(),
             topic,
             idempotence,
+            max_batch,
             producer: RwLock::new(producer),
             reader: Arc::new(Mutex::new(Reader {
                 consumer: reader,
@@ -256,9 +279,22 @@ impl KafkaOutbox {
 /// cannot be trusted must run with `?idempotence=false`: the outbox tolerates duplicates
 /// (DESIGN.md: the archiver's inserts are idempotent), so retries without idempotence are safe.
 /// The tests against tansu do so; Kafka and Redpanda keep the default.
-pub fn new_producer(brokers: &str, idempotence: bool) -> Result<FutureProducer> {
-    ClientConfig::new()
-        .set("bootstrap.servers", brokers)
+///
+/// Also seen against tansu 0.6 (memory storage): a produce batch of several records was
+/// acknowledged whole but advanced the log by one offset, and the next batch overwrote the
+/// rest — three records appended in one call, two of them lost once the archiver's watermark
+/// let the trimmer go. `max_batch` (`?max_batch=1`) makes every batch one record; the tests
+/// against tansu set it, Kafka and Redpanda keep librdkafka's default.
+pub fn new_producer(
+    brokers: &str,
+    idempotence: bool,
+    max_batch: Option<u32>,
+) -> Result<FutureProducer> {
+    let mut cfg = ClientConfig::new();
+    if let Some(n) = max_batch {
+        cfg.set("batch.num.messages", n.to_string());
+    }
+    cfg.set("bootstrap.servers", brokers)
         .set(
             "client.id",
             format!("tidemark-outbox-{}", uuid::Uuid::now_v7()),
@@ -424,7 +460,7 @@ impl Outbox for KafkaOutbox {
         );
         if fenced || producer.client().fatal_error().is_some() {
             tracing::warn!(%error, "kafka producer can no longer produce; replacing it");
-            let fresh = new_producer(&self.brokers, self.idempotence)?;
+            let fresh = new_producer(&self.brokers, self.idempotence, self.max_batch)?;
             if let Ok(mut p) = self.producer.write() {
                 *p = fresh;
             }
@@ -552,20 +588,20 @@ mod tests {
             KafkaUrl {
                 brokers: "127.0.0.1:9092".into(),
                 topic: "tidemark.chat.outbox".into(),
-                idempotence: true
+                idempotence: true,
+                max_batch: None
             }
         );
-        assert!(
-            !parse_url("kafka://h:1/t?idempotence=false")
-                .unwrap()
-                .idempotence
-        );
+        let u = parse_url("kafka://h:1/t?idempotence=false&max_batch=1").unwrap();
+        assert_eq!((u.idempotence, u.max_batch), (false, Some(1)));
         for bad in [
             "http://x/y",
             "kafka://127.0.0.1:9092",
             "kafka:///t",
             "kafka://h:1/a b",
             "kafka://h:1/t?acks=1",
+            "kafka://h:1/t?max_batch=0",
+            "kafka://h:1/t?max_batch=x",
         ] {
             assert!(
                 matches!(parse_url(bad), Err(ChatError::Invalid(_))),

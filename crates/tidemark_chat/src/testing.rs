@@ -276,11 +276,15 @@ impl KafkaBroker {
         )))
     }
 
-    /// `kafka://127.0.0.1:<port>/<topic>?idempotence=false`: tansu 0.6 acknowledged records of
+    /// `kafka://127.0.0.1:<port>/<topic>?idempotence=false&max_batch=1`: tansu 0.6 lost the
+    /// rest of multi-record batches, and acknowledged records of
     /// a restarted idempotent producer without writing them (see
     /// `tidemark_chat::kafka::new_producer`).
     pub fn url(&self, topic: &str) -> String {
-        format!("kafka://127.0.0.1:{}/{topic}?idempotence=false", self.port)
+        format!(
+            "kafka://127.0.0.1:{}/{topic}?idempotence=false&max_batch=1",
+            self.port
+        )
     }
 
     /// Freezes the broker (SIGSTOP): connections stay open, nothing is answered — a broker

@@ -59,3 +59,26 @@ async fn a_restarted_outbox_reads_on_from_the_stored_position_also_inside_a_batc
         vec![(6, 8), (7, 7)]
     );
 }
+
+/// Several records appended in one call, by the first producer and by a second one, all land
+/// in the log at consecutive offsets. (tansu 0.6 acknowledged a three-record batch but kept one
+/// offset of it, and the next batch overwrote the rest; the test broker's URL now carries
+/// `max_batch=1`, see `tidemark_chat::kafka::new_producer`.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn records_appended_in_one_call_all_land_in_the_log() {
+    let broker = KafkaBroker::start().unwrap();
+    let url = broker.url("batches");
+    let first = KafkaOutbox::connect(&url).await.unwrap();
+    for s in 1..=5 {
+        first.append(&[rec(s)]).await.unwrap();
+    }
+    first.append(&[rec(6), rec(7), rec(8)]).await.unwrap();
+    assert_eq!(first.offsets().await.unwrap(), (0, 8));
+    let second = KafkaOutbox::connect(&url).await.unwrap();
+    second.append(&[rec(9), rec(10), rec(11)]).await.unwrap();
+    assert_eq!(second.offsets().await.unwrap(), (0, 11));
+    assert_eq!(
+        seqs(&second.fetch(0, 100).await.unwrap()),
+        (1..=11).map(|s| (s - 1, s)).collect::<Vec<_>>()
+    );
+}
