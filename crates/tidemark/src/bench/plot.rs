@@ -21,6 +21,8 @@ const LEFT: f64 = 90.0;
 const RIGHT: f64 = 20.0;
 const TOP: f64 = 50.0;
 const BOTTOM: f64 = 90.0;
+/// Longest legend label that fits half the plot width.
+const LEGEND_CHARS: usize = 55;
 const COLORS: [&str; 6] = [
     "#d62728", "#1f77b4", "#2ca02c", "#ff7f0e", "#9467bd", "#8c564b",
 ];
@@ -55,12 +57,20 @@ pub(crate) fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Se
     });
     let (max_x, max_y) = (max_x.max(1e-9), (max_y * 1.1).max(1e-9));
     let (pw, ph) = (W - LEFT - RIGHT, H - TOP - BOTTOM);
+    // Legend: two columns, or one when a label would run into its neighbour; the chart grows
+    // by a line for every legend row past the second.
+    let cols = if series.iter().any(|s| s.name.chars().count() > LEGEND_CHARS) {
+        1
+    } else {
+        2
+    };
+    let height = H + 14.0 * series.len().div_ceil(cols).saturating_sub(2) as f64;
     let px = |x: f64| LEFT + x / max_x * pw;
     let py = |y: f64| TOP + ph - y / max_y * ph;
     let mut s = String::new();
     let _ = write!(
         s,
-        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="24" font-size="15" text-anchor="middle">{}</text>"#,
+        r#"<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{height}" font-family="sans-serif" font-size="12"><rect width="100%" height="100%" fill="white"/><text x="{}" y="24" font-size="15" text-anchor="middle">{}</text>"#,
         W / 2.0,
         esc(title)
     );
@@ -108,8 +118,8 @@ pub(crate) fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Se
             let (x, y) = p.split_once(',').unwrap_or(("0", "0"));
             let _ = write!(s, r#"<circle cx="{x}" cy="{y}" r="3" fill="{color}"/>"#);
         }
-        let ly = TOP + ph + 58.0 + 14.0 * (i / 2) as f64;
-        let lx = LEFT + (i % 2) as f64 * pw / 2.0;
+        let ly = TOP + ph + 58.0 + 14.0 * (i / cols) as f64;
+        let lx = LEFT + (i % cols) as f64 * pw / 2.0;
         let _ = write!(
             s,
             r#"<rect x="{lx:.1}" y="{:.1}" width="12" height="4" fill="{color}"/><text x="{:.1}" y="{ly:.1}">{}</text>"#,
@@ -122,7 +132,7 @@ pub(crate) fn line_chart(title: &str, x_label: &str, y_label: &str, series: &[Se
     let _ = write!(
         s,
         r##"<text x="{W}" y="{:.1}" font-size="9" fill="#666" text-anchor="end">{}</text></svg>"##,
-        H - 4.0,
+        height - 4.0,
         esc(&format!("regenerate: {}", command.join(" ")))
     );
     s.push('\n');
@@ -170,5 +180,32 @@ mod tests {
         assert_eq!(svg.matches("<polyline").count(), 2);
         assert!(svg.contains("a &lt;b&gt;") && svg.contains("x &amp; y"));
         assert!(svg.contains("regenerate: "));
+    }
+
+    #[test]
+    fn long_legend_labels_get_a_row_each_and_the_chart_grows() {
+        let series = |names: &[&str]| -> Vec<Series> {
+            names
+                .iter()
+                .map(|n| Series {
+                    name: (*n).into(),
+                    points: vec![(1.0, 1.0)],
+                })
+                .collect()
+        };
+        let short = line_chart("t", "x", "y", &series(&["a", "b", "c"]));
+        assert!(short.contains(r#"height="480""#));
+        assert!(
+            short.contains(r#"<text x="481.0" y="448.0">b</text>"#),
+            "b beside a"
+        );
+        let long = "l".repeat(LEGEND_CHARS + 1);
+        let long = line_chart("t", "x", "y", &series(&[&long, "b", "c"]));
+        assert!(long.contains(r#"height="494""#));
+        assert!(
+            long.contains(r#"<text x="106.0" y="462.0">b</text>"#),
+            "b below"
+        );
+        assert!(long.contains(r#"<text x="106.0" y="476.0">c</text>"#));
     }
 }
