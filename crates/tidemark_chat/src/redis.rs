@@ -6,6 +6,10 @@
 //! 2. the envelope is appended to the outbox (Kafka protocol, or a SQLite outbox file);
 //! 3. `mark_published_and_committed.lua`: COMMITTED, hot index, trim candidate.
 //!
+//! In `hot-only` mode (no outbox) step 1 is the whole commit: the same script writes the record
+//! COMMITTED and indexed, and queues it as untracked for a later tiered server's backfill
+//! ([`crate::recovery::backfill_untracked`]).
+//!
 //! The trimmer, the recovery worker and the dedup purge walk per-shard queues with `trim.lua`,
 //! `queued_records.lua` and `purge_dedup.lua` (key layout and the reason for shards in
 //! [`keys`]). Reads are single scripts too (`hot_slice.lua`, `hot_unread.lua`), so the floor F,

@@ -214,21 +214,29 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 /// A private tansu broker (Kafka protocol; `TEST_TANSU`, else `~/.cargo/bin/tansu`, else
-/// `tansu` on `PATH`; `scripts/test` installs it) on a free loopback port with in-memory storage.
-/// Killed on drop.
+/// `tansu` on `PATH`; `scripts/test` installs it) on a free loopback port with in-memory
+/// storage, or with `TEST_TANSU_STORAGE=sqlite` (a tansu built with `--features libsql`) a
+/// SQLite file in a temporary directory. Killed on drop.
 #[derive(Debug)]
 pub struct KafkaBroker {
     child: ChildProcess,
     port: u16,
+    /// The SQLite storage's directory, if that engine is used.
+    sqlite: Option<tempfile::TempDir>,
 }
 
 impl KafkaBroker {
     /// Starts one and waits (up to 20 s) until it accepts connections. Errors: tansu is not
     /// installed (the message says how to install it), or it did not come up.
     pub fn start() -> std::io::Result<Self> {
+        let sqlite = match std::env::var("TEST_TANSU_STORAGE").as_deref() {
+            Ok("sqlite") => Some(tempfile::tempdir()?),
+            _ => None,
+        };
         let mut broker = Self {
             child: ChildProcess::default(),
             port: free_port()?,
+            sqlite,
         };
         broker.spawn()?;
         Ok(broker)
@@ -249,10 +257,17 @@ impl KafkaBroker {
 
     fn spawn(&mut self) -> std::io::Result<()> {
         let listener = format!("tcp://127.0.0.1:{}", self.port);
-        let child = std::process::Command::new(Self::binary())
-            .args(["broker", "--listener-url", &listener])
-            .args(["--advertised-listener-url", &listener])
-            .args(["--storage-engine", "memory://tansu/"])
+        let mut cmd = std::process::Command::new(Self::binary());
+        cmd.args(["broker", "--listener-url", &listener])
+            .args(["--advertised-listener-url", &listener]);
+        match &self.sqlite {
+            // tansu takes the path relative to its working directory.
+            Some(dir) => cmd
+                .current_dir(dir.path())
+                .args(["--storage-engine", "sqlite://tansu.db"]),
+            None => cmd.args(["--storage-engine", "memory://tansu/"]),
+        };
+        let child = cmd
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
@@ -276,13 +291,18 @@ impl KafkaBroker {
         )))
     }
 
-    /// `kafka://127.0.0.1:<port>/<topic>?idempotence=false&max_batch=1`: tansu 0.6 lost the
-    /// rest of multi-record batches, and acknowledged records of
-    /// a restarted idempotent producer without writing them (see
+    /// `kafka://127.0.0.1:<port>/<topic>?idempotence=false`, plus `&max_batch=1` on memory
+    /// storage: tansu 0.6 acknowledged records of a restarted idempotent producer without
+    /// writing them, and its memory storage loses the rest of multi-record batches (see
     /// `tidemark_chat::kafka::new_producer`).
     pub fn url(&self, topic: &str) -> String {
+        let batch = if self.sqlite.is_some() {
+            ""
+        } else {
+            "&max_batch=1"
+        };
         format!(
-            "kafka://127.0.0.1:{}/{topic}?idempotence=false&max_batch=1",
+            "kafka://127.0.0.1:{}/{topic}?idempotence=false{batch}",
             self.port
         )
     }
