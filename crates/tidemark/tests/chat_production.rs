@@ -18,6 +18,15 @@ use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 
 const TENANT: &str = "demo";
 
+/// History index entries the archive holds for the conversation (seqs 1..=1,000).
+async fn archived(archive: &MysqlArchive, cid: &str) -> usize {
+    archive
+        .index_range(TENANT, cid, 1, 1_000, 0)
+        .await
+        .unwrap()
+        .len()
+}
+
 async fn production_server(redis: &RedisServer, mysql: &str, outbox: &str) -> TestServer {
     production_server_with(redis, mysql, outbox, &[]).await
 }
@@ -102,11 +111,7 @@ async fn send_archive_trim_and_read_back(
     let meta = hot.conversation(TENANT, &cid).await.unwrap().unwrap();
     assert_eq!((meta.latest_seq, meta.floor), (300, 300));
     let archive = MysqlArchive::connect(mysql, 1).await.unwrap();
-    let index = archive
-        .index_range(TENANT, &cid, 1, 1_000, 0)
-        .await
-        .unwrap();
-    assert_eq!(index.len(), 300);
+    assert_eq!(archived(&archive, &cid).await, 300);
     // The outbox may hold duplicates (a send still RESERVED after the 200 ms recovery window of
     // this test is published again by the recovery worker); the archive holds each seq once.
     assert!(metric(c, server, "tidemark_chat_archived_records_total").await >= 300);
@@ -268,14 +273,7 @@ async fn hot_only_on_redis_then_tiered_backfills_archives_and_trims_that_history
     assert!(hot.untracked_committed(100).await.unwrap().is_empty());
     assert_eq!(hot.hot_len().await.unwrap(), 0);
     let archive = MysqlArchive::connect(&mysql, 1).await.unwrap();
-    assert_eq!(
-        archive
-            .index_range(TENANT, &cid, 1, 100, 0)
-            .await
-            .unwrap()
-            .len(),
-        20
-    );
+    assert_eq!(archived(&archive, &cid).await, 20);
     let (st, ack) = send(&c, &server, &cid, "bob", "k21", "m21").await;
     assert_eq!((st, ack["conversation_seq"].as_u64()), (201, Some(21)));
     let (latest, all) = all_messages(&c, &server, &cid).await;
@@ -452,13 +450,7 @@ async fn recovered_exactly_once(
     // Recovery (window 200 ms) commits 6..=8; the archiver archives everything once.
     let archive = MysqlArchive::connect(mysql, 1).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
-    while archive
-        .index_range(TENANT, &cid, 1, 100, 0)
-        .await
-        .unwrap()
-        .len()
-        < 8
-    {
+    while archived(&archive, &cid).await < 8 {
         if Instant::now() >= deadline {
             // Say where it stalled: the outbox, the archiver's position, the hot tier.
             let (offsets, position, log) = match kafka {
@@ -509,14 +501,7 @@ async fn recovered_exactly_once(
     for (key, seq) in &recovered {
         assert_eq!(all[*seq as usize - 1]["body"].as_str(), Some(key.as_str()));
     }
-    assert_eq!(
-        archive
-            .index_range(TENANT, &cid, 1, 100, 0)
-            .await
-            .unwrap()
-            .len(),
-        8
-    );
+    assert_eq!(archived(&archive, &cid).await, 8);
     drop(server);
     archive.pool().close().await;
     drop_database(mysql).await.unwrap();

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use tidemark_chat::model::{MessageClass, Reservation, SendCommand};
 use tidemark_chat::ports::{CommitParams, HotStore};
 use tidemark_chat::redis::RedisHot;
+use tidemark_chat::redis::keys::kind_of;
 use tidemark_chat::testing::RedisServer;
 
 const N: u64 = 1_000;
@@ -65,10 +66,7 @@ async fn bytes_per_message_in_redis() {
             .await
             .unwrap();
         total += bytes.unwrap_or(0);
-        // `{tm:NN}:<kind>…` → kind (`m` records, `h` hot index, `d` dedup, `dx`, `trim`, …).
-        let kind = k.split_once("}:").map_or(k.as_str(), |(_, rest)| {
-            rest.split(':').next().unwrap_or(rest)
-        });
+        let kind = kind_of(k).unwrap_or(k.as_str());
         *by_kind.entry(kind.to_owned()).or_default() += bytes.unwrap_or(0);
     }
     for (kind, bytes) in &by_kind {

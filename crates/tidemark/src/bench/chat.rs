@@ -637,13 +637,7 @@ fn opt(v: Option<f64>, prec: usize) -> String {
 
 fn format_row(r: &Row) -> String {
     let l = &r.load;
-    let q = |p: f64| {
-        if l.latency.is_empty() {
-            "-".to_string()
-        } else {
-            format!("{:.2}", ms(l.latency.value_at_quantile(p)))
-        }
-    };
+    let q = |p: f64| opt(quantile_ms(l, p), 2);
     let mut s = format!(
         "{:<16} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>7} {:>7} {:>7} {:>7}\n",
         run_label(r.mode, r.pool),
@@ -686,8 +680,13 @@ fn format_row(r: &Row) -> String {
     s
 }
 
+/// Latency at quantile `q` in ms, if any request succeeded.
+fn quantile_ms(l: &LoadResult, q: f64) -> Option<f64> {
+    (!l.latency.is_empty()).then(|| ms(l.latency.value_at_quantile(q)))
+}
+
 fn p99_ms(l: &LoadResult) -> Option<f64> {
-    (!l.latency.is_empty()).then(|| ms(l.latency.value_at_quantile(0.99)))
+    quantile_ms(l, 0.99)
 }
 
 fn write_bars(out: &mut String, rows: &[Row]) -> std::fmt::Result {
@@ -794,10 +793,7 @@ fn write_production_bars(
                 format!(
                     "{:.0}/s achieved, p50/p99 {}/{} ms, {} errors",
                     l.achieved(),
-                    opt(
-                        (!l.latency.is_empty()).then(|| ms(l.latency.value_at_quantile(0.5))),
-                        1
-                    ),
+                    opt(quantile_ms(l, 0.5), 1),
                     opt(p99_ms(l), 1),
                     l.errors()
                 )

@@ -36,6 +36,14 @@ use crate::error::{ChatError, Result};
 /// Number of shards (hash tags) conversations are spread over.
 pub const SHARDS: usize = 64;
 
+/// The kind of a shard key, as in the table above: `{tm:NN}:<kind>…` → `<kind>` (`m`
+/// records, `h` hot index, `d` dedup, `dx`, `trim`, `rsv`, `ut`, `n`, `c`); `None` for the keys
+/// outside the shards (memberships, `tm:meta`). For operators and memory accounting.
+pub fn kind_of(key: &str) -> Option<&str> {
+    let (_, rest) = key.split_once("}:")?;
+    rest.split(':').next()
+}
+
 /// The membership hash of `(tenant, user)`.
 pub(crate) fn memberships(tenant: &str, user: &str) -> String {
     format!("tm:mb:{{{}:{tenant}{user}}}", tenant.len())

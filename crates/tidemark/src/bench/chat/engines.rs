@@ -10,6 +10,7 @@
 //! installs both).
 
 use anyhow::Context;
+use tidemark_chat::redis::keys::kind_of;
 use tidemark_chat::testing::{KafkaBroker, RedisServer};
 use tidemark_core::mysql::{drop_database, scratch_database};
 
@@ -110,16 +111,8 @@ impl RunEngines {
             pipe.cmd("MEMORY").arg("USAGE").arg(k).arg("SAMPLES").arg(0);
         }
         let sizes: Vec<Option<u64>> = pipe.query_async(&mut conn).await?;
-        // `{tm:NN}:<kind>:P…`: `m` record hashes, `h` hot history indexes.
-        let kind = |k: &str| {
-            k.split_once("}:")
-                .and_then(|(_, rest)| rest.split(':').next())
-                .map(str::to_owned)
-        };
-        let record_hashes: Vec<&String> = keys
-            .iter()
-            .filter(|k| kind(k).as_deref() == Some("m"))
-            .collect();
+        // `m` record hashes, `h` hot history indexes.
+        let record_hashes: Vec<&String> = keys.iter().filter(|k| kind_of(k) == Some("m")).collect();
         let mut pipe = redis::pipe();
         for k in &record_hashes {
             pipe.cmd("HLEN").arg(*k);
@@ -133,7 +126,7 @@ impl RunEngines {
         for (k, size) in keys.iter().zip(&sizes) {
             let size = size.unwrap_or(0);
             all += size;
-            if matches!(kind(k).as_deref(), Some("m" | "h")) {
+            if matches!(kind_of(k), Some("m" | "h")) {
                 record_and_index += size;
             }
         }

@@ -6,13 +6,10 @@ local st = redis.call('HMGET', KEYS[1], 'floor', 'latest')
 if not st[2] then return {} end
 local floor, latest, now = tonumber(st[1]), tonumber(st[2]), tonumber(ARGV[3])
 local n = 0
-local s = next_indexed(KEYS[3], math.max(tonumber(ARGV[2]), floor) + 1, latest)
+local s, v = next_visible(KEYS[3], KEYS[2], math.max(tonumber(ARGV[2]), floor) + 1, latest, now)
 while s do
-  local v = redis.call('HGET', KEYS[2], s)
-  if committed(v) and not expired(v, now) then
-    local rec = cjson.decode(string.sub(v, string.find(v, '|', 1, true) + 1))
-    if rec[2] ~= ARGV[1] then n = n + 1 end
-  end
-  s = next_indexed(KEYS[3], s + 1, latest)
+  local rec = cjson.decode(string.sub(v, string.find(v, '|', 1, true) + 1))
+  if rec[2] ~= ARGV[1] then n = n + 1 end
+  s, v = next_visible(KEYS[3], KEYS[2], s + 1, latest, now)
 end
 return {floor, latest, n}

@@ -18,10 +18,15 @@ local function committed(v)
   return v and string.sub(v, 1, 1) == 'C'
 end
 -- The hot history index of a conversation is a bitmap: bit s is set while seq s is committed and
--- hot. The first indexed seq in [from, to] (to clamped by the caller), or nil.
-local function next_indexed(index, from, to)
-  if from > to then return nil end
-  local s = redis.call('BITPOS', index, 1, from, to, 'BIT')
-  if s < 0 then return nil end
-  return s
+-- hot. The first indexed seq in [from, to] (to clamped by the caller) whose record in `messages`
+-- is committed and unexpired at `now`, with that record's value; nil if there is none.
+local function next_visible(index, messages, from, to, now)
+  while from <= to do
+    local s = redis.call('BITPOS', index, 1, from, to, 'BIT')
+    if s < 0 then return nil end
+    local v = redis.call('HGET', messages, s)
+    if committed(v) and not expired(v, now) then return s, v end
+    from = s + 1
+  end
+  return nil
 end
