@@ -29,7 +29,8 @@ use rand::{Rng, SeedableRng};
 
 use super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, call};
 use super::process::{
-    ServerProcess, clock_ticks_per_sec, cpu_ticks, machine_busy_ticks, scrape_metrics,
+    ServerProcess, clock_ticks_per_sec, cpu_ticks, disk_written_bytes, machine_busy_ticks,
+    scrape_metrics,
 };
 use engines::{Engines, RedisBytes, RunEngines};
 use zipf::Zipf;
@@ -145,6 +146,9 @@ struct Row {
     gen_cpu: Option<f64>,
     /// CPU used by everything else on the machine meanwhile (other work disturbs the figures).
     other_cpu: Option<f64>,
+    /// Bytes written to the data dir's disk during the run per message sent in it, KiB (WAL,
+    /// checkpoints and archive together; embedded engines only).
+    disk_kib_per_msg: Option<f64>,
 }
 
 /// Per-run storage figures.
@@ -239,7 +243,7 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
         "latency = intended send time → response read (includes any queueing); errors = not \
          sent on time + failed; lag = intended → handed to the client; srv ms = mean in-server \
          SEND time;\ncpu in cores (machine: {}) of the server, this generator, and all other \
-         processes\n",
+         processes; disk KiB = bytes written to the data disk in the run per message (embedded)\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     )?;
     writeln!(out, "{}", row_header())?;
@@ -441,6 +445,7 @@ async fn run_mode(
             cpu_ticks(std::process::id()),
             machine_busy_ticks(),
         );
+        let disk_before = disk_written_bytes(&data_dir);
         let wall = Instant::now();
         let cfg = OpenLoop {
             rate,
@@ -485,7 +490,16 @@ async fn run_mode(
             cpu_ticks(std::process::id()),
             machine_busy_ticks(),
         );
+        let disk_after = disk_written_bytes(&data_dir);
         let after = scrape(&client, server.addr).await.ok();
+        let disk_kib_per_msg = match (&before, &after, disk_before, disk_after) {
+            (Some(b), Some(a), Some(d0), Some(d1))
+                if args.engines == Engines::Embedded && a.sends > b.sends =>
+            {
+                Some((d1 - d0) as f64 / 1024.0 / (a.sends - b.sends))
+            }
+            _ => None,
+        };
         let server_mean_ms = match (&before, &after) {
             (Some(b), Some(a)) => {
                 let n = a.send_count - b.send_count;
@@ -507,6 +521,7 @@ async fn run_mode(
             server_cpu,
             gen_cpu,
             other_cpu,
+            disk_kib_per_msg,
         };
         print_now(&format_row(&row));
         rows.push(row);
@@ -614,7 +629,7 @@ async fn scrape(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<Scrape>
 
 fn row_header() -> String {
     format!(
-        "{:<16} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7}",
+        "{:<16} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8}",
         "run",
         "offered",
         "achieved",
@@ -627,7 +642,8 @@ fn row_header() -> String {
         "srv ms",
         "srv cpu",
         "gen cpu",
-        "other"
+        "other",
+        "disk KiB"
     )
 }
 
@@ -639,7 +655,7 @@ fn format_row(r: &Row) -> String {
     let l = &r.load;
     let q = |p: f64| opt(quantile_ms(l, p), 2);
     let mut s = format!(
-        "{:<16} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>7} {:>7} {:>7} {:>7}\n",
+        "{:<16} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
         run_label(r.mode, r.pool),
         l.cfg.rate,
         l.achieved(),
@@ -657,6 +673,7 @@ fn format_row(r: &Row) -> String {
         opt(r.server_cpu, 2),
         opt(r.gen_cpu, 2),
         opt(r.other_cpu, 2),
+        opt(r.disk_kib_per_msg, 1),
     );
     if l.errors() > 0 {
         let _ = writeln!(

@@ -171,6 +171,32 @@ pub(super) fn cpu_ticks(pid: u32) -> Option<u64> {
     Some(utime + stime)
 }
 
+/// Bytes written so far to the block device that holds `path`, from `/proc/diskstats`
+/// (sectors written × 512; the device is found by the major:minor of `path`'s filesystem).
+/// `None` where the device is not listed (tmpfs, overlay without a block device).
+pub(super) fn disk_written_bytes(path: &Path) -> Option<u64> {
+    use std::os::unix::fs::MetadataExt;
+    let dev = std::fs::metadata(path).ok()?.dev();
+    let (major, minor) = (libc_major(dev), libc_minor(dev));
+    let stats = std::fs::read_to_string("/proc/diskstats").ok()?;
+    stats.lines().find_map(|line| {
+        let f: Vec<&str> = line.split_whitespace().collect();
+        let (ma, mi): (u64, u64) = (f.first()?.parse().ok()?, f.get(1)?.parse().ok()?);
+        let sectors: u64 = f.get(9)?.parse().ok()?;
+        (ma == major && mi == minor).then_some(sectors * 512)
+    })
+}
+
+/// The major number of a Linux `dev_t` (glibc's `gnu_dev_major` encoding).
+fn libc_major(dev: u64) -> u64 {
+    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)
+}
+
+/// The minor number of a Linux `dev_t` (glibc's `gnu_dev_minor` encoding).
+fn libc_minor(dev: u64) -> u64 {
+    ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)
+}
+
 /// Clock ticks per second of [`cpu_ticks`].
 pub(super) fn clock_ticks_per_sec() -> f64 {
     static TICKS: std::sync::OnceLock<f64> = std::sync::OnceLock::new();
