@@ -123,19 +123,23 @@ impl Archiver {
         })
     }
 
-    /// Runs until `cancel`: batches back to back while there is work, `idle` sleeps when caught
-    /// up, exponential back-off (up to 5 s) after failures.
+    /// Runs until `cancel`: batches back to back while they come back full (a backlog), an
+    /// `idle` sleep after a batch that was not (caught up), exponential back-off (up to 5 s)
+    /// after failures.
+    ///
+    /// Pacing by fullness keeps the archiver's cost per message low when it keeps up: under a
+    /// steady load it wakes every `idle` for one batch of about `rate × idle` records, instead of
+    /// chasing each commit with a batch of a few records — each batch costs a watermark snapshot
+    /// and a position write on the hot store's writer and a commit (fsync) of the archive, and
+    /// pages shared by the records of one batch are written once (issue 2: at 5,000 sends/s the
+    /// chasing archiver's small batches wrote about as many bytes to disk as the sends did).
     pub async fn run(mut self, idle: Duration, cancel: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {
             let pause = match self.run_once().await {
                 Ok(outcome) => {
                     backoff = Duration::from_millis(100);
-                    if outcome.archived > 0 {
-                        Duration::ZERO
-                    } else {
-                        idle
-                    }
+                    pause_after(outcome.archived, self.batch_max, idle)
                 }
                 Err(error) => {
                     self.metrics.archive_failures.inc();
@@ -158,9 +162,28 @@ impl Archiver {
     }
 }
 
+/// The pause after a batch of `archived` records (see [`Archiver::run`]): none after a full
+/// batch (a backlog), `idle` otherwise.
+fn pause_after(archived: usize, batch_max: usize, idle: Duration) -> Duration {
+    if archived >= batch_max {
+        Duration::ZERO
+    } else {
+        idle
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn pauses_unless_the_batch_was_full() {
+        let idle = Duration::from_millis(50);
+        assert_eq!(pause_after(1000, 1000, idle), Duration::ZERO);
+        assert_eq!(pause_after(999, 1000, idle), idle);
+        assert_eq!(pause_after(1, 1000, idle), idle);
+        assert_eq!(pause_after(0, 1000, idle), idle);
+    }
 
     #[test]
     fn start_rule() {

@@ -46,7 +46,8 @@ pub struct ChatConfig {
     /// How often the trimmer runs (default 1 s).
     #[serde(with = "humantime_serde")]
     pub trim_interval: Duration,
-    /// How long the archiver sleeps when the outbox is drained (default 50 ms).
+    /// How long the archiver sleeps after a batch that was not full, i.e. once it has caught up
+    /// (default 50 ms): the archive lags the outbox by about this much under a steady load.
     #[serde(with = "humantime_serde")]
     pub archive_idle: Duration,
     /// Outbox records already archived are dropped after this long (default 24 h).
