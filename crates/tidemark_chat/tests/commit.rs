@@ -191,3 +191,38 @@ async fn concurrent_senders_get_dense_seqs_never_reused_after_trim_and_restart_o
         ack.clone()
     );
 }
+
+on_every_backend!(
+    /// The latest seq across trims: with part of the history trimmed it is still the newest hot
+    /// message's seq, once everything is trimmed it is F, and the next SEND continues after it
+    /// (the embedded store keeps no per-SEND counter row; the trimmer raises the high-water
+    /// mark as it removes messages).
+    #[tokio::test]
+    latest_seq_holds_across_partial_and_full_trims,
+    small_windows(),
+    latest_seq_holds_across_partial_and_full_trims_on
+);
+
+async fn latest_seq_holds_across_partial_and_full_trims_on(h: Harness) {
+    let cid = h.conversation(&["alice", "bob"]).await;
+    let latest = || async { h.service.conversation(TENANT, &cid).await.unwrap() };
+    assert_eq!(latest().await.latest_seq, 0);
+    for i in 1..=3 {
+        h.commit(&cid, "alice", &format!("a{i}"), "x").await;
+    }
+    assert_eq!(h.archive_and_trim_everything().await, 3);
+    let after_first_trim = latest().await;
+    assert_eq!(
+        (after_first_trim.floor, after_first_trim.latest_seq),
+        (3, 3)
+    );
+    assert_eq!(h.commit(&cid, "bob", "b4", "y").await.conversation_seq, 4);
+    assert_eq!(h.commit(&cid, "bob", "b5", "y").await.conversation_seq, 5);
+    let hot = latest().await;
+    assert_eq!((hot.floor, hot.latest_seq), (3, 5));
+    assert_eq!(h.archive_and_trim_everything().await, 2);
+    let trimmed = latest().await;
+    assert_eq!((trimmed.floor, trimmed.latest_seq), (5, 5));
+    assert_eq!(h.commit(&cid, "alice", "a6", "z").await.conversation_seq, 6);
+    assert_eq!(seqs(&h.full_history(&cid).await), vec![1, 2, 3, 4, 5, 6]);
+}

@@ -1,6 +1,7 @@
 //! Hot store + outbox on one SQLite file (`hot.db`).
 //!
-//! Tables: `conversation` (members, latest_seq, floor F), `member` (read pointers),
+//! Tables: `conversation` (members, floor F, and `latest_seq` — see [`LATEST_SEQ`]), `member`
+//! (read pointers),
 //! `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed rows are the hot
 //! history index; `trim_score` set on commit), `dedup` (client dedup, own expiry, outlives
 //! trimming), `outbox` (offset = rowid − 1, AUTOINCREMENT so offsets are never reused; a
@@ -85,6 +86,16 @@ CREATE TABLE IF NOT EXISTS meta (
 ) WITHOUT ROWID;
 ";
 
+/// The latest seq of conversation `c`: `max(c.latest_seq, highest seq in message)`. A SEND
+/// does not update its conversation row (that would be one more randomly placed B-tree page
+/// written per message, issue 2): the `message` rows of the conversation carry the seqs handed
+/// out, and the trimmer raises `c.latest_seq` to every seq it removes, in the same transaction,
+/// so the maximum never goes back and a seq is never reused — also after the whole conversation
+/// was trimmed (seed 000: dense, never reused `conversation_seq`). The subquery is one seek on
+/// the `(tenant, conversation_id, conversation_seq)` index.
+const LATEST_SEQ: &str = "max(c.latest_seq, coalesce((SELECT max(m.conversation_seq) FROM message m
+     WHERE m.tenant = c.tenant AND m.conversation_id = c.conversation_id), 0))";
+
 const STATE_RESERVED: i64 = 0;
 const STATE_COMMITTED: i64 = 1;
 const WATERMARK_KEY: &str = "archive_watermark";
@@ -138,13 +149,13 @@ fn dedup_lookup(conn: &Connection, cmd: &SendCommand, now_ms: i64) -> Result<Opt
         .optional()?)
 }
 
-/// Allocates the next seq: `latest_seq + 1`, stored in the conversation row, which is never
-/// deleted, so a seq is never reused, also after the whole conversation was trimmed.
+/// Allocates the next seq: [`LATEST_SEQ`] + 1. Runs on the writer, so no other allocation
+/// comes between it and the insert of the message row that records it.
 fn allocate_seq(conn: &Connection, tenant: &str, conversation_id: &str) -> Result<u64> {
-    let mut stmt = conn.prepare_cached(
-        "UPDATE conversation SET latest_seq = latest_seq + 1
-         WHERE tenant = ?1 AND conversation_id = ?2 RETURNING latest_seq",
-    )?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT {LATEST_SEQ} + 1 FROM conversation c
+         WHERE c.tenant = ?1 AND c.conversation_id = ?2"
+    ))?;
     stmt.query_row(params![tenant, conversation_id], |r| r.get::<_, i64>(0))
         .optional()?
         .map(|s| s as u64)
@@ -321,10 +332,10 @@ impl HotStore for SqliteHot {
         self.reads
             .read(move |conn| {
                 let row = conn
-                    .prepare_cached(
-                        "SELECT members, listing_id, latest_seq, floor FROM conversation
-                         WHERE tenant = ?1 AND conversation_id = ?2",
-                    )?
+                    .prepare_cached(&format!(
+                        "SELECT c.members, c.listing_id, {LATEST_SEQ}, c.floor FROM conversation c
+                         WHERE c.tenant = ?1 AND c.conversation_id = ?2"
+                    ))?
                     .query_row(params![tenant, cid], |r| {
                         Ok((
                             r.get::<_, String>(0)?,
@@ -624,8 +635,9 @@ impl HotStore for SqliteHot {
                     "DELETE FROM message
                      WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq = ?3",
                 )?;
+                // F and the seq high-water mark rise together (see LATEST_SEQ).
                 let mut raise = conn.prepare_cached(
-                    "UPDATE conversation SET floor = max(floor, ?3)
+                    "UPDATE conversation SET floor = max(floor, ?3), latest_seq = max(latest_seq, ?3)
                      WHERE tenant = ?1 AND conversation_id = ?2",
                 )?;
                 for k in &keys {
@@ -699,9 +711,10 @@ impl HotStore for SqliteHot {
 }
 
 fn floor_and_latest(conn: &Connection, tenant: &str, cid: &str) -> Result<(u64, u64)> {
-    conn.prepare_cached(
-        "SELECT floor, latest_seq FROM conversation WHERE tenant = ?1 AND conversation_id = ?2",
-    )?
+    conn.prepare_cached(&format!(
+        "SELECT c.floor, {LATEST_SEQ} FROM conversation c
+         WHERE c.tenant = ?1 AND c.conversation_id = ?2"
+    ))?
     .query_row(params![tenant, cid], |r| {
         Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)? as u64))
     })
