@@ -214,9 +214,10 @@ pub const CHECKPOINT_EVERY: Duration = Duration::from_millis(250);
 /// The companion thread's pause while the log grows fast (see [`checkpoint_pause`]).
 pub const CHECKPOINT_BUSY_EVERY: Duration = Duration::from_millis(5);
 
-/// Log growth between two passes (frames) above which the companion thread counts the writer
-/// as busy and checkpoints again after [`CHECKPOINT_BUSY_EVERY`].
-pub const CHECKPOINT_BUSY_FRAMES: i64 = 256;
+/// Log growth (frames per second, measured between two passes) above which the companion
+/// thread counts the writer as busy and checkpoints again after [`CHECKPOINT_BUSY_EVERY`]:
+/// 1,024 frames/s is 4 MiB/s of 4 KiB pages.
+pub const CHECKPOINT_BUSY_FRAMES_PER_SEC: f64 = 1024.0;
 
 /// WAL size (pages) past which the writer checkpoints by itself (SQLite's default is 1,000).
 ///
@@ -229,12 +230,14 @@ pub const CHECKPOINT_BUSY_FRAMES: i64 = 256;
 /// is mostly checkpointed.
 pub const AUTOCHECKPOINT_PAGES: i64 = 250_000;
 
-/// The pause before the companion thread's next PASSIVE checkpoint, given how many frames the
-/// log grew by since the previous one: [`CHECKPOINT_BUSY_EVERY`] while the writer is busy, so
-/// that each pass has little to copy and the database file is fsynced in small steps rather
-/// than in one long flush that commits queue behind; [`CHECKPOINT_EVERY`] otherwise.
-pub fn checkpoint_pause(grew_frames: i64) -> Duration {
-    if grew_frames > CHECKPOINT_BUSY_FRAMES {
+/// The pause before the companion thread's next PASSIVE checkpoint, given that the log grew by
+/// `grew_frames` in `elapsed` since the previous one: [`CHECKPOINT_BUSY_EVERY`] while the
+/// writer is busy (above [`CHECKPOINT_BUSY_FRAMES_PER_SEC`]), so that each pass has little to
+/// copy and the database file is fsynced in small steps rather than in one long flush that
+/// commits queue behind; [`CHECKPOINT_EVERY`] otherwise.
+pub fn checkpoint_pause(grew_frames: i64, elapsed: Duration) -> Duration {
+    let secs = elapsed.as_secs_f64().max(1e-3);
+    if grew_frames as f64 / secs > CHECKPOINT_BUSY_FRAMES_PER_SEC {
         CHECKPOINT_BUSY_EVERY
     } else {
         CHECKPOINT_EVERY
@@ -252,18 +255,25 @@ fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
             return;
         }
     };
-    let (mut pause, mut last_log) = (CHECKPOINT_EVERY, 0_i64);
+    let (mut pause, mut last_log, mut last_pass) =
+        (CHECKPOINT_EVERY, 0_i64, std::time::Instant::now());
     while let Err(mpsc::RecvTimeoutError::Timeout) = stop.recv_timeout(pause) {
-        // PASSIVE never waits for readers or the writer; busy is fine, it retries next time.
-        // Its row: (busy, frames in the log, frames copied).
-        let pass = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| r.get::<_, i64>(1));
+        // PASSIVE never waits for readers or the writer. Its row: (busy, frames in the log,
+        // frames copied); (1, -1, -1) while another connection checkpoints.
+        let pass = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
+            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+        });
         pause = match pass {
-            Ok(log) => {
+            Ok((0, log)) if log >= 0 => {
                 // A log smaller than before was rewound: all of it is new.
                 let grew = if log >= last_log { log - last_log } else { log };
-                last_log = log;
-                checkpoint_pause(grew)
+                let pause = checkpoint_pause(grew, last_pass.elapsed());
+                (last_log, last_pass) = (log, std::time::Instant::now());
+                pause
             }
+            // Another checkpoint holds the lock (the writer's own, rewinding the log): look
+            // again soon, keeping the last reading.
+            Ok(_) => CHECKPOINT_BUSY_EVERY,
             Err(e) => {
                 tracing::debug!(error = %e, "passive checkpoint skipped");
                 CHECKPOINT_EVERY
@@ -368,13 +378,17 @@ mod tests {
 
     #[test]
     fn checkpoints_follow_the_writer_closely_only_while_the_log_grows_fast() {
-        assert_eq!(checkpoint_pause(0), CHECKPOINT_EVERY);
-        assert_eq!(checkpoint_pause(CHECKPOINT_BUSY_FRAMES), CHECKPOINT_EVERY);
-        assert_eq!(
-            checkpoint_pause(CHECKPOINT_BUSY_FRAMES + 1),
-            CHECKPOINT_BUSY_EVERY
-        );
-        assert_eq!(checkpoint_pause(100_000), CHECKPOINT_BUSY_EVERY);
+        let ms = Duration::from_millis;
+        assert_eq!(checkpoint_pause(0, ms(250)), CHECKPOINT_EVERY);
+        // 1,024 frames/s is not yet busy, over a long or a short pause alike.
+        assert_eq!(checkpoint_pause(256, ms(250)), CHECKPOINT_EVERY);
+        assert_eq!(checkpoint_pause(5, ms(5)), CHECKPOINT_EVERY);
+        // 5,000 sends/s write ~30,000 frames/s: busy whichever pause measured it.
+        assert_eq!(checkpoint_pause(7_500, ms(250)), CHECKPOINT_BUSY_EVERY);
+        assert_eq!(checkpoint_pause(150, ms(5)), CHECKPOINT_BUSY_EVERY);
+        // No division by zero: an instant counts as 1 ms.
+        assert_eq!(checkpoint_pause(1, Duration::ZERO), CHECKPOINT_EVERY);
+        assert_eq!(checkpoint_pause(2, Duration::ZERO), CHECKPOINT_BUSY_EVERY);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
