@@ -177,7 +177,7 @@ pub(super) fn cpu_ticks(pid: u32) -> Option<u64> {
 pub(super) fn disk_written_bytes(path: &Path) -> Option<u64> {
     use std::os::unix::fs::MetadataExt;
     let dev = std::fs::metadata(path).ok()?.dev();
-    let (major, minor) = (libc_major(dev), libc_minor(dev));
+    let (major, minor) = (u64::from(libc::major(dev)), u64::from(libc::minor(dev)));
     let stats = std::fs::read_to_string("/proc/diskstats").ok()?;
     stats.lines().find_map(|line| {
         let f: Vec<&str> = line.split_whitespace().collect();
@@ -185,16 +185,6 @@ pub(super) fn disk_written_bytes(path: &Path) -> Option<u64> {
         let sectors: u64 = f.get(9)?.parse().ok()?;
         (ma == major && mi == minor).then_some(sectors * 512)
     })
-}
-
-/// The major number of a Linux `dev_t` (glibc's `gnu_dev_major` encoding).
-fn libc_major(dev: u64) -> u64 {
-    ((dev >> 32) & 0xffff_f000) | ((dev >> 8) & 0x0000_0fff)
-}
-
-/// The minor number of a Linux `dev_t` (glibc's `gnu_dev_minor` encoding).
-fn libc_minor(dev: u64) -> u64 {
-    ((dev >> 12) & 0xffff_ff00) | (dev & 0x0000_00ff)
 }
 
 /// Clock ticks per second of [`cpu_ticks`].
