@@ -22,6 +22,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [chat] outbox_recovery_window TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW  default 30s
   [chat] safety_margin         TIDEMARK_CHAT__SAFETY_MARGIN    default 10s
   [chat] dedup_window          TIDEMARK_CHAT__DEDUP_WINDOW     default 24h
+  [chat] dedup_memory_keys     TIDEMARK_CHAT__DEDUP_MEMORY_KEYS  default 4000000 (SQLite hot store)
   [chat] archive_batch_max     TIDEMARK_CHAT__ARCHIVE_BATCH_MAX  default 1000
   [chat] commit_batch_max      TIDEMARK_CHAT__COMMIT_BATCH_MAX   default 512
   [chat] max_body_bytes        TIDEMARK_CHAT__MAX_BODY_BYTES   default 65536

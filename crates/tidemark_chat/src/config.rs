@@ -17,6 +17,9 @@ pub enum ChatMode {
     SyncArchive,
 }
 
+/// Default of [`ChatConfig::dedup_memory_keys`].
+pub const DEFAULT_DEDUP_MEMORY_KEYS: usize = 4_000_000;
+
 /// Chat settings. Durations are written like `7d`, `30s`, `250ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -35,6 +38,11 @@ pub struct ChatConfig {
     /// How long `(sender, client_msg_id)` is deduplicated (default 24 h).
     #[serde(with = "humantime_serde")]
     pub dedup_window: Duration,
+    /// SQLite hot store: how many client dedup keys are indexed in memory (default 4,000,000,
+    /// about 80–160 MB); past it the oldest keys move to an on-disk index during the trimmer's
+    /// pass, and each SEND looks there too. Size it to the sends of one dedup window to keep
+    /// every SEND's dedup write sequential (issue 2; see `sqlite::dedup`).
+    pub dedup_memory_keys: usize,
     /// Most records per archiver batch (default 1,000).
     pub archive_batch_max: usize,
     /// Most sends sharing one commit (default 512).
@@ -77,6 +85,7 @@ impl Default for ChatConfig {
             outbox_recovery_window: Duration::from_secs(30),
             safety_margin: Duration::from_secs(10),
             dedup_window: Duration::from_secs(24 * 3600),
+            dedup_memory_keys: DEFAULT_DEDUP_MEMORY_KEYS,
             archive_batch_max: 1000,
             commit_batch_max: 512,
             max_body_bytes: 64 * 1024,

@@ -119,7 +119,9 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// trimmed (their keys).
     async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>>;
 
-    /// Drops client-dedup entries older than the dedup window; returns how many.
+    /// Client-dedup upkeep, at most `batch` entries: drops entries older than the dedup window
+    /// (and a store that indexes keys in memory may move its oldest to disk); returns how many
+    /// entries it dropped or moved — `batch` means "call again".
     async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize>;
 
     /// Committed records that have no trim candidate (written in `hot-only` mode, so never

@@ -50,7 +50,10 @@ impl ChatStores {
         let dir = dir.join("chat");
         std::fs::create_dir_all(&dir)
             .map_err(|e| ChatError::Unavailable(format!("creating {}: {e}", dir.display())))?;
-        let hot = Arc::new(SqliteHot::open(&dir.join("hot.db"), cfg.commit_batch_max)?);
+        let hot = Arc::new(
+            SqliteHot::open(&dir.join("hot.db"), cfg.commit_batch_max)?
+                .with_dedup_memory_keys(cfg.dedup_memory_keys),
+        );
         let tiered = cfg.mode != ChatMode::HotOnly;
         let archive: Option<Arc<dyn Archive>> = if tiered {
             Some(Arc::new(SqliteArchive::open(&dir.join("archive.db"))?))

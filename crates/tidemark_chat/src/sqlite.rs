@@ -9,6 +9,7 @@
 //! the shared modules.
 
 mod archive;
+mod dedup;
 mod hot;
 
 pub use archive::SqliteArchive;

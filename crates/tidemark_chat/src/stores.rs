@@ -125,10 +125,10 @@ impl ChatStores {
                 })
             }
             _ => {
-                let sqlite = Arc::new(SqliteHot::open(
-                    &chat_dir.join("hot.db"),
-                    cfg.commit_batch_max,
-                )?);
+                let sqlite = Arc::new(
+                    SqliteHot::open(&chat_dir.join("hot.db"), cfg.commit_batch_max)?
+                        .with_dedup_memory_keys(cfg.dedup_memory_keys),
+                );
                 let hot: Arc<dyn HotStore> = Arc::clone(&sqlite) as _;
                 let (commit_path, outbox) = match (&outbox, tiered) {
                     (Engine::Kafka(url), true) => {

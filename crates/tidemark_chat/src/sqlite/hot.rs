@@ -3,25 +3,27 @@
 //! Tables: `conversation` (members, floor F, and `latest_seq` — see [`LATEST_SEQ`]), `member`
 //! (read pointers),
 //! `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed rows are the hot
-//! history index; `trim_score` set on commit), `dedup` (client dedup, own expiry, outlives
-//! trimming), `outbox` (offset = rowid − 1, AUTOINCREMENT so offsets are never reused; a
+//! history index; `trim_score` set on commit), `dedup_log` + `dedup` (client dedup, own
+//! expiry, outlives trimming: see [`super::dedup`]), `outbox` (offset = rowid − 1, AUTOINCREMENT so offsets are never reused; a
 //! fused commit stores only the key of its `message` row — written in the same transaction, and
 //! trimmed only behind the watermark, i.e. after the archiver consumed the entry — while
 //! records appended through [`Outbox::append`] carry the full JSON envelope),
 //! `meta` (consumer positions, the archive watermark).
 
 use std::path::Path;
+use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::clock::SharedClock;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw};
 
+use super::dedup::{self, DedupIndex, DedupKey};
 use super::{RECORD_COLUMNS, record_from_row, record_from_row_at};
 use crate::error::{ChatError, Result};
 use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageRecord, RecordKey, Reservation,
-    SendAck, SendCommand, SendOutcome,
+    SendCommand, SendOutcome,
 };
 use crate::ports::{CommitParams, FusedCommit, HotStore, Outbox};
 
@@ -60,18 +62,6 @@ CREATE TABLE IF NOT EXISTS message (
 );
 CREATE INDEX IF NOT EXISTS message_trim ON message (trim_score) WHERE trim_score IS NOT NULL;
 CREATE INDEX IF NOT EXISTS message_reserved ON message (committed_at) WHERE state = 0;
-CREATE TABLE IF NOT EXISTS dedup (
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    client_msg_id TEXT NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    committed_at INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL,
-    PRIMARY KEY (tenant, conversation_id, sender, client_msg_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
 CREATE TABLE IF NOT EXISTS outbox (
     rowid INTEGER PRIMARY KEY AUTOINCREMENT,
     appended_at INTEGER NOT NULL,
@@ -105,48 +95,44 @@ const WATERMARK_KEY: &str = "archive_watermark";
 pub struct SqliteHot {
     writer: GroupWriter,
     reads: ReadPool,
+    /// Client dedup's in-memory index, used by writer jobs only (see [`super::dedup`]).
+    dedup: Arc<Mutex<DedupIndex>>,
 }
 
 impl SqliteHot {
     /// Opens (creating if needed) `path`; `max_batch` bounds how many sends share one commit.
+    /// Reads the client dedup entries of the window into memory (see [`super::dedup`]: a few
+    /// seconds for millions of entries).
     pub fn open(path: &Path, max_batch: usize) -> Result<Self> {
         let conn = open_rw(path)?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(dedup::SCHEMA)?;
+        let dedup = Arc::new(Mutex::new(DedupIndex::load(
+            &conn,
+            crate::config::DEFAULT_DEDUP_MEMORY_KEYS,
+        )?));
         let writer = GroupWriter::start("chat-hot", conn, max_batch);
         let reads = ReadPool::open(path, 8)?;
-        Ok(Self { writer, reads })
+        Ok(Self {
+            writer,
+            reads,
+            dedup,
+        })
+    }
+
+    /// Bounds the client dedup keys held in memory (default
+    /// [`crate::config::DEFAULT_DEDUP_MEMORY_KEYS`]); past it the oldest move to an on-disk index during the
+    /// trimmer's pass.
+    #[must_use]
+    pub fn with_dedup_memory_keys(self, keys: usize) -> Self {
+        dedup::lock(&self.dedup).set_memory_keys(keys);
+        self
     }
 
     /// Stops the writer after the queued commits (used at shutdown).
     pub fn close(&mut self) {
         self.writer.shutdown();
     }
-}
-
-fn dedup_lookup(conn: &Connection, cmd: &SendCommand, now_ms: i64) -> Result<Option<SendAck>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT conversation_seq, message_id, committed_at FROM dedup
-         WHERE tenant = ?1 AND conversation_id = ?2 AND sender = ?3 AND client_msg_id = ?4
-           AND expires_at > ?5",
-    )?;
-    Ok(stmt
-        .query_row(
-            params![
-                cmd.tenant,
-                cmd.conversation_id,
-                cmd.sender,
-                cmd.client_msg_id,
-                now_ms
-            ],
-            |r| {
-                Ok(SendAck {
-                    conversation_seq: r.get::<_, i64>(0)? as u64,
-                    message_id: r.get(1)?,
-                    committed_at_ms: r.get(2)?,
-                })
-            },
-        )
-        .optional()?)
 }
 
 /// Allocates the next seq: [`LATEST_SEQ`] + 1. Runs on the writer, so no other allocation
@@ -186,25 +172,6 @@ fn insert_message(
         r.expires_at_ms,
         state,
         trim_score
-    ])?;
-    Ok(())
-}
-
-fn insert_dedup(conn: &Connection, r: &MessageRecord, expires_at_ms: i64) -> Result<()> {
-    let mut stmt = conn.prepare_cached(
-        "INSERT OR REPLACE INTO dedup (tenant, conversation_id, sender, client_msg_id,
-             conversation_seq, message_id, committed_at, expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8)",
-    )?;
-    stmt.execute(params![
-        r.tenant,
-        r.conversation_id,
-        r.sender,
-        r.client_msg_id,
-        r.conversation_seq as i64,
-        r.message_id,
-        r.committed_at_ms,
-        expires_at_ms
     ])?;
     Ok(())
 }
@@ -264,13 +231,15 @@ impl FusedCommit for SqliteHot {
         params: CommitParams,
         with_outbox: bool,
     ) -> Result<SendOutcome> {
-        let clock = std::sync::Arc::clone(clock);
+        let clock = Arc::clone(clock);
+        let index = Arc::clone(&self.dedup);
         // Unguarded (no savepoint): every early answer (duplicate, unknown conversation) comes
         // before the first write; what could fail later dooms the group transaction anyway.
         self.writer
             .write_unguarded(move |conn| {
                 let now = clock.now_ms();
-                if let Some(ack) = dedup_lookup(conn, &cmd, now)? {
+                let mut index = dedup::lock(&index);
+                if let Some(ack) = dedup::lookup(conn, &mut index, DedupKey::of_send(&cmd), now)? {
                     return Ok(SendOutcome::Duplicate(ack));
                 }
                 let seq = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
@@ -280,7 +249,7 @@ impl FusedCommit for SqliteHot {
                 // mode can never trim a message that was not archived.
                 let trim_score = with_outbox.then_some(now + params.hot_window_ms);
                 insert_message(conn, &record, STATE_COMMITTED, trim_score)?;
-                insert_dedup(conn, &record, now + params.dedup_window_ms)?;
+                dedup::record(conn, &mut index, &record, now + params.dedup_window_ms)?;
                 if with_outbox {
                     append_outbox_ref(conn, &record, now)?;
                 }
@@ -367,9 +336,12 @@ impl HotStore for SqliteHot {
         now_ms: i64,
         params: CommitParams,
     ) -> Result<Reservation> {
+        let index = Arc::clone(&self.dedup);
         self.writer
             .write(move |conn| {
-                if let Some(ack) = dedup_lookup(conn, &cmd, now_ms)? {
+                let mut index = dedup::lock(&index);
+                if let Some(ack) = dedup::lookup(conn, &mut index, DedupKey::of_send(&cmd), now_ms)?
+                {
                     let pending = conn
                         .prepare_cached(&format!(
                             "SELECT {RECORD_COLUMNS} FROM message WHERE tenant = ?1
@@ -396,7 +368,7 @@ impl HotStore for SqliteHot {
                 let seq = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
                 let record = cmd.into_record(seq, now_ms);
                 insert_message(conn, &record, STATE_RESERVED, None)?;
-                insert_dedup(conn, &record, now_ms + params.dedup_window_ms)?;
+                dedup::record(conn, &mut index, &record, now_ms + params.dedup_window_ms)?;
                 Ok(Reservation::Reserved {
                     record,
                     fresh: true,
@@ -651,17 +623,14 @@ impl HotStore for SqliteHot {
     }
 
     async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize> {
-        self.writer
-            .write(move |conn| {
-                Ok(conn.execute(
-                    "DELETE FROM dedup
-                     WHERE (tenant, conversation_id, sender, client_msg_id) IN (
-                         SELECT tenant, conversation_id, sender, client_msg_id FROM dedup
-                         WHERE expires_at <= ?1 LIMIT ?2)",
-                    params![now_ms, batch as i64],
-                )?)
-            })
-            .await
+        let index = Arc::clone(&self.dedup);
+        let purged = self
+            .writer
+            .write(move |conn| dedup::purge(conn, &mut dedup::lock(&index), now_ms, batch))
+            .await?;
+        // Only now that the removal is durable (see `super::dedup`).
+        dedup::lock(&self.dedup).unlink(&purged.unlink);
+        Ok(purged.entries)
     }
 
     async fn untracked_committed(&self, limit: usize) -> Result<Vec<MessageRecord>> {
@@ -739,7 +708,7 @@ impl Outbox for SqliteHot {
     async fn watermark_snapshot(&self, clock: &SharedClock) -> Result<(i64, u64)> {
         // Runs on the writer, serialised with commits: every commit job before it is visible
         // to it (same connection), every commit job after it reads a later clock.
-        let clock = std::sync::Arc::clone(clock);
+        let clock = Arc::clone(clock);
         self.writer
             .write(move |conn| {
                 let t0 = clock.now_ms();

@@ -1,0 +1,189 @@
+//! The SQLite hot store's client dedup (`sqlite::dedup`): an append-only log indexed in memory,
+//! the oldest keys moved to an on-disk index past the memory bound. Exact answers across the
+//! move, a restart and expiry.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use tidemark_chat::model::{MessageClass, MessageRecord, SendCommand, SendOutcome};
+use tidemark_chat::ports::{CommitParams, FusedCommit, HotStore};
+use tidemark_chat::sqlite::SqliteHot;
+use tidemark_core::clock::{ManualClock, SharedClock};
+
+const T0: i64 = 1_800_000_000_000;
+const WINDOW_MS: i64 = 60_000;
+
+fn params(dedup_window_ms: i64) -> CommitParams {
+    CommitParams {
+        dedup_window_ms,
+        hot_window_ms: 3_600_000,
+    }
+}
+
+fn cmd(cid: &str, key: &str) -> SendCommand {
+    SendCommand {
+        tenant: "t1".into(),
+        conversation_id: cid.into(),
+        sender: "u1".into(),
+        client_msg_id: key.into(),
+        body: format!("body of {key}"),
+        class: MessageClass::Standard,
+    }
+}
+
+struct Fixture {
+    clock: Arc<ManualClock>,
+    shared: SharedClock,
+}
+
+impl Fixture {
+    fn new() -> Self {
+        let clock = Arc::new(ManualClock::new(T0));
+        let shared: SharedClock = Arc::clone(&clock) as SharedClock;
+        Self { clock, shared }
+    }
+
+    async fn send(&self, hot: &SqliteHot, cid: &str, key: &str, window: i64) -> SendOutcome {
+        hot.commit_fused(cmd(cid, key), &self.shared, params(window), true)
+            .await
+            .unwrap()
+    }
+}
+
+fn open(path: &Path, memory_keys: usize) -> SqliteHot {
+    SqliteHot::open(path, 64)
+        .unwrap()
+        .with_dedup_memory_keys(memory_keys)
+}
+
+fn committed(outcome: SendOutcome) -> MessageRecord {
+    match outcome {
+        SendOutcome::Committed(r) => r,
+        other => panic!("a fresh key commits, got {other:?}"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keys_moved_to_disk_and_reloaded_after_a_restart_still_answer_with_their_ack() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hot.db");
+    let f = Fixture::new();
+    let hot = open(&path, 3);
+    let cid = hot
+        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+        .await
+        .unwrap();
+    let mut records = Vec::new();
+    for i in 0..10 {
+        f.clock.advance(1);
+        records.push(committed(
+            f.send(&hot, &cid, &format!("k{i}"), WINDOW_MS).await,
+        ));
+    }
+
+    // Ten keys, three kept in memory: seven move to disk (oldest first), in batches of 4.
+    assert_eq!(hot.purge_dedup(T0 + 100, 4).await.unwrap(), 4);
+    assert_eq!(hot.purge_dedup(T0 + 100, 4).await.unwrap(), 3);
+    assert_eq!(hot.purge_dedup(T0 + 100, 4).await.unwrap(), 0);
+    for r in &records {
+        assert_eq!(
+            f.send(&hot, &cid, &r.client_msg_id, WINDOW_MS).await,
+            SendOutcome::Duplicate(r.ack()),
+            "{} after the move",
+            r.client_msg_id
+        );
+    }
+
+    // A restart rebuilds the memory index from the log; the moved keys are still on disk.
+    drop(hot);
+    let hot = open(&path, 3);
+    for r in &records {
+        assert_eq!(
+            f.send(&hot, &cid, &r.client_msg_id, WINDOW_MS).await,
+            SendOutcome::Duplicate(r.ack()),
+            "{} after the restart",
+            r.client_msg_id
+        );
+    }
+
+    // Expiry drops both places (3 in the log, 7 on disk); a key after it is a new message.
+    assert_eq!(hot.purge_dedup(T0 + WINDOW_MS + 10, 100).await.unwrap(), 10);
+    f.clock.set(T0 + WINDOW_MS + 20);
+    let again = committed(f.send(&hot, &cid, "k0", WINDOW_MS).await);
+    assert_eq!(again.conversation_seq, 11);
+    assert_eq!(
+        f.send(&hot, &cid, "k0", WINDOW_MS).await,
+        SendOutcome::Duplicate(again.ack())
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_expired_key_behind_a_later_expiring_one_is_not_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::new();
+    let hot = open(&dir.path().join("hot.db"), 100);
+    let cid = hot
+        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+        .await
+        .unwrap();
+    // The window shrank between the two sends (a config change across a restart).
+    let long = committed(f.send(&hot, &cid, "long", 60_000).await);
+    let short = committed(f.send(&hot, &cid, "short", 10_000).await);
+
+    // At T0 + 20 s the log's front (`long`) has not expired, so nothing leaves the log yet...
+    f.clock.set(T0 + 20_000);
+    assert_eq!(hot.purge_dedup(T0 + 20_000, 100).await.unwrap(), 0);
+    // ...but `short`, expired and still stored, is not a duplicate any more: a new message.
+    let short_again = committed(f.send(&hot, &cid, "short", 10_000).await);
+    assert_eq!(
+        (short.conversation_seq, short_again.conversation_seq),
+        (2, 3)
+    );
+    assert_eq!(
+        f.send(&hot, &cid, "short", 10_000).await,
+        SendOutcome::Duplicate(short_again.ack())
+    );
+    assert_eq!(
+        f.send(&hot, &cid, "long", 60_000).await,
+        SendOutcome::Duplicate(long.ack())
+    );
+    // Once the front expires, all three go (the second `short` expired at T0 + 30 s).
+    f.clock.set(T0 + 60_001);
+    assert_eq!(hot.purge_dedup(T0 + 60_001, 100).await.unwrap(), 3);
+    let third = committed(f.send(&hot, &cid, "short", 10_000).await);
+    assert_eq!(third.conversation_seq, 4);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_same_key_sent_concurrently_commits_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Arc::new(Fixture::new());
+    let hot = Arc::new(open(&dir.path().join("hot.db"), 100));
+    let cid = hot
+        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+        .await
+        .unwrap();
+    let sends = (0..16).map(|_| {
+        let (hot, f, cid) = (Arc::clone(&hot), Arc::clone(&f), cid.clone());
+        tokio::spawn(async move { f.send(&hot, &cid, "same", WINDOW_MS).await })
+    });
+    let mut outcomes = Vec::new();
+    for s in sends {
+        outcomes.push(s.await.unwrap());
+    }
+    let first: Vec<&MessageRecord> = outcomes
+        .iter()
+        .filter_map(|o| match o {
+            SendOutcome::Committed(r) => Some(r),
+            SendOutcome::Duplicate(_) => None,
+        })
+        .collect();
+    assert_eq!(first.len(), 1, "{outcomes:?}");
+    let ack = first[0].ack();
+    assert_eq!(ack.conversation_seq, 1);
+    let duplicates = outcomes
+        .iter()
+        .filter(|o| **o == SendOutcome::Duplicate(ack.clone()))
+        .count();
+    assert_eq!(duplicates, 15);
+}
