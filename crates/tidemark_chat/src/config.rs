@@ -39,9 +39,9 @@ pub struct ChatConfig {
     #[serde(with = "humantime_serde")]
     pub dedup_window: Duration,
     /// SQLite hot store: how many client dedup keys are indexed in memory (default 4,000,000,
-    /// about 80–160 MB); past it the oldest keys move to an on-disk index during the trimmer's
-    /// pass, and each SEND looks there too. Size it to the sends of one dedup window to keep
-    /// every SEND's dedup write sequential (issue 2; see `sqlite::dedup`).
+    /// about 80–160 MB). Past it the oldest keys move to an on-disk index in the trimmer's pass
+    /// (random B-tree writes, off the commit path) and each SEND also reads that index; sized
+    /// to the sends of one dedup window, neither happens (issue 2; see `sqlite::dedup`).
     pub dedup_memory_keys: usize,
     /// Most records per archiver batch (default 1,000).
     pub archive_batch_max: usize,

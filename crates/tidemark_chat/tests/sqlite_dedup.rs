@@ -94,8 +94,9 @@ async fn keys_moved_to_disk_and_reloaded_after_a_restart_still_answer_with_their
         );
     }
 
-    // A restart rebuilds the memory index from the log; the moved keys are still on disk.
-    drop(hot);
+    // A crash (the store is never closed; its writer thread is left behind, idle) and a new
+    // process: the memory index is rebuilt from the log, the moved keys are still on disk.
+    std::mem::forget(hot);
     let hot = open(&path, 3);
     for r in &records {
         assert_eq!(
@@ -186,4 +187,112 @@ async fn the_same_key_sent_concurrently_commits_once() {
         .filter(|o| **o == SendOutcome::Duplicate(ack.clone()))
         .count();
     assert_eq!(duplicates, 15);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_keys_leave_memory_before_the_bound_is_measured() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::new();
+    let hot = open(&dir.path().join("hot.db"), 5);
+    let cid = hot
+        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+        .await
+        .unwrap();
+    for i in 0..3 {
+        committed(f.send(&hot, &cid, &format!("short{i}"), 1_000).await);
+    }
+    let mut kept = Vec::new();
+    for i in 0..5 {
+        kept.push(committed(
+            f.send(&hot, &cid, &format!("long{i}"), 60_000).await,
+        ));
+    }
+    // Three expire; the five left fit the bound, so none moves to disk.
+    assert_eq!(hot.purge_dedup(T0 + 2_000, 100).await.unwrap(), 3);
+    assert_eq!(hot.purge_dedup(T0 + 2_000, 100).await.unwrap(), 0);
+    f.clock.set(T0 + 2_000);
+    for r in &kept {
+        assert_eq!(
+            f.send(&hot, &cid, &r.client_msg_id, 60_000).await,
+            SendOutcome::Duplicate(r.ack())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn upkeep_in_steps_of_one_expires_the_log_moves_the_excess_and_expires_disk() {
+    let dir = tempfile::tempdir().unwrap();
+    let f = Fixture::new();
+    let hot = open(&dir.path().join("hot.db"), 1);
+    let cid = hot
+        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+        .await
+        .unwrap();
+    let a = committed(f.send(&hot, &cid, "a", 1_000).await);
+    let b = committed(f.send(&hot, &cid, "b", 60_000).await);
+    let c = committed(f.send(&hot, &cid, "c", 60_000).await);
+    // Nothing expired at T0 + 10: one step moves `a`, the next `b` (one key left in memory).
+    assert_eq!(hot.purge_dedup(T0 + 10, 1).await.unwrap(), 1);
+    assert_eq!(hot.purge_dedup(T0 + 10, 1).await.unwrap(), 1);
+    assert_eq!(hot.purge_dedup(T0 + 10, 1).await.unwrap(), 0);
+    assert_eq!(
+        f.send(&hot, &cid, "a", 1_000).await,
+        SendOutcome::Duplicate(a.ack())
+    );
+    // At T0 + 2 s `a` (on disk) has expired, `c` (the log's front) has not.
+    assert_eq!(hot.purge_dedup(T0 + 2_000, 1).await.unwrap(), 1);
+    assert_eq!(hot.purge_dedup(T0 + 2_000, 1).await.unwrap(), 0);
+    f.clock.set(T0 + 2_000);
+    assert_eq!(
+        committed(f.send(&hot, &cid, "a", 1_000).await).conversation_seq,
+        4
+    );
+    for r in [&b, &c] {
+        assert_eq!(
+            f.send(&hot, &cid, &r.client_msg_id, 60_000).await,
+            SendOutcome::Duplicate(r.ack())
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_from_before_the_log_answers_from_its_dedup_table() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("hot.db");
+    let f = Fixture::new();
+    let hot = open(&path, 100);
+    let cid = hot
+        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+        .await
+        .unwrap();
+    drop(hot);
+    // An entry as the previous layout wrote it: only in `dedup`.
+    rusqlite::Connection::open(&path)
+        .unwrap()
+        .execute(
+            "INSERT INTO dedup (tenant, conversation_id, sender, client_msg_id, conversation_seq,
+                 message_id, committed_at, expires_at)
+             VALUES ('t1', ?1, 'u1', 'old', 7, 'm-old', ?2, ?3)",
+            rusqlite::params![cid, T0 - 5, T0 + WINDOW_MS],
+        )
+        .unwrap();
+    let hot = open(&path, 100);
+    match f.send(&hot, &cid, "old", WINDOW_MS).await {
+        SendOutcome::Duplicate(ack) => assert_eq!(
+            (
+                ack.conversation_seq,
+                ack.message_id.as_str(),
+                ack.committed_at_ms
+            ),
+            (7, "m-old", T0 - 5)
+        ),
+        other => panic!("the old entry answers, got {other:?}"),
+    }
+    // Once it expires the table is empty and a SEND no longer looks there.
+    assert_eq!(hot.purge_dedup(T0 + WINDOW_MS, 100).await.unwrap(), 1);
+    f.clock.set(T0 + WINDOW_MS);
+    assert!(matches!(
+        f.send(&hot, &cid, "old", WINDOW_MS).await,
+        SendOutcome::Committed(_)
+    ));
 }

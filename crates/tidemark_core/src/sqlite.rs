@@ -8,7 +8,10 @@
 //! many acknowledgements share one fsync, and no caller is answered before its data is durable.
 //! A hot path whose jobs only fail before their first write ([`GroupWriter::write_unguarded`],
 //! the chat commit) skips the savepoint; should such a job still fail after writing, the whole
-//! group is rolled back and every job in it is answered [`SqliteError::CommitFailed`].
+//! group is rolled back and every job in it is answered [`SqliteError::CommitFailed`]. State a
+//! job keeps beside the database (an in-memory index of its rows) is made whole again by a
+//! rollback hook ([`GroupWriter::start_with_rollback_hook`]), which the writer runs after any
+//! group it rolled back, before the next one.
 //!
 //! Reads: a [`ReadPool`] of read-only connections; WAL lets them read a consistent snapshot while
 //! the writer works.
@@ -65,6 +68,8 @@ type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
 /// A job run by the writer thread: its completion, and whether it failed after writing without
 /// a savepoint (which dooms the group transaction).
 type Job = Box<dyn FnOnce(&Connection) -> (Completion, bool) + Send>;
+/// Runs on the writer thread after a group transaction was rolled back (see the module docs).
+pub type RollbackHook = Box<dyn FnMut(&Connection) + Send>;
 
 /// The single writer of one SQLite file, with group commit (see the module docs).
 #[derive(Debug)]
@@ -82,6 +87,19 @@ impl GroupWriter {
     /// automatic checkpoint, which rewinds the log, only triggers past [`AUTOCHECKPOINT_PAGES`];
     /// and the writer truncates the WAL when it stops.
     pub fn start(name: &str, conn: Connection, max_batch: usize) -> Self {
+        Self::start_with_rollback_hook(name, conn, max_batch, Box::new(|_| {}))
+    }
+
+    /// Like [`GroupWriter::start`]; `on_rollback` runs on the writer thread, with the
+    /// connection, after every group transaction that was rolled back (a job failed after
+    /// writing without a savepoint, or the COMMIT failed), before the next group begins: the
+    /// place to rebuild what jobs of that group changed outside the database.
+    pub fn start_with_rollback_hook(
+        name: &str,
+        conn: Connection,
+        max_batch: usize,
+        on_rollback: RollbackHook,
+    ) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
         if let Err(e) = conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES) {
             tracing::warn!(error = %e, "could not raise wal_autocheckpoint");
@@ -100,7 +118,7 @@ impl GroupWriter {
         let thread = std::thread::Builder::new()
             .name(format!("sqlite-writer-{name}"))
             .spawn(move || {
-                writer_loop(&conn, rx, max_batch.max(1));
+                writer_loop(&conn, rx, max_batch.max(1), on_rollback);
                 drop(stop_tx);
                 if let Some(c) = checkpointer {
                     let _ = c.join();
@@ -282,7 +300,12 @@ fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
     }
 }
 
-fn writer_loop(conn: &Connection, rx: mpsc::Receiver<Job>, max_batch: usize) {
+fn writer_loop(
+    conn: &Connection,
+    rx: mpsc::Receiver<Job>,
+    max_batch: usize,
+    mut on_rollback: RollbackHook,
+) {
     let mut completions: Vec<Completion> = Vec::with_capacity(max_batch);
     while let Ok(first) = rx.recv() {
         let began = conn.execute_batch("BEGIN IMMEDIATE");
@@ -314,6 +337,9 @@ fn writer_loop(conn: &Connection, rx: mpsc::Receiver<Job>, max_batch: usize) {
                 e.to_string()
             })
         };
+        if commit.is_err() {
+            on_rollback(conn);
+        }
         for done in completions.drain(..) {
             done(commit.clone());
         }
@@ -475,7 +501,21 @@ mod tests {
         let conn = open_rw(&path).unwrap();
         conn.execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
             .unwrap();
-        let writer = std::sync::Arc::new(GroupWriter::start("t", conn, 64));
+        let rollbacks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+        let seen = std::sync::Arc::clone(&rollbacks);
+        let writer = std::sync::Arc::new(GroupWriter::start_with_rollback_hook(
+            "t",
+            conn,
+            64,
+            Box::new(move |c: &Connection| {
+                // Runs after the ROLLBACK: the connection sees only committed rows.
+                let n: i64 = c
+                    .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                    .unwrap();
+                assert_eq!(n, 2);
+                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            }),
+        ));
         let insert = |v: i64| -> TestJob {
             Box::new(move |c: &Connection| {
                 c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
@@ -502,6 +542,7 @@ mod tests {
             [Some(0), Some(1), Some(2)]
         );
         assert_eq!(count(path.clone()), (2, 3));
+        assert_eq!(rollbacks.load(std::sync::atomic::Ordering::SeqCst), 0);
 
         // Failed after writing: the whole group is rolled back, every job told so.
         let half = Box::new(|c: &Connection| {
@@ -521,10 +562,12 @@ mod tests {
             (2, 3),
             "nothing of that group was written"
         );
+        assert_eq!(rollbacks.load(std::sync::atomic::Ordering::SeqCst), 1);
 
         // The writer goes on.
         let out = one_group(&writer, vec![insert(7)]).await;
         assert_eq!(out[1].as_ref().ok(), Some(&7));
         assert_eq!(count(path), (3, 10));
+        assert_eq!(rollbacks.load(std::sync::atomic::Ordering::SeqCst), 1);
     }
 }

@@ -10,25 +10,26 @@
 //!
 //! - `dedup_log` (in `hot.db`): one row per committed key, appended by the SEND's own
 //!   transaction (seed 000: the dedup entry is part of the atomic step that records the
-//!   message). Its id is `AUTOINCREMENT`, so an id is never handed out twice.
-//! - [`DedupIndex`], in memory: a hash of the key → the log row's id, for every row of the
-//!   log; rebuilt from the log when the store opens. Every hit is checked against the log row
-//!   (same key, not expired), so an id left behind — its group transaction rolled back after
-//!   the job ran, or its row purged a moment ago — never answers wrongly, and is dropped when
-//!   seen. The hash is keyed per process ([`RandomState`]): clients choose the keys.
-//! - `dedup` (on disk, keyed by the client's key): where the oldest rows of the log move once it
-//!   holds more than `memory_keys` rows, in batches, by the trimmer's pass (off the commit
-//!   path); also what a store written before the log existed holds. Looked up only when it may
-//!   hold something.
+//!   message).
+//! - [`DedupIndex`], in memory: a hash of the key → the log row's id, for exactly the rows of
+//!   the log. Rebuilt from the log when the store opens, and again after any group transaction
+//!   of the writer was rolled back ([`DedupIndex::reload`], the writer's rollback hook); in
+//!   between, each job changes it together with the rows it writes. The hash is keyed per
+//!   process ([`RandomState`]): clients choose the keys. A hit is checked against the log row
+//!   (same key — two keys may share a hash — and not expired).
+//! - `dedup` (on disk, keyed by the client's key): where the oldest rows of the log move once
+//!   the index holds more than `memory_keys` (in batches, by the trimmer's pass, off the commit
+//!   path); also what a store written before the log existed holds. A SEND looks there only
+//!   while it holds something.
 //!
 //! Expiry, also in the trimmer's pass ([`purge`]): expired rows leave the front of the log —
 //! up to the first row not yet expired; rows are in commit order, and so are their expiries
 //! unless the window was changed between runs (a row behind a later-expiring one waits for it,
 //! and is never answered meanwhile) — and expired rows leave `dedup`.
 //!
-//! Every function here runs on the writer connection, inside its group transaction; the index
-//! changes that a purge implies are applied by [`DedupIndex::unlink`] once that transaction is
-//! durable, so a rolled-back purge never leaves a stored key out of memory.
+//! Every function here runs on the writer connection, inside its group transaction, in a job
+//! without a savepoint (`GroupWriter::write_unguarded`): a job that fails after writing rolls
+//! back its whole group, and then the reload makes the index match the log again.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -43,7 +44,7 @@ use crate::model::{MessageRecord, SendAck, SendCommand};
 /// The tables of this module (part of `hot.db`'s schema).
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS dedup_log (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
+    id INTEGER PRIMARY KEY,
     tenant TEXT NOT NULL,
     conversation_id TEXT NOT NULL,
     sender TEXT NOT NULL,
@@ -115,25 +116,27 @@ impl<'a> DedupKey<'a> {
 }
 
 /// The in-memory index over `dedup_log`: key hash → log ids (see the module docs). About
-/// 20–40 bytes a key (16 bytes in a hash table kept between 44 % and 88 % full).
+/// 20–40 bytes a key (16 bytes a slot, tables at most 7/8 full); a table whose keys fall below a
+/// quarter of its slots is shrunk by the next [`purge`].
 #[derive(Debug)]
 pub(super) struct DedupIndex {
     hasher: RandomState,
     /// The first id of each hash (nearly always the only one).
     first: HashMap<u64, i64>,
-    /// Further ids of a hash in `first`: a hash collision, a key committed again after its
-    /// entry expired, or an id left behind by a rolled-back group.
+    /// Further ids of a hash in `first`: two keys with one hash, or a key committed again
+    /// after its entry expired (before the purge dropped the old one).
     more: HashMap<u64, Vec<i64>>,
     /// Ids held (`first` + `more`).
     len: usize,
-    /// `dedup` may hold entries: set when the store opens with some, and by every spill.
+    /// `dedup` holds entries (a SEND must look there too).
     on_disk: bool,
     /// Above this many ids the oldest log rows move to `dedup`.
     memory_keys: usize,
 }
 
-/// Locks `index`; a panic elsewhere while holding it (none of its operations can leave it
-/// half-changed) does not stop the store.
+/// Locks `index`. Only writer jobs and the rollback hook take it, one at a time on the writer
+/// thread, so it is never contended; a panic while holding it (none of its operations can leave
+/// it half-changed) does not stop the store.
 pub(super) fn lock(index: &Mutex<DedupIndex>) -> MutexGuard<'_, DedupIndex> {
     index
         .lock()
@@ -141,7 +144,7 @@ pub(super) fn lock(index: &Mutex<DedupIndex>) -> MutexGuard<'_, DedupIndex> {
 }
 
 impl DedupIndex {
-    /// An empty index holding at most `memory_keys` ids before [`spill`] moves some to disk.
+    /// An empty index holding at most `memory_keys` ids before [`purge`] moves some to disk.
     pub(super) fn new(memory_keys: usize) -> Self {
         Self {
             hasher: RandomState::new(),
@@ -153,19 +156,30 @@ impl DedupIndex {
         }
     }
 
-    /// Rebuilds the index from `dedup_log` (when the store opens).
+    /// The index of `dedup_log` as committed (when the store opens). Indexes every row, also
+    /// past `memory_keys` (the bound was lowered, say): the next purges move the excess.
     pub(super) fn load(conn: &Connection, memory_keys: usize) -> Result<Self> {
         let mut index = Self::new(memory_keys);
-        let mut stmt = conn.prepare(
+        index.reload(conn)?;
+        Ok(index)
+    }
+
+    /// Rebuilds the index from what `conn` sees of `dedup_log` and `dedup`: at open, and on the
+    /// writer thread after a rolled-back group (its jobs' index changes are undone with it).
+    pub(super) fn reload(&mut self, conn: &Connection) -> Result<()> {
+        self.first = HashMap::new();
+        self.more = HashMap::new();
+        self.len = 0;
+        let mut stmt = conn.prepare_cached(
             "SELECT id, tenant, conversation_id, sender, client_msg_id FROM dedup_log ORDER BY id",
         )?;
         let mut rows = stmt.query([])?;
         while let Some(row) = rows.next()? {
-            let hash = index.hash_at(row, 1)?;
-            index.link(hash, row.get(0)?);
+            let hash = self.hash_at(row, 1)?;
+            self.link(hash, row.get(0)?);
         }
-        index.on_disk = conn.query_row("SELECT EXISTS (SELECT 1 FROM dedup)", [], |r| r.get(0))?;
-        Ok(index)
+        self.on_disk = on_disk(conn)?;
+        Ok(())
     }
 
     pub(super) fn set_memory_keys(&mut self, memory_keys: usize) {
@@ -213,8 +227,7 @@ impl DedupIndex {
         self.len += 1;
     }
 
-    /// Drops `(hash, id)` if held. Done only once the row is gone for good (see the module
-    /// docs), so it never drops the id of a stored key.
+    /// Drops `(hash, id)` if held: together with the deletion of its log row.
     fn unlink_one(&mut self, hash: u64, id: i64) {
         if self.first.get(&hash) == Some(&id) {
             match self.more.get_mut(&hash) {
@@ -241,10 +254,20 @@ impl DedupIndex {
         }
     }
 
-    /// Applies a committed [`purge`]: drops the ids of the rows it removed from the log.
-    pub(super) fn unlink(&mut self, removed: &[(u64, i64)]) {
+    #[cfg(test)]
+    fn unlink(&mut self, removed: &[(u64, i64)]) {
         for &(hash, id) in removed {
             self.unlink_one(hash, id);
+        }
+    }
+
+    /// Gives memory back after the index shrank to under a quarter of its slots.
+    fn shrink_if_sparse(&mut self) {
+        if self.first.len() < self.first.capacity() / 4 {
+            self.first.shrink_to_fit();
+        }
+        if self.more.len() < self.more.capacity() / 4 {
+            self.more.shrink_to_fit();
         }
     }
 
@@ -260,23 +283,18 @@ impl DedupIndex {
 /// The SEND_ACK of `key` if it was committed and has not expired at `now_ms`.
 pub(super) fn lookup(
     conn: &Connection,
-    index: &mut DedupIndex,
+    index: &DedupIndex,
     key: DedupKey<'_>,
     now_ms: i64,
 ) -> Result<Option<SendAck>> {
     let hash = index.hash(key);
     for id in index.candidates(hash) {
-        match log_row(conn, id)? {
-            Some((stored, ack, expires_at)) if key.is(&stored) && expires_at > now_ms => {
-                return Ok(Some(ack));
-            }
-            // This key's, expired: the next purge drops it.
-            Some((stored, ..)) if key.is(&stored) => {}
-            // Another key's row: this id was handed out again after a rolled-back group, so
-            // the held one can never be valid again. (No row at all may be a purge of this
-            // very group, which could still roll back: left to the purge's own unlink.)
-            Some(_) => index.unlink_one(hash, id),
-            None => {}
+        // Another key with the same hash, or this key expired (the next purge drops it): on.
+        if let Some((stored, ack, expires_at)) = log_row(conn, id)?
+            && key.is(&stored)
+            && expires_at > now_ms
+        {
+            return Ok(Some(ack));
         }
     }
     if !index.on_disk {
@@ -357,42 +375,36 @@ pub(super) fn record(
     Ok(())
 }
 
-/// What one [`purge`] did.
-#[derive(Debug, Default)]
-pub(super) struct Purged {
-    /// Entries dropped (expired) or moved to `dedup` (over the memory bound).
-    pub(super) entries: usize,
-    /// `(hash, id)` of the log rows removed, for [`DedupIndex::unlink`] once durable.
-    pub(super) unlink: Vec<(u64, i64)>,
-}
-
-/// One maintenance step of at most `batch` entries: drops expired entries (log front first,
-/// then `dedup`), then, with what is left of `batch`, moves the oldest log rows to `dedup`
-/// while the index holds more than its `memory_keys`.
+/// One upkeep step of at most `batch` entries; returns how many it dropped or moved. First
+/// drops expired entries (the log's front, then `dedup`), then, with what is left of `batch`,
+/// moves the oldest log rows to `dedup` while the index holds more than its `memory_keys`.
 pub(super) fn purge(
     conn: &Connection,
     index: &mut DedupIndex,
     now_ms: i64,
     batch: usize,
-) -> Result<Purged> {
-    let mut out = Purged::default();
+) -> Result<usize> {
+    let batch = batch.min(i64::MAX as usize);
     let front = log_front(conn, index, batch)?;
     let expired = front
         .iter()
         .take_while(|row| row.expires_at <= now_ms)
         .count();
-    remove_log_rows(conn, &front[..expired], &mut out)?;
-    out.entries += conn.execute(
-        "DELETE FROM dedup
-         WHERE (tenant, conversation_id, sender, client_msg_id) IN (
-             SELECT tenant, conversation_id, sender, client_msg_id FROM dedup
-             WHERE expires_at <= ?1 LIMIT ?2)",
-        params![now_ms, (batch - out.entries) as i64],
-    )?;
+    remove_log_rows(conn, index, &front[..expired])?;
+    let mut done = expired;
+    if index.on_disk {
+        done += conn.execute(
+            "DELETE FROM dedup
+             WHERE (tenant, conversation_id, sender, client_msg_id) IN (
+                 SELECT tenant, conversation_id, sender, client_msg_id FROM dedup
+                 WHERE expires_at <= ?1 LIMIT ?2)",
+            params![now_ms, (batch - done) as i64],
+        )?;
+    }
     let over = index.len().saturating_sub(index.memory_keys);
-    let room = batch - out.entries;
+    let room = batch - done;
     if over > 0 && room > 0 {
-        let spill = &log_front(conn, index, over.min(room))?;
+        let spill = log_front(conn, index, over.min(room))?;
         let mut insert = conn.prepare_cached(
             "INSERT OR REPLACE INTO dedup (tenant, conversation_id, sender, client_msg_id,
                  conversation_seq, message_id, committed_at, expires_at)
@@ -400,13 +412,22 @@ pub(super) fn purge(
                  committed_at, expires_at
              FROM dedup_log WHERE id = ?1",
         )?;
-        for row in spill {
+        for row in &spill {
             insert.execute([row.id])?;
         }
-        index.on_disk |= !spill.is_empty();
-        remove_log_rows(conn, spill, &mut out)?;
+        remove_log_rows(conn, index, &spill)?;
+        done += spill.len();
     }
-    Ok(out)
+    index.on_disk = on_disk(conn)?;
+    index.shrink_if_sparse();
+    Ok(done)
+}
+
+/// Whether `dedup` holds any entry.
+fn on_disk(conn: &Connection) -> Result<bool> {
+    Ok(conn
+        .prepare_cached("SELECT EXISTS (SELECT 1 FROM dedup)")?
+        .query_row([], |r| r.get(0))?)
 }
 
 /// A log row as [`purge`] sees it.
@@ -434,21 +455,51 @@ fn log_front(conn: &Connection, index: &DedupIndex, n: usize) -> Result<Vec<Fron
     Ok(out)
 }
 
-/// Deletes the rows `rows` (a front of the log) and notes them for unlinking.
-fn remove_log_rows(conn: &Connection, rows: &[FrontRow], out: &mut Purged) -> Result<()> {
+/// Deletes `rows` (a front of the log) and their ids in the index.
+fn remove_log_rows(conn: &Connection, index: &mut DedupIndex, rows: &[FrontRow]) -> Result<()> {
     let Some(last) = rows.last() else {
         return Ok(());
     };
     conn.prepare_cached("DELETE FROM dedup_log WHERE id <= ?1")?
         .execute([last.id])?;
-    out.entries += rows.len();
-    out.unlink.extend(rows.iter().map(|row| (row.hash, row.id)));
+    for row in rows {
+        index.unlink_one(row.hash, row.id);
+    }
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::model::MessageClass;
+
+    const T0: i64 = 1_800_000_000_000;
+
+    fn store() -> (Connection, DedupIndex) {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let index = DedupIndex::load(&conn, 100).unwrap();
+        (conn, index)
+    }
+
+    fn message(key: &str, seq: u64) -> MessageRecord {
+        MessageRecord {
+            tenant: "t".into(),
+            conversation_id: "c".into(),
+            conversation_seq: seq,
+            message_id: format!("m{seq}"),
+            sender: "u".into(),
+            client_msg_id: key.into(),
+            body: "b".into(),
+            class: MessageClass::Standard,
+            committed_at_ms: T0,
+            expires_at_ms: None,
+        }
+    }
+
+    fn find(conn: &Connection, index: &DedupIndex, r: &MessageRecord) -> Option<SendAck> {
+        lookup(conn, index, DedupKey::of(r), T0 + 1).unwrap()
+    }
 
     #[test]
     fn colliding_hashes_keep_every_id_and_unlink_exactly_one() {
@@ -470,5 +521,37 @@ mod tests {
         assert!(index.candidates(7).is_empty() && index.candidates(8).is_empty());
         assert_eq!(index.len(), 0);
         assert!(index.first.is_empty() && index.more.is_empty());
+    }
+
+    #[test]
+    fn a_key_sharing_another_keys_hash_answers_neither_for_the_other() {
+        let (conn, mut index) = store();
+        let (k1, k2) = (message("k1", 1), message("k2", 2));
+        record(&conn, &mut index, &k2, T0 + 60_000).unwrap();
+        // As if k1 hashed like k2: its lookup reaches k2's row.
+        let k2_id = index.candidates(index.hash(DedupKey::of(&k2)))[0];
+        let k1_hash = index.hash(DedupKey::of(&k1));
+        index.link(k1_hash, k2_id);
+        assert_eq!(find(&conn, &index, &k1), None);
+        assert_eq!(find(&conn, &index, &k2), Some(k2.ack()));
+        record(&conn, &mut index, &k1, T0 + 60_000).unwrap();
+        assert_eq!(find(&conn, &index, &k1), Some(k1.ack()));
+        assert_eq!(find(&conn, &index, &k2), Some(k2.ack()));
+    }
+
+    #[test]
+    fn a_reload_after_a_rollback_forgets_the_rolled_back_keys() {
+        let (conn, mut index) = store();
+        let (k1, k2) = (message("k1", 1), message("k2", 2));
+        conn.execute_batch("BEGIN").unwrap();
+        record(&conn, &mut index, &k1, T0 + 60_000).unwrap();
+        conn.execute_batch("ROLLBACK").unwrap();
+        index.reload(&conn).unwrap();
+        assert_eq!(index.len(), 0);
+        // k2 gets the id k1 had; k1 is not answered from it.
+        record(&conn, &mut index, &k2, T0 + 60_000).unwrap();
+        assert_eq!(find(&conn, &index, &k1), None);
+        assert_eq!(find(&conn, &index, &k2), Some(k2.ack()));
+        assert_eq!(index.len(), 1);
     }
 }

@@ -111,7 +111,18 @@ impl SqliteHot {
             &conn,
             crate::config::DEFAULT_DEDUP_MEMORY_KEYS,
         )?));
-        let writer = GroupWriter::start("chat-hot", conn, max_batch);
+        let index = Arc::clone(&dedup);
+        let reload = move |conn: &Connection| {
+            if let Err(error) = dedup::lock(&index).reload(conn) {
+                // The index stays as the rolled-back jobs left it: it may hold ids of rows
+                // that are gone (a row in their place is told apart by its stored key), or
+                // miss rows that a rolled-back purge had dropped. The same failure as a store
+                // that cannot read its own file; the next start rebuilds the index.
+                tracing::error!(%error, "could not rebuild the dedup index after a rollback");
+            }
+        };
+        let writer =
+            GroupWriter::start_with_rollback_hook("chat-hot", conn, max_batch, Box::new(reload));
         let reads = ReadPool::open(path, 8)?;
         Ok(Self {
             writer,
@@ -239,7 +250,7 @@ impl FusedCommit for SqliteHot {
             .write_unguarded(move |conn| {
                 let now = clock.now_ms();
                 let mut index = dedup::lock(&index);
-                if let Some(ack) = dedup::lookup(conn, &mut index, DedupKey::of_send(&cmd), now)? {
+                if let Some(ack) = dedup::lookup(conn, &index, DedupKey::of_send(&cmd), now)? {
                     return Ok(SendOutcome::Duplicate(ack));
                 }
                 let seq = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
@@ -337,11 +348,12 @@ impl HotStore for SqliteHot {
         params: CommitParams,
     ) -> Result<Reservation> {
         let index = Arc::clone(&self.dedup);
+        // Unguarded, like the fused commit: the early answers come before any write, and a
+        // failure after writing rolls back the group (the dedup index is reloaded then).
         self.writer
-            .write(move |conn| {
+            .write_unguarded(move |conn| {
                 let mut index = dedup::lock(&index);
-                if let Some(ack) = dedup::lookup(conn, &mut index, DedupKey::of_send(&cmd), now_ms)?
-                {
+                if let Some(ack) = dedup::lookup(conn, &index, DedupKey::of_send(&cmd), now_ms)? {
                     let pending = conn
                         .prepare_cached(&format!(
                             "SELECT {RECORD_COLUMNS} FROM message WHERE tenant = ?1
@@ -624,13 +636,13 @@ impl HotStore for SqliteHot {
 
     async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize> {
         let index = Arc::clone(&self.dedup);
-        let purged = self
-            .writer
-            .write(move |conn| dedup::purge(conn, &mut dedup::lock(&index), now_ms, batch))
-            .await?;
-        // Only now that the removal is durable (see `super::dedup`).
-        dedup::lock(&self.dedup).unlink(&purged.unlink);
-        Ok(purged.entries)
+        // Unguarded: should it fail after writing, its group rolls back and the writer's
+        // rollback hook reloads the index (see `super::dedup`).
+        self.writer
+            .write_unguarded(move |conn| {
+                dedup::purge(conn, &mut dedup::lock(&index), now_ms, batch)
+            })
+            .await
     }
 
     async fn untracked_committed(&self, limit: usize) -> Result<Vec<MessageRecord>> {
