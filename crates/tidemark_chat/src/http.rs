@@ -8,6 +8,8 @@
 //! | `PUT /v1/conversations/{cid}/read` `{"user","seq"}` | 204 |
 //! | `GET /v1/users/{user}/conversations` | 200 `{"conversations": [{"conversation_id","latest_seq","unread"}]}` |
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -37,8 +39,10 @@ use crate::service::{ChatService, MAX_ID_BYTES, NewConversation, parse_class};
 )]
 pub struct ChatApi;
 
-/// The chat routes, with `service` as their state.
+/// The chat routes, with `service` as their state (shared: one reference count per request,
+/// not a copy of the service's config and metrics handles).
 pub fn router(service: ChatService) -> Router {
+    let service = Arc::new(service);
     Router::new()
         .route("/v1/conversations", post(create_conversation))
         .route(
@@ -100,7 +104,7 @@ struct ConversationCreated {
     )
 )]
 async fn create_conversation(
-    State(svc): State<ChatService>,
+    State(svc): State<Arc<ChatService>>,
     tenant: Tenant,
     ApiJson(req): ApiJson<CreateConversation>,
 ) -> Result<Response, ApiError> {
@@ -177,7 +181,7 @@ impl From<SendAck> for AckBody {
     )
 )]
 async fn send_message(
-    State(svc): State<ChatService>,
+    State(svc): State<Arc<ChatService>>,
     tenant: Tenant,
     Path(cid): Path<String>,
     ApiJson(req): ApiJson<SendMessage>,
@@ -281,7 +285,7 @@ struct HistoryBody {
     )
 )]
 async fn list_messages(
-    State(svc): State<ChatService>,
+    State(svc): State<Arc<ChatService>>,
     tenant: Tenant,
     Path(cid): Path<String>,
     ApiQuery(q): ApiQuery<HistoryParams>,
@@ -343,7 +347,7 @@ struct MarkRead {
     )
 )]
 async fn mark_read(
-    State(svc): State<ChatService>,
+    State(svc): State<Arc<ChatService>>,
     tenant: Tenant,
     Path(cid): Path<String>,
     ApiJson(req): ApiJson<MarkRead>,
@@ -382,7 +386,7 @@ struct ConversationsBody {
     )
 )]
 async fn user_conversations(
-    State(svc): State<ChatService>,
+    State(svc): State<Arc<ChatService>>,
     tenant: Tenant,
     Path(user): Path<String>,
 ) -> Result<Response, ApiError> {
