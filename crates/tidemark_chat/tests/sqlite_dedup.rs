@@ -48,12 +48,37 @@ impl Fixture {
             .await
             .unwrap()
     }
+
+    /// Each of `records` sent again is answered with its original ACK.
+    async fn expect_duplicates(
+        &self,
+        hot: &SqliteHot,
+        cid: &str,
+        records: &[MessageRecord],
+        when: &str,
+    ) {
+        for r in records {
+            assert_eq!(
+                self.send(hot, cid, &r.client_msg_id, WINDOW_MS).await,
+                SendOutcome::Duplicate(r.ack()),
+                "{} {when}",
+                r.client_msg_id
+            );
+        }
+    }
 }
 
 fn open(path: &Path, memory_keys: usize) -> SqliteHot {
     SqliteHot::open(path, 64)
         .unwrap()
         .with_dedup_memory_keys(memory_keys)
+}
+
+/// A new conversation of u1 and u2.
+async fn conversation(hot: &SqliteHot) -> String {
+    hot.create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+        .await
+        .unwrap()
 }
 
 fn committed(outcome: SendOutcome) -> MessageRecord {
@@ -69,10 +94,7 @@ async fn keys_moved_to_disk_and_reloaded_after_a_restart_still_answer_with_their
     let path = dir.path().join("hot.db");
     let f = Fixture::new();
     let hot = open(&path, 3);
-    let cid = hot
-        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
-        .await
-        .unwrap();
+    let cid = conversation(&hot).await;
     let mut records = Vec::new();
     for i in 0..10 {
         f.clock.advance(1);
@@ -85,27 +107,15 @@ async fn keys_moved_to_disk_and_reloaded_after_a_restart_still_answer_with_their
     assert_eq!(hot.purge_dedup(T0 + 100, 4).await.unwrap(), 4);
     assert_eq!(hot.purge_dedup(T0 + 100, 4).await.unwrap(), 3);
     assert_eq!(hot.purge_dedup(T0 + 100, 4).await.unwrap(), 0);
-    for r in &records {
-        assert_eq!(
-            f.send(&hot, &cid, &r.client_msg_id, WINDOW_MS).await,
-            SendOutcome::Duplicate(r.ack()),
-            "{} after the move",
-            r.client_msg_id
-        );
-    }
+    f.expect_duplicates(&hot, &cid, &records, "after the move")
+        .await;
 
     // A crash (the store is never closed; its writer thread is left behind, idle) and a new
     // process: the memory index is rebuilt from the log, the moved keys are still on disk.
     std::mem::forget(hot);
     let hot = open(&path, 3);
-    for r in &records {
-        assert_eq!(
-            f.send(&hot, &cid, &r.client_msg_id, WINDOW_MS).await,
-            SendOutcome::Duplicate(r.ack()),
-            "{} after the restart",
-            r.client_msg_id
-        );
-    }
+    f.expect_duplicates(&hot, &cid, &records, "after the restart")
+        .await;
 
     // Expiry drops both places (3 in the log, 7 on disk); a key after it is a new message.
     assert_eq!(hot.purge_dedup(T0 + WINDOW_MS + 10, 100).await.unwrap(), 10);
@@ -123,10 +133,7 @@ async fn an_expired_key_behind_a_later_expiring_one_is_not_answered() {
     let dir = tempfile::tempdir().unwrap();
     let f = Fixture::new();
     let hot = open(&dir.path().join("hot.db"), 100);
-    let cid = hot
-        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
-        .await
-        .unwrap();
+    let cid = conversation(&hot).await;
     // The window shrank between the two sends (a config change across a restart).
     let long = committed(f.send(&hot, &cid, "long", 60_000).await);
     let short = committed(f.send(&hot, &cid, "short", 10_000).await);
@@ -160,10 +167,7 @@ async fn the_same_key_sent_concurrently_commits_once() {
     let dir = tempfile::tempdir().unwrap();
     let f = Arc::new(Fixture::new());
     let hot = Arc::new(open(&dir.path().join("hot.db"), 100));
-    let cid = hot
-        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
-        .await
-        .unwrap();
+    let cid = conversation(&hot).await;
     let sends = (0..16).map(|_| {
         let (hot, f, cid) = (Arc::clone(&hot), Arc::clone(&f), cid.clone());
         tokio::spawn(async move { f.send(&hot, &cid, "same", WINDOW_MS).await })
@@ -194,10 +198,7 @@ async fn expired_keys_leave_memory_before_the_bound_is_measured() {
     let dir = tempfile::tempdir().unwrap();
     let f = Fixture::new();
     let hot = open(&dir.path().join("hot.db"), 5);
-    let cid = hot
-        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
-        .await
-        .unwrap();
+    let cid = conversation(&hot).await;
     for i in 0..3 {
         committed(f.send(&hot, &cid, &format!("short{i}"), 1_000).await);
     }
@@ -211,12 +212,8 @@ async fn expired_keys_leave_memory_before_the_bound_is_measured() {
     assert_eq!(hot.purge_dedup(T0 + 2_000, 100).await.unwrap(), 3);
     assert_eq!(hot.purge_dedup(T0 + 2_000, 100).await.unwrap(), 0);
     f.clock.set(T0 + 2_000);
-    for r in &kept {
-        assert_eq!(
-            f.send(&hot, &cid, &r.client_msg_id, 60_000).await,
-            SendOutcome::Duplicate(r.ack())
-        );
-    }
+    f.expect_duplicates(&hot, &cid, &kept, "within their window")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -224,10 +221,7 @@ async fn upkeep_in_steps_of_one_expires_the_log_moves_the_excess_and_expires_dis
     let dir = tempfile::tempdir().unwrap();
     let f = Fixture::new();
     let hot = open(&dir.path().join("hot.db"), 1);
-    let cid = hot
-        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
-        .await
-        .unwrap();
+    let cid = conversation(&hot).await;
     let a = committed(f.send(&hot, &cid, "a", 1_000).await);
     let b = committed(f.send(&hot, &cid, "b", 60_000).await);
     let c = committed(f.send(&hot, &cid, "c", 60_000).await);
@@ -247,12 +241,8 @@ async fn upkeep_in_steps_of_one_expires_the_log_moves_the_excess_and_expires_dis
         committed(f.send(&hot, &cid, "a", 1_000).await).conversation_seq,
         4
     );
-    for r in [&b, &c] {
-        assert_eq!(
-            f.send(&hot, &cid, &r.client_msg_id, 60_000).await,
-            SendOutcome::Duplicate(r.ack())
-        );
-    }
+    f.expect_duplicates(&hot, &cid, &[b, c], "within their window")
+        .await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -261,10 +251,7 @@ async fn a_store_from_before_the_log_answers_from_its_dedup_table() {
     let path = dir.path().join("hot.db");
     let f = Fixture::new();
     let hot = open(&path, 100);
-    let cid = hot
-        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
-        .await
-        .unwrap();
+    let cid = conversation(&hot).await;
     drop(hot);
     // An entry as the previous layout wrote it: only in `dedup`.
     rusqlite::Connection::open(&path)
