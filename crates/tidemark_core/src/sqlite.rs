@@ -177,7 +177,14 @@ impl GroupWriter {
     {
         let (done_tx, done_rx) = oneshot::channel::<Result<R, E>>();
         let boxed: Job = Box::new(move |conn: &Connection| {
-            let (outcome, doomed) = run(conn);
+            // Outside a transaction (the writer could not begin one) the job is not run: in
+            // autocommit each of its statements would be durable alone, half a job.
+            let (outcome, doomed) = if conn.is_autocommit() {
+                let no_tx = SqliteError::CommitFailed("no transaction to run in".into());
+                (Err(E::from(no_tx)), false)
+            } else {
+                run(conn)
+            };
             let completion = Box::new(move |commit: Result<(), String>| {
                 let answer = match commit {
                     Ok(()) => outcome,
@@ -569,5 +576,36 @@ mod tests {
         assert_eq!(out[1].as_ref().ok(), Some(&7));
         assert_eq!(count(path), (3, 10));
         assert_eq!(rollbacks.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_job_whose_transaction_cannot_begin_is_not_run() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let conn = open_rw(&path).unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
+            .unwrap();
+        conn.busy_timeout(Duration::from_millis(20)).unwrap();
+        let writer = GroupWriter::start("t", conn, 64);
+        // Another connection holds the write lock, so BEGIN IMMEDIATE fails (SQLITE_BUSY); the
+        // lock is gone a moment later, which the job plays by releasing it first thing.
+        let other = Connection::open(&path).unwrap();
+        other.execute_batch("BEGIN IMMEDIATE").unwrap();
+        let out = writer
+            .write_unguarded(move |c| {
+                other.execute_batch("COMMIT")?;
+                c.execute("INSERT INTO t (v) VALUES (1)", [])?;
+                Ok::<_, TestError>(1)
+            })
+            .await;
+        assert!(
+            matches!(out, Err(TestError::Db(SqliteError::CommitFailed(_)))),
+            "{out:?}"
+        );
+        let n: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 0, "a caller told it failed must find nothing written");
     }
 }
