@@ -163,7 +163,10 @@ impl GroupWriter {
         self.submit(move |conn| {
             let before = conn.total_changes();
             let outcome = job(conn);
-            let doomed = outcome.is_err() && conn.total_changes() != before;
+            // Changed rows, or a failure after which SQLite itself rolled the transaction back
+            // (a full disk, say): either way the group cannot commit as it is.
+            let doomed =
+                outcome.is_err() && (conn.total_changes() != before || conn.is_autocommit());
             (outcome, doomed)
         })
         .await
@@ -307,6 +310,19 @@ fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
     }
 }
 
+/// Ends the open transaction, if any (SQLite may have rolled it back already, after an I/O
+/// error); tries twice, then leaves it to the next group's BEGIN to try again.
+fn roll_back(conn: &Connection) {
+    for _ in 0..2 {
+        if conn.is_autocommit() {
+            return;
+        }
+        if let Err(e) = conn.execute_batch("ROLLBACK") {
+            tracing::error!(error = %e, "sqlite writer could not roll back");
+        }
+    }
+}
+
 fn writer_loop(
     conn: &Connection,
     rx: mpsc::Receiver<Job>,
@@ -318,6 +334,13 @@ fn writer_loop(
         let began = conn.execute_batch("BEGIN IMMEDIATE");
         if let Err(e) = began {
             tracing::error!(error = %e, "sqlite writer could not begin a transaction");
+            // A transaction left open by a ROLLBACK that failed: end it, or no group could
+            // ever begin again.
+            if !conn.is_autocommit() {
+                roll_back(conn);
+                on_rollback(conn);
+            }
+            // In autocommit now: the job sees it and does not run (see `submit`).
             first(conn).0(Err(e.to_string()));
             continue;
         }
@@ -335,12 +358,12 @@ fn writer_loop(
         }
         let commit = if doomed {
             tracing::error!("a job failed after writing without a savepoint: group rolled back");
-            let _ = conn.execute_batch("ROLLBACK");
+            roll_back(conn);
             Err("rolled back: a job of the same group failed after writing".to_owned())
         } else {
             conn.execute_batch("COMMIT").map_err(|e| {
                 tracing::error!(error = %e, "sqlite group commit failed");
-                let _ = conn.execute_batch("ROLLBACK");
+                roll_back(conn);
                 e.to_string()
             })
         };

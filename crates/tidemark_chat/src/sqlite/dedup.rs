@@ -18,18 +18,19 @@
 //!   process ([`RandomState`]): clients choose the keys. A hit is checked against the log row
 //!   (same key — two keys may share a hash — and not expired).
 //! - `dedup` (on disk, keyed by the client's key): where the oldest rows of the log move once
-//!   the index holds more than `memory_keys` (in batches, by the trimmer's pass, off the commit
-//!   path); also what a store written before the log existed holds. A SEND looks there only
-//!   while it holds something.
+//!   the index holds more than `memory_keys` (in batches, by the trimmer's pass: writer jobs
+//!   of their own, not part of any SEND's); also what a store written before the log existed
+//!   holds. A SEND looks there only while it holds something.
 //!
 //! Expiry, also in the trimmer's pass ([`purge`]): expired rows leave the front of the log —
 //! up to the first row not yet expired; rows are in commit order, and so are their expiries
 //! unless the window was changed between runs (a row behind a later-expiring one waits for it,
 //! and is never answered meanwhile) — and expired rows leave `dedup`.
 //!
-//! Every function here runs on the writer connection, inside its group transaction, in a job
-//! without a savepoint (`GroupWriter::write_unguarded`): a job that fails after writing rolls
-//! back its whole group, and then the reload makes the index match the log again.
+//! [`lookup`], [`record`] and [`purge`] run on the writer connection, inside its group
+//! transaction, in jobs without a savepoint (`GroupWriter::write_unguarded`) that first call
+//! [`DedupIndex::ready`]: a job that fails after writing rolls back its whole group, and then
+//! the reload makes the index match the log again.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -130,13 +131,16 @@ pub(super) struct DedupIndex {
     len: usize,
     /// `dedup` holds entries (a SEND must look there too).
     on_disk: bool,
+    /// The last rebuild failed: the maps may miss stored keys, so no job may use them until a
+    /// rebuild succeeds ([`DedupIndex::ready`]).
+    stale: bool,
     /// Above this many ids the oldest log rows move to `dedup`.
     memory_keys: usize,
 }
 
-/// Locks `index`. Only writer jobs and the rollback hook take it, one at a time on the writer
-/// thread, so it is never contended; a panic while holding it (none of its operations can leave
-/// it half-changed) does not stop the store.
+/// Locks `index`. Writer jobs and the rollback hook take it, one at a time on the writer
+/// thread (and the store's builder once, at start), so it is never contended. A poisoned lock
+/// is taken all the same: none of the index's operations leaves it half-changed.
 pub(super) fn lock(index: &Mutex<DedupIndex>) -> MutexGuard<'_, DedupIndex> {
     index
         .lock()
@@ -152,6 +156,7 @@ impl DedupIndex {
             more: HashMap::new(),
             len: 0,
             on_disk: false,
+            stale: false,
             memory_keys: memory_keys.max(1),
         }
     }
@@ -165,20 +170,45 @@ impl DedupIndex {
     }
 
     /// Rebuilds the index from what `conn` sees of `dedup_log` and `dedup`: at open, and on the
-    /// writer thread after a rolled-back group (its jobs' index changes are undone with it).
+    /// writer thread after a rolled-back group (its jobs' index changes are undone with it; a
+    /// few seconds for millions of keys, during which no SEND commits — rollbacks come from I/O
+    /// errors). If reading fails the index is marked stale and jobs refuse to run on it.
     pub(super) fn reload(&mut self, conn: &Connection) -> Result<()> {
-        self.first = HashMap::new();
-        self.more = HashMap::new();
-        self.len = 0;
-        let mut stmt = conn.prepare_cached(
-            "SELECT id, tenant, conversation_id, sender, client_msg_id FROM dedup_log ORDER BY id",
-        )?;
-        let mut rows = stmt.query([])?;
-        while let Some(row) = rows.next()? {
-            let hash = self.hash_at(row, 1)?;
-            self.link(hash, row.get(0)?);
+        let mut fresh = Self {
+            hasher: self.hasher.clone(),
+            ..Self::new(self.memory_keys)
+        };
+        let read = (|| -> Result<()> {
+            let mut stmt = conn.prepare_cached(
+                "SELECT id, tenant, conversation_id, sender, client_msg_id FROM dedup_log
+                 ORDER BY id",
+            )?;
+            let mut rows = stmt.query([])?;
+            while let Some(row) = rows.next()? {
+                let hash = fresh.hash_at(row, 1)?;
+                fresh.link(hash, row.get(0)?);
+            }
+            fresh.on_disk = on_disk(conn)?;
+            Ok(())
+        })();
+        match read {
+            Ok(()) => {
+                *self = fresh;
+                Ok(())
+            }
+            Err(e) => {
+                self.stale = true;
+                Err(e)
+            }
         }
-        self.on_disk = on_disk(conn)?;
+    }
+
+    /// Fails (before the job writes anything) while the index is stale and cannot be rebuilt;
+    /// every job that uses the index calls it first.
+    pub(super) fn ready(&mut self, conn: &Connection) -> Result<()> {
+        if self.stale {
+            self.reload(conn)?;
+        }
         Ok(())
     }
 
@@ -261,13 +291,14 @@ impl DedupIndex {
         }
     }
 
-    /// Gives memory back after the index shrank to under a quarter of its slots.
+    /// Gives memory back after the index shrank to under a quarter of its slots (to twice
+    /// what it holds, so that the next inserts do not grow it straight back).
     fn shrink_if_sparse(&mut self) {
         if self.first.len() < self.first.capacity() / 4 {
-            self.first.shrink_to_fit();
+            self.first.shrink_to(self.first.len() * 2);
         }
         if self.more.len() < self.more.capacity() / 4 {
-            self.more.shrink_to_fit();
+            self.more.shrink_to(self.more.len() * 2);
         }
     }
 
@@ -385,13 +416,9 @@ pub(super) fn purge(
     batch: usize,
 ) -> Result<usize> {
     let batch = batch.min(i64::MAX as usize);
-    let front = log_front(conn, index, batch)?;
-    let expired = front
-        .iter()
-        .take_while(|row| row.expires_at <= now_ms)
-        .count();
-    remove_log_rows(conn, index, &front[..expired])?;
-    let mut done = expired;
+    let expired = log_front(conn, index, batch, Some(now_ms))?;
+    remove_log_rows(conn, index, &expired)?;
+    let mut done = expired.len();
     if index.on_disk {
         done += conn.execute(
             "DELETE FROM dedup
@@ -404,7 +431,7 @@ pub(super) fn purge(
     let over = index.len().saturating_sub(index.memory_keys);
     let room = batch - done;
     if over > 0 && room > 0 {
-        let spill = log_front(conn, index, over.min(room))?;
+        let spill = log_front(conn, index, over.min(room), None)?;
         let mut insert = conn.prepare_cached(
             "INSERT OR REPLACE INTO dedup (tenant, conversation_id, sender, client_msg_id,
                  conversation_seq, message_id, committed_at, expires_at)
@@ -434,11 +461,16 @@ fn on_disk(conn: &Connection) -> Result<bool> {
 struct FrontRow {
     id: i64,
     hash: u64,
-    expires_at: i64,
 }
 
-/// The first `n` rows of the log, oldest first.
-fn log_front(conn: &Connection, index: &DedupIndex, n: usize) -> Result<Vec<FrontRow>> {
+/// The first `n` rows of the log, oldest first; with `expired_at`, only those up to the first
+/// row that has not expired by then.
+fn log_front(
+    conn: &Connection,
+    index: &DedupIndex,
+    n: usize,
+    expired_at: Option<i64>,
+) -> Result<Vec<FrontRow>> {
     let mut stmt = conn.prepare_cached(
         "SELECT id, tenant, conversation_id, sender, client_msg_id, expires_at FROM dedup_log
          ORDER BY id LIMIT ?1",
@@ -446,10 +478,13 @@ fn log_front(conn: &Connection, index: &DedupIndex, n: usize) -> Result<Vec<Fron
     let mut rows = stmt.query([n as i64])?;
     let mut out = Vec::new();
     while let Some(row) = rows.next()? {
+        let expires_at: i64 = row.get(5)?;
+        if expired_at.is_some_and(|at| expires_at > at) {
+            break;
+        }
         out.push(FrontRow {
             id: row.get(0)?,
             hash: index.hash_at(row, 1)?,
-            expires_at: row.get(5)?,
         });
     }
     Ok(out)
@@ -537,6 +572,22 @@ mod tests {
         record(&conn, &mut index, &k1, T0 + 60_000).unwrap();
         assert_eq!(find(&conn, &index, &k1), Some(k1.ack()));
         assert_eq!(find(&conn, &index, &k2), Some(k2.ack()));
+    }
+
+    #[test]
+    fn an_index_that_could_not_be_rebuilt_refuses_jobs_until_it_is() {
+        let (conn, mut index) = store();
+        let k1 = message("k1", 1);
+        record(&conn, &mut index, &k1, T0 + 60_000).unwrap();
+        conn.execute_batch("ALTER TABLE dedup_log RENAME TO hidden")
+            .unwrap();
+        assert!(index.reload(&conn).is_err());
+        assert!(index.ready(&conn).is_err(), "stale: no job may use it");
+        conn.execute_batch("ALTER TABLE hidden RENAME TO dedup_log")
+            .unwrap();
+        index.ready(&conn).unwrap();
+        assert_eq!(find(&conn, &index, &k1), Some(k1.ack()));
+        assert_eq!(index.len(), 1);
     }
 
     #[test]

@@ -114,10 +114,8 @@ impl SqliteHot {
         let index = Arc::clone(&dedup);
         let reload = move |conn: &Connection| {
             if let Err(error) = dedup::lock(&index).reload(conn) {
-                // The index stays as the rolled-back jobs left it: it may hold ids of rows
-                // that are gone (a row in their place is told apart by its stored key), or
-                // miss rows that a rolled-back purge had dropped. The same failure as a store
-                // that cannot read its own file; the next start rebuilds the index.
+                // Marked stale: every job that needs it fails before writing until a rebuild
+                // succeeds (`DedupIndex::ready`).
                 tracing::error!(%error, "could not rebuild the dedup index after a rollback");
             }
         };
@@ -250,6 +248,7 @@ impl FusedCommit for SqliteHot {
             .write_unguarded(move |conn| {
                 let now = clock.now_ms();
                 let mut index = dedup::lock(&index);
+                index.ready(conn)?;
                 if let Some(ack) = dedup::lookup(conn, &index, DedupKey::of_send(&cmd), now)? {
                     return Ok(SendOutcome::Duplicate(ack));
                 }
@@ -353,6 +352,7 @@ impl HotStore for SqliteHot {
         self.writer
             .write_unguarded(move |conn| {
                 let mut index = dedup::lock(&index);
+                index.ready(conn)?;
                 if let Some(ack) = dedup::lookup(conn, &index, DedupKey::of_send(&cmd), now_ms)? {
                     let pending = conn
                         .prepare_cached(&format!(
@@ -640,7 +640,9 @@ impl HotStore for SqliteHot {
         // rollback hook reloads the index (see `super::dedup`).
         self.writer
             .write_unguarded(move |conn| {
-                dedup::purge(conn, &mut dedup::lock(&index), now_ms, batch)
+                let mut index = dedup::lock(&index);
+                index.ready(conn)?;
+                dedup::purge(conn, &mut index, now_ms, batch)
             })
             .await
     }
