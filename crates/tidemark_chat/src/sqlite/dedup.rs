@@ -28,9 +28,9 @@
 //! and is never answered meanwhile) — and expired rows leave `dedup`.
 //!
 //! [`lookup`], [`record`] and [`purge`] run on the writer connection, inside its group
-//! transaction, in jobs without a savepoint (`GroupWriter::write_unguarded`) that first call
-//! [`DedupIndex::ready`]: a job that fails after writing rolls back its whole group, and then
-//! the reload makes the index match the log again.
+//! transaction, in jobs without a savepoint (`GroupWriter::write_unguarded`) that take the
+//! index with [`lock_for_job`]: a job that fails after writing rolls back its whole group, and
+//! then the reload makes the index match the log again.
 
 use std::collections::HashMap;
 use std::hash::{BuildHasher, RandomState};
@@ -88,15 +88,6 @@ impl<'a> DedupKey<'a> {
         )
     }
 
-    fn is(self, stored: &StoredKey) -> bool {
-        (
-            stored.0.as_str(),
-            stored.1.as_str(),
-            stored.2.as_str(),
-            stored.3.as_str(),
-        ) == self.as_tuple()
-    }
-
     pub(super) fn of_send(cmd: &'a SendCommand) -> Self {
         Self {
             tenant: &cmd.tenant,
@@ -145,6 +136,17 @@ pub(super) fn lock(index: &Mutex<DedupIndex>) -> MutexGuard<'_, DedupIndex> {
     index
         .lock()
         .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// Locks `index` for a writer job that reads or changes it: fails, before the job writes
+/// anything, while the index is stale and cannot be rebuilt ([`DedupIndex::ready`]).
+pub(super) fn lock_for_job<'a>(
+    index: &'a Mutex<DedupIndex>,
+    conn: &Connection,
+) -> Result<MutexGuard<'a, DedupIndex>> {
+    let mut guard = lock(index);
+    guard.ready(conn)?;
+    Ok(guard)
 }
 
 impl DedupIndex {
@@ -203,9 +205,8 @@ impl DedupIndex {
         }
     }
 
-    /// Fails (before the job writes anything) while the index is stale and cannot be rebuilt;
-    /// every job that uses the index calls it first.
-    pub(super) fn ready(&mut self, conn: &Connection) -> Result<()> {
+    /// Fails while the index is stale and cannot be rebuilt (see [`lock_for_job`]).
+    fn ready(&mut self, conn: &Connection) -> Result<()> {
         if self.stale {
             self.reload(conn)?;
         }
@@ -320,63 +321,45 @@ pub(super) fn lookup(
 ) -> Result<Option<SendAck>> {
     let hash = index.hash(key);
     for id in index.candidates(hash) {
-        // Another key with the same hash, or this key expired (the next purge drops it): on.
-        if let Some((stored, ack, expires_at)) = log_row(conn, id)?
-            && key.is(&stored)
-            && expires_at > now_ms
-        {
+        // No answer: another key with the same hash, or this key expired (a purge drops it).
+        let log_row = "SELECT conversation_seq, message_id, committed_at FROM dedup_log
+             WHERE tenant = ?1 AND conversation_id = ?2 AND sender = ?3 AND client_msg_id = ?4
+               AND expires_at > ?5 AND id = ?6";
+        if let Some(ack) = find_ack(conn, log_row, key, now_ms, Some(id))? {
             return Ok(Some(ack));
         }
     }
     if !index.on_disk {
         return Ok(None);
     }
-    let mut stmt = conn.prepare_cached(
-        "SELECT conversation_seq, message_id, committed_at FROM dedup
+    let on_disk = "SELECT conversation_seq, message_id, committed_at FROM dedup
          WHERE tenant = ?1 AND conversation_id = ?2 AND sender = ?3 AND client_msg_id = ?4
-           AND expires_at > ?5",
-    )?;
-    Ok(stmt
-        .query_row(
-            params![
-                key.tenant,
-                key.conversation_id,
-                key.sender,
-                key.client_msg_id,
-                now_ms
-            ],
-            |r| ack_at(r, 0),
-        )
-        .optional()?)
+           AND expires_at > ?5";
+    find_ack(conn, on_disk, key, now_ms, None)
 }
 
-fn ack_at(r: &rusqlite::Row<'_>, base: usize) -> rusqlite::Result<SendAck> {
-    Ok(SendAck {
-        conversation_seq: r.get::<_, i64>(base)? as u64,
-        message_id: r.get(base + 1)?,
-        committed_at_ms: r.get(base + 2)?,
-    })
-}
-
-/// A stored key: `(tenant, conversation_id, sender, client_msg_id)`.
-type StoredKey = (String, String, String, String);
-
-/// The log row `id`: its key, its SEND_ACK and its expiry (Unix ms).
-fn log_row(conn: &Connection, id: i64) -> Result<Option<(StoredKey, SendAck, i64)>> {
-    let mut stmt = conn.prepare_cached(
-        "SELECT tenant, conversation_id, sender, client_msg_id, conversation_seq, message_id,
-             committed_at, expires_at
-         FROM dedup_log WHERE id = ?1",
-    )?;
-    Ok(stmt
-        .query_row([id], |r| {
-            Ok((
-                (r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?),
-                ack_at(r, 4)?,
-                r.get(7)?,
-            ))
+/// The ACK that `sql` selects for `key`, unexpired at `now_ms` (and the log row `id`, if any).
+fn find_ack(
+    conn: &Connection,
+    sql: &str,
+    key: DedupKey<'_>,
+    now_ms: i64,
+    id: Option<i64>,
+) -> Result<Option<SendAck>> {
+    let mut stmt = conn.prepare_cached(sql)?;
+    let (t, c, s, m) = key.as_tuple();
+    let ack = |r: &rusqlite::Row<'_>| {
+        Ok(SendAck {
+            conversation_seq: r.get::<_, i64>(0)? as u64,
+            message_id: r.get(1)?,
+            committed_at_ms: r.get(2)?,
         })
-        .optional()?)
+    };
+    Ok(match id {
+        Some(id) => stmt.query_row(params![t, c, s, m, now_ms, id], ack),
+        None => stmt.query_row(params![t, c, s, m, now_ms], ack),
+    }
+    .optional()?)
 }
 
 /// Records the key of committed (or reserved) `r`, deduplicated until `expires_at_ms`.

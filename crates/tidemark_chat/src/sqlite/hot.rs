@@ -1,14 +1,13 @@
 //! Hot store + outbox on one SQLite file (`hot.db`).
 //!
 //! Tables: `conversation` (members, floor F, and `latest_seq` — see [`LATEST_SEQ`]), `member`
-//! (read pointers),
-//! `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed rows are the hot
-//! history index; `trim_score` set on commit), `dedup_log` + `dedup` (client dedup, own
-//! expiry, outlives trimming: see [`super::dedup`]), `outbox` (offset = rowid − 1, AUTOINCREMENT so offsets are never reused; a
-//! fused commit stores only the key of its `message` row — written in the same transaction, and
-//! trimmed only behind the watermark, i.e. after the archiver consumed the entry — while
-//! records appended through [`Outbox::append`] carry the full JSON envelope),
-//! `meta` (consumer positions, the archive watermark).
+//! (read pointers), `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed
+//! rows are the hot history index; `trim_score` set on commit), `dedup_log` + `dedup` (client
+//! dedup, own expiry, outlives trimming: see [`super::dedup`]), `outbox` (offset = rowid − 1,
+//! AUTOINCREMENT so offsets are never reused; a fused commit stores only the key of its
+//! `message` row — written in the same transaction, and trimmed only behind the watermark, i.e.
+//! after the archiver consumed the entry — while records appended through [`Outbox::append`]
+//! carry the full JSON envelope), `meta` (consumer positions, the archive watermark).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -130,8 +129,8 @@ impl SqliteHot {
     }
 
     /// Bounds the client dedup keys held in memory (default
-    /// [`crate::config::DEFAULT_DEDUP_MEMORY_KEYS`]); past it the oldest move to an on-disk index during the
-    /// trimmer's pass.
+    /// [`crate::config::DEFAULT_DEDUP_MEMORY_KEYS`]); past it the oldest move to an on-disk
+    /// index during the trimmer's pass.
     #[must_use]
     pub fn with_dedup_memory_keys(self, keys: usize) -> Self {
         dedup::lock(&self.dedup).set_memory_keys(keys);
@@ -247,8 +246,7 @@ impl FusedCommit for SqliteHot {
         self.writer
             .write_unguarded(move |conn| {
                 let now = clock.now_ms();
-                let mut index = dedup::lock(&index);
-                index.ready(conn)?;
+                let mut index = dedup::lock_for_job(&index, conn)?;
                 if let Some(ack) = dedup::lookup(conn, &index, DedupKey::of_send(&cmd), now)? {
                     return Ok(SendOutcome::Duplicate(ack));
                 }
@@ -351,8 +349,7 @@ impl HotStore for SqliteHot {
         // failure after writing rolls back the group (the dedup index is reloaded then).
         self.writer
             .write_unguarded(move |conn| {
-                let mut index = dedup::lock(&index);
-                index.ready(conn)?;
+                let mut index = dedup::lock_for_job(&index, conn)?;
                 if let Some(ack) = dedup::lookup(conn, &index, DedupKey::of_send(&cmd), now_ms)? {
                     let pending = conn
                         .prepare_cached(&format!(
@@ -640,8 +637,7 @@ impl HotStore for SqliteHot {
         // rollback hook reloads the index (see `super::dedup`).
         self.writer
             .write_unguarded(move |conn| {
-                let mut index = dedup::lock(&index);
-                index.ready(conn)?;
+                let mut index = dedup::lock_for_job(&index, conn)?;
                 dedup::purge(conn, &mut index, now_ms, batch)
             })
             .await
