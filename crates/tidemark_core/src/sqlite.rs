@@ -449,11 +449,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn concurrent_jobs_commit_and_a_failing_job_rolls_back_alone() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.db");
-        let conn = open_rw(&path).unwrap();
-        conn.execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
-            .unwrap();
+        let (_dir, path, conn) = table_t();
         let writer = std::sync::Arc::new(GroupWriter::start("t", conn, 64));
         let mut tasks = Vec::new();
         for i in 0..200i64 {
@@ -492,6 +488,17 @@ mod tests {
         assert_eq!((count, refused), (180, 0));
     }
 
+    /// A fresh database file (kept while the returned dir lives) with table `t (v INTEGER)`, and
+    /// a read-write connection to it.
+    fn table_t() -> (tempfile::TempDir, std::path::PathBuf, Connection) {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.db");
+        let conn = open_rw(&path).unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
+            .unwrap();
+        (dir, path, conn)
+    }
+
     type TestJob = Box<dyn FnOnce(&Connection) -> Result<i64, TestError> + Send>;
 
     /// Jobs queued while the writer is held by a first job share one group transaction.
@@ -526,11 +533,7 @@ mod tests {
     #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
     async fn an_unguarded_job_failing_before_writing_leaves_its_group_alone_and_after_writing_rolls_it_back()
      {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.db");
-        let conn = open_rw(&path).unwrap();
-        conn.execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
-            .unwrap();
+        let (_dir, path, conn) = table_t();
         let rollbacks = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
         let seen = std::sync::Arc::clone(&rollbacks);
         let writer = std::sync::Arc::new(GroupWriter::start_with_rollback_hook(
@@ -603,11 +606,7 @@ mod tests {
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_job_whose_transaction_cannot_begin_is_not_run() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("t.db");
-        let conn = open_rw(&path).unwrap();
-        conn.execute_batch("CREATE TABLE t (v INTEGER NOT NULL)")
-            .unwrap();
+        let (_dir, path, conn) = table_t();
         conn.busy_timeout(Duration::from_millis(20)).unwrap();
         let writer = GroupWriter::start("t", conn, 64);
         // Another connection holds the write lock, so BEGIN IMMEDIATE fails (SQLITE_BUSY); the
