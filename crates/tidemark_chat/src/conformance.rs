@@ -307,14 +307,22 @@ pub async fn outbox(outbox: Arc<dyn Outbox>) {
         (T0 + 500, 4)
     );
 
-    // Retention: only records below the bound and old enough go.
-    assert_eq!(outbox.truncate(3, T0).await.unwrap(), 0);
-    assert_eq!(outbox.truncate(2, T0 + 1_000).await.unwrap(), 2);
+    // Retention drops a prefix: records below the bound and old enough, at most `max` a call.
+    assert_eq!(outbox.truncate(3, T0, 10).await.unwrap(), 0);
+    assert_eq!(outbox.truncate(3, T0 + 1_000, 1).await.unwrap(), 1);
+    assert_eq!(outbox.offsets().await.unwrap(), (1, 4));
+    assert_eq!(outbox.truncate(2, T0 + 1_000, 10).await.unwrap(), 1);
     assert_eq!(outbox.offsets().await.unwrap(), (2, 4));
     assert_eq!(
         outbox.fetch(0, 10).await.unwrap().first().map(|(o, _)| *o),
         Some(2)
     );
+    // Offset 3 (appended at T0 + 1) is old enough, but offset 2 before it (T0 + 3) is not:
+    // the prefix stops there.
+    outbox.store_position("archiver", 4).await.unwrap();
+    assert_eq!(outbox.truncate(4, T0 + 2, 10).await.unwrap(), 0);
+    assert_eq!(outbox.truncate(4, T0 + 4, 10).await.unwrap(), 2);
+    assert_eq!(outbox.offsets().await.unwrap(), (4, 4));
 }
 
 /// The archive contract: idempotent writes, index ranges across buckets, record lookup,

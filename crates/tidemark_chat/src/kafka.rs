@@ -21,7 +21,7 @@
 //! the archiver to resume.
 //!
 //! Retention ([`Outbox::truncate`]) drops a prefix: up to the first record at or above `below`,
-//! or the first one not older than the cutoff, whichever comes first. The new start of the log
+//! the first one not older than the cutoff, or `max` records, whichever comes first. The new start of the log
 //! is committed as the offset of the reserved group `tidemark.retention` and from then on is
 //! the log's `low` for this outbox (reads start there); the records themselves are deleted with
 //! the `DeleteRecords` admin call where the broker has it (Kafka, Redpanda). A broker without
@@ -540,17 +540,19 @@ impl Outbox for KafkaOutbox {
         .await
     }
 
-    async fn truncate(&self, below: u64, older_than_ms: i64) -> Result<usize> {
+    async fn truncate(&self, below: u64, older_than_ms: i64, max: usize) -> Result<usize> {
         let (low, _) = self.offsets().await?;
-        // The prefix to delete ends at `below` or at the first record not old enough.
+        // The prefix to delete ends at `below`, after `max` records, or at the first record
+        // not old enough.
+        let end = below.min(low.saturating_add(max as u64));
         let mut cut = low;
-        'scan: while cut < below {
-            let batch = self.fetch(cut, 1000).await?;
+        'scan: while cut < end {
+            let batch = self.fetch(cut, (end - cut).min(1000) as usize).await?;
             if batch.is_empty() {
                 break;
             }
             for (offset, record) in batch {
-                if offset >= below || record.committed_at_ms >= older_than_ms {
+                if offset >= end || record.committed_at_ms >= older_than_ms {
                     break 'scan;
                 }
                 cut = offset + 1;

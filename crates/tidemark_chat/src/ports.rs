@@ -175,9 +175,13 @@ pub trait Outbox: Send + Sync + std::fmt::Debug {
     /// Stores the consumer's position.
     async fn store_position(&self, consumer: &str, position: u64) -> Result<()>;
 
-    /// Drops records below `below` that are older than `older_than_ms` (retention); returns how
-    /// many. Never called with `below` past the archiver's stored position.
-    async fn truncate(&self, below: u64, older_than_ms: i64) -> Result<usize>;
+    /// Retention: drops a prefix of the log — the records from `low` on that lie below `below`
+    /// and were appended before `older_than_ms` (Unix ms), stopping at the first that was not,
+    /// and at most `max` of them; returns how many. The cost is bounded by `max`, not by the
+    /// size of the log: the trimmer calls it every pass, and a day's outbox holds hundreds of
+    /// millions of records (issue 2). Never called with `below` past the archiver's stored
+    /// position.
+    async fn truncate(&self, below: u64, older_than_ms: i64, max: usize) -> Result<usize>;
 }
 
 /// The archive: message records and the history index, keyed

@@ -111,7 +111,7 @@ impl Trimmer {
             && let Some(position) = outbox.position(ARCHIVER_CONSUMER).await?
         {
             let retention = self.cfg.outbox_retention.as_millis() as i64;
-            outbox.truncate(position, now - retention).await?;
+            while outbox.truncate(position, now - retention, batch).await? == batch {}
         }
         Ok(out)
     }

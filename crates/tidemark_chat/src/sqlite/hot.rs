@@ -224,6 +224,39 @@ fn outbox_offsets(conn: &Connection) -> Result<(u64, u64)> {
     Ok((low as u64, high as u64))
 }
 
+/// [`Outbox::truncate`] on `conn`: reads at most `max + 1` rows, whatever the size of the log.
+///
+/// The prefix is found by rowid from the log's first row (offset = rowid − 1): up to `below`,
+/// at most `max` rows, and before the first row appended at or after `older_than_ms`. A
+/// filter on `appended_at` over the whole range instead (there is no index on it) would read
+/// every row of the log on each trimmer pass.
+fn truncate_outbox(conn: &Connection, below: u64, older_than_ms: i64, max: usize) -> Result<usize> {
+    let first: Option<i64> = conn.query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))?;
+    let Some(first) = first else {
+        return Ok(0);
+    };
+    // Rowids are offsets + 1: offsets below `below` are rowids up to `below`.
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    let last = (below as i64).min(first.saturating_add(max) - 1);
+    if last < first {
+        return Ok(0);
+    }
+    let young: Option<i64> = conn
+        .prepare_cached(
+            "SELECT rowid FROM outbox WHERE rowid BETWEEN ?1 AND ?2 AND appended_at >= ?3
+             ORDER BY rowid LIMIT 1",
+        )?
+        .query_row(params![first, last, older_than_ms], |r| r.get(0))
+        .optional()?;
+    let last = young.map_or(last, |y| y - 1);
+    if last < first {
+        return Ok(0);
+    }
+    Ok(conn
+        .prepare_cached("DELETE FROM outbox WHERE rowid BETWEEN ?1 AND ?2")?
+        .execute(params![first, last])?)
+}
+
 fn meta_get(conn: &Connection, key: &str) -> Result<Option<i64>> {
     Ok(conn
         .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
@@ -788,14 +821,71 @@ impl Outbox for SqliteHot {
             .await
     }
 
-    async fn truncate(&self, below: u64, older_than_ms: i64) -> Result<usize> {
+    async fn truncate(&self, below: u64, older_than_ms: i64, max: usize) -> Result<usize> {
         self.writer
-            .write(move |conn| {
-                Ok(conn.execute(
-                    "DELETE FROM outbox WHERE rowid <= ?1 AND appended_at < ?2",
-                    params![below as i64, older_than_ms],
-                )?)
-            })
+            .write(move |conn| truncate_outbox(conn, below, older_than_ms, max))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    /// An outbox of `n` rows, the first `old` appended at 1,000 ms and the rest at 5,000 ms.
+    fn outbox_of(n: i64, old: i64) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let mut insert = conn
+            .prepare("INSERT INTO outbox (appended_at, tenant) VALUES (?1, 't')")
+            .unwrap();
+        for i in 0..n {
+            insert
+                .execute([if i < old { 1_000 } else { 5_000 }])
+                .unwrap();
+        }
+        drop(insert);
+        conn
+    }
+
+    /// Runs `truncate_outbox` and counts the SQLite VM instructions it took.
+    fn truncate_counting(conn: &Connection, below: u64, older: i64, max: usize) -> (usize, u64) {
+        let ops = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&ops);
+        conn.progress_handler(
+            1,
+            Some(move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+                false
+            }),
+        );
+        let deleted = truncate_outbox(conn, below, older, max).unwrap();
+        conn.progress_handler(1, None::<fn() -> bool>);
+        (deleted, ops.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn outbox_retention_reads_the_prefix_not_the_log() {
+        let conn = outbox_of(50_000, 300);
+        // Nothing old enough: a look at the first row (34 instructions), not a pass over the
+        // 50,000 rows (the filter over the whole range this replaced took 250,019).
+        let (deleted, ops) = truncate_counting(&conn, 50_000, 500, 1_000);
+        assert_eq!(deleted, 0);
+        assert!(ops < 200, "{ops} VM instructions to delete nothing");
+        // 300 old rows: bounded by `max` per call, then by the first young row.
+        let (deleted, ops_200) = truncate_counting(&conn, 50_000, 2_000, 200);
+        assert_eq!(deleted, 200);
+        assert!(ops_200 < 200 * 20, "{ops_200} VM instructions for 200 rows");
+        let (deleted, _) = truncate_counting(&conn, 50_000, 2_000, 200);
+        assert_eq!(deleted, 100);
+        assert_eq!(truncate_counting(&conn, 50_000, 2_000, 200).0, 0);
+        // `below` bounds the prefix too (offsets below 310 = rowids up to 310).
+        assert_eq!(truncate_counting(&conn, 310, 9_000, 1_000).0, 10);
+        let first: i64 = conn
+            .query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(first, 311);
     }
 }
