@@ -17,6 +17,17 @@ pub enum ChatMode {
     SyncArchive,
 }
 
+impl ChatMode {
+    /// The priority of the embedded archive's writer thread: background unless the archive
+    /// write is on the commit path (`sync-archive`), see [`tidemark_core::sqlite::Priority`].
+    pub fn archive_priority(self) -> tidemark_core::sqlite::Priority {
+        match self {
+            ChatMode::SyncArchive => tidemark_core::sqlite::Priority::Normal,
+            ChatMode::Tiered | ChatMode::HotOnly => tidemark_core::sqlite::Priority::Background,
+        }
+    }
+}
+
 /// Default of [`ChatConfig::dedup_memory_keys`].
 pub const DEFAULT_DEDUP_MEMORY_KEYS: usize = 4_000_000;
 

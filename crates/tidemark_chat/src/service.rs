@@ -56,7 +56,10 @@ impl ChatStores {
         );
         let tiered = cfg.mode != ChatMode::HotOnly;
         let archive: Option<Arc<dyn Archive>> = if tiered {
-            Some(Arc::new(SqliteArchive::open(&dir.join("archive.db"))?))
+            Some(Arc::new(SqliteArchive::open_with_priority(
+                &dir.join("archive.db"),
+                cfg.mode.archive_priority(),
+            )?))
         } else {
             None
         };

@@ -89,7 +89,10 @@ impl ChatStores {
             (Engine::Mysql(url), true) => {
                 Some(Arc::new(MysqlArchive::connect(url, cfg.mysql_pool).await?))
             }
-            (_, true) => Some(Arc::new(SqliteArchive::open(&chat_dir.join("archive.db"))?)),
+            (_, true) => Some(Arc::new(SqliteArchive::open_with_priority(
+                &chat_dir.join("archive.db"),
+                cfg.mode.archive_priority(),
+            )?)),
         };
         match hot {
             Engine::Redis(url) => {

@@ -15,6 +15,13 @@
 //!
 //! Reads: a [`ReadPool`] of read-only connections; WAL lets them read a consistent snapshot while
 //! the writer works.
+//!
+//! Background work (checkpoints; a writer or reader that may lag, such as the archive's) runs at
+//! a lower CPU priority than the commit path: see [`background`].
+
+mod background;
+
+pub use background::{BACKGROUND_NICE, Priority, ReadThread};
 
 use std::path::Path;
 use std::sync::mpsc;
@@ -81,13 +88,25 @@ pub struct GroupWriter {
 impl GroupWriter {
     /// Starts the writer thread on `conn`; `max_batch` bounds how many jobs share a transaction.
     ///
-    /// WAL checkpoints are taken off the commit path: a companion thread runs a PASSIVE
+    /// WAL checkpoints are taken off the commit path: a companion thread (at
+    /// [`Priority::Background`]) runs a PASSIVE
     /// checkpoint on its own connection every [`CHECKPOINT_EVERY`], or every
     /// [`CHECKPOINT_BUSY_EVERY`] while the log grows fast ([`checkpoint_pause`]); the writer's
     /// automatic checkpoint, which rewinds the log, only triggers past [`AUTOCHECKPOINT_PAGES`];
     /// and the writer truncates the WAL when it stops.
     pub fn start(name: &str, conn: Connection, max_batch: usize) -> Self {
-        Self::start_with_rollback_hook(name, conn, max_batch, Box::new(|_| {}))
+        Self::spawn(name, conn, max_batch, Box::new(|_| {}), Priority::Normal)
+    }
+
+    /// Like [`GroupWriter::start`], the writer thread at `priority`: [`Priority::Background`]
+    /// for a writer nobody waits on to answer a request (the archive in `tiered` mode).
+    pub fn start_with_priority(
+        name: &str,
+        conn: Connection,
+        max_batch: usize,
+        priority: Priority,
+    ) -> Self {
+        Self::spawn(name, conn, max_batch, Box::new(|_| {}), priority)
     }
 
     /// Like [`GroupWriter::start`]; `on_rollback` runs on the writer thread, with the
@@ -99,6 +118,16 @@ impl GroupWriter {
         conn: Connection,
         max_batch: usize,
         on_rollback: RollbackHook,
+    ) -> Self {
+        Self::spawn(name, conn, max_batch, on_rollback, Priority::Normal)
+    }
+
+    fn spawn(
+        name: &str,
+        conn: Connection,
+        max_batch: usize,
+        on_rollback: RollbackHook,
+        priority: Priority,
     ) -> Self {
         let (tx, rx) = mpsc::channel::<Job>();
         if let Err(e) = conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES) {
@@ -118,6 +147,7 @@ impl GroupWriter {
         let thread = std::thread::Builder::new()
             .name(format!("sqlite-writer-{name}"))
             .spawn(move || {
+                priority.apply_to_current_thread();
                 writer_loop(&conn, rx, max_batch.max(1), on_rollback);
                 drop(stop_tx);
                 if let Some(c) = checkpointer {
@@ -273,6 +303,9 @@ pub fn checkpoint_pause(grew_frames: i64, elapsed: Duration) -> Duration {
 }
 
 fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
+    // Copying the log into the database may lag; the writer rewinds it past
+    // AUTOCHECKPOINT_PAGES whatever happens here.
+    Priority::Background.apply_to_current_thread();
     let conn = match Connection::open(path).and_then(|c| {
         c.busy_timeout(Duration::from_millis(50))?;
         Ok(c)

@@ -6,7 +6,7 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use rusqlite::params;
-use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw};
+use tidemark_core::sqlite::{GroupWriter, Priority, ReadPool, open_rw};
 
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
@@ -51,11 +51,17 @@ pub struct SqliteArchive {
 }
 
 impl SqliteArchive {
-    /// Opens (creating if needed) the archive file at `path`.
+    /// Opens (creating if needed) the archive file at `path`, its writer at normal priority.
     pub fn open(path: &Path) -> Result<Self> {
+        Self::open_with_priority(path, Priority::Normal)
+    }
+
+    /// Like [`SqliteArchive::open`], the writer thread at `priority`
+    /// ([`crate::config::ChatMode::archive_priority`]).
+    pub fn open_with_priority(path: &Path, priority: Priority) -> Result<Self> {
         let conn = open_rw(path)?;
         conn.execute_batch(SCHEMA)?;
-        let writer = GroupWriter::start("chat-archive", conn, 64);
+        let writer = GroupWriter::start_with_priority("chat-archive", conn, 64, priority);
         let reads = ReadPool::open(path, 8)?;
         Ok(Self { writer, reads })
     }

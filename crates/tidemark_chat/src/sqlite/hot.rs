@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::clock::SharedClock;
-use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw};
+use tidemark_core::sqlite::{GroupWriter, ReadPool, ReadThread, open_rw};
 
 use super::dedup::{self, DedupIndex, DedupKey};
 use super::{RECORD_COLUMNS, record_from_row, record_from_row_at};
@@ -94,6 +94,8 @@ const WATERMARK_KEY: &str = "archive_watermark";
 pub struct SqliteHot {
     writer: GroupWriter,
     reads: ReadPool,
+    /// The archiver's outbox reads ([`Outbox::fetch`]), on a background thread of their own.
+    outbox_reads: ReadThread,
     /// Client dedup's in-memory index, used by writer jobs only (see [`super::dedup`]).
     dedup: Arc<Mutex<DedupIndex>>,
 }
@@ -121,9 +123,11 @@ impl SqliteHot {
         let writer =
             GroupWriter::start_with_rollback_hook("chat-hot", conn, max_batch, Box::new(reload));
         let reads = ReadPool::open(path, 8)?;
+        let outbox_reads = ReadThread::open(path, "outbox")?;
         Ok(Self {
             writer,
             reads,
+            outbox_reads,
             dedup,
         })
     }
@@ -762,7 +766,8 @@ impl Outbox for SqliteHot {
     }
 
     async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>> {
-        self.reads
+        // Background priority: the archiver may lag, the SENDs sharing the cores may not.
+        self.outbox_reads
             .read(move |conn| {
                 let mut stmt = conn.prepare_cached(&format!(
                     "SELECT o.rowid, o.envelope, m.tenant IS NOT NULL,
