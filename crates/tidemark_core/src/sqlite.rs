@@ -8,7 +8,8 @@
 //! many acknowledgements share one fsync, and no caller is answered before its data is durable.
 //! A hot path whose jobs only fail before their first write ([`GroupWriter::write_unguarded`],
 //! the chat commit) skips the savepoint; should such a job still fail after writing, the whole
-//! group is rolled back and every job in it is answered [`SqliteError::CommitFailed`]. State a
+//! group is rolled back and every job in it is answered [`SqliteError::CommitFailed`]; so is the
+//! group of a job that panics (a bug), and the writer goes on with the next group. State a
 //! job keeps beside the database (an in-memory index of its rows) is made whole again by a
 //! rollback hook ([`GroupWriter::start_with_rollback_hook`]), which the writer runs after any
 //! group it rolled back, before the next one.
@@ -23,6 +24,7 @@ mod background;
 
 pub use background::{BACKGROUND_NICE, Priority, ReadThread};
 
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -216,7 +218,13 @@ impl GroupWriter {
                 let no_tx = SqliteError::CommitFailed("no transaction to run in".into());
                 (Err(E::from(no_tx)), false)
             } else {
-                run(conn)
+                // A job that panics (a bug) may have written anything, and left its savepoint
+                // open: it dooms its group, and the writer goes on with the next one.
+                std::panic::catch_unwind(AssertUnwindSafe(|| run(conn))).unwrap_or_else(|_| {
+                    tracing::error!("a sqlite writer job panicked: its group is rolled back");
+                    let panicked = SqliteError::Task("the write job panicked".into());
+                    (Err(E::from(panicked)), true)
+                })
             };
             let completion = Box::new(move |commit: Result<(), String>| {
                 let answer = match commit {
@@ -635,6 +643,53 @@ mod tests {
         assert_eq!(out[1].as_ref().ok(), Some(&7));
         assert_eq!(count(path), (3, 10));
         assert_eq!(rollbacks.load(std::sync::atomic::Ordering::SeqCst), 1);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+    async fn a_job_that_panics_rolls_back_its_group_and_the_writer_goes_on() {
+        let (_dir, path, conn) = table_t();
+        let writer = std::sync::Arc::new(GroupWriter::start("t", conn, 64));
+        let count = |path: &std::path::Path| -> i64 {
+            Connection::open(path)
+                .unwrap()
+                .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+                .unwrap()
+        };
+        let insert = |v: i64| -> TestJob {
+            Box::new(move |c: &Connection| {
+                c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+                Ok(v)
+            })
+        };
+        let panics: TestJob = Box::new(|c: &Connection| {
+            c.execute("INSERT INTO t (v) VALUES (100)", [])?;
+            panic!("a bug in a write job")
+        });
+        // Every job of the group, the one that panicked too, is told its group was rolled back.
+        let out = one_group(&writer, vec![insert(1), panics, insert(2)]).await;
+        assert_eq!(out.len(), 4);
+        for r in &out {
+            assert!(
+                matches!(r, Err(TestError::Db(SqliteError::CommitFailed(_)))),
+                "{r:?}"
+            );
+        }
+        assert_eq!(count(&path), 0, "nothing of that group was written");
+        // In a savepoint (`write`), after a write: the same.
+        let guarded = writer
+            .write(|c: &Connection| -> Result<i64, TestError> {
+                c.execute("INSERT INTO t (v) VALUES (200)", [])?;
+                panic!("a bug in a guarded write job")
+            })
+            .await;
+        assert!(
+            matches!(guarded, Err(TestError::Db(SqliteError::CommitFailed(_)))),
+            "{guarded:?}"
+        );
+        assert_eq!(count(&path), 0);
+        // The writer goes on.
+        assert_eq!(writer.write(insert(7)).await.unwrap(), 7);
+        assert_eq!(count(&path), 1);
     }
 
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
