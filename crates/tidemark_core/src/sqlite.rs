@@ -542,6 +542,25 @@ mod tests {
 
     type TestJob = Box<dyn FnOnce(&Connection) -> Result<i64, TestError> + Send>;
 
+    /// A job inserting `v` into `t`.
+    fn insert(v: i64) -> TestJob {
+        Box::new(move |c: &Connection| {
+            c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+            Ok(v)
+        })
+    }
+
+    /// `jobs` answers, every one of them told its group was rolled back.
+    fn assert_group_rolled_back(out: &[Result<i64, TestError>], jobs: usize) {
+        assert_eq!(out.len(), jobs);
+        for r in out {
+            assert!(
+                matches!(r, Err(TestError::Db(SqliteError::CommitFailed(_)))),
+                "{r:?}"
+            );
+        }
+    }
+
     /// Jobs queued while the writer is held by a first job share one group transaction.
     async fn one_group(
         writer: &std::sync::Arc<GroupWriter>,
@@ -590,12 +609,6 @@ mod tests {
                 seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             }),
         ));
-        let insert = |v: i64| -> TestJob {
-            Box::new(move |c: &Connection| {
-                c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
-                Ok(v)
-            })
-        };
         let count = |path: std::path::PathBuf| {
             let c = Connection::open(path).unwrap();
             c.query_row("SELECT count(*), coalesce(sum(v), 0) FROM t", [], |r| {
@@ -624,13 +637,7 @@ mod tests {
             Err(TestError::Refused)
         });
         let out = one_group(&writer, vec![insert(10), half, insert(20)]).await;
-        assert_eq!(out.len(), 4);
-        for r in &out {
-            assert!(
-                matches!(r, Err(TestError::Db(SqliteError::CommitFailed(_)))),
-                "{r:?}"
-            );
-        }
+        assert_group_rolled_back(&out, 4);
         assert_eq!(
             count(path.clone()),
             (2, 3),
@@ -655,25 +662,13 @@ mod tests {
                 .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
                 .unwrap()
         };
-        let insert = |v: i64| -> TestJob {
-            Box::new(move |c: &Connection| {
-                c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
-                Ok(v)
-            })
-        };
         let panics: TestJob = Box::new(|c: &Connection| {
             c.execute("INSERT INTO t (v) VALUES (100)", [])?;
             panic!("a bug in a write job")
         });
         // Every job of the group, the one that panicked too, is told its group was rolled back.
         let out = one_group(&writer, vec![insert(1), panics, insert(2)]).await;
-        assert_eq!(out.len(), 4);
-        for r in &out {
-            assert!(
-                matches!(r, Err(TestError::Db(SqliteError::CommitFailed(_)))),
-                "{r:?}"
-            );
-        }
+        assert_group_rolled_back(&out, 4);
         assert_eq!(count(&path), 0, "nothing of that group was written");
         // In a savepoint (`write`), after a write: the same.
         let guarded = writer
