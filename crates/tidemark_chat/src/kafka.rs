@@ -21,13 +21,13 @@
 //! the archiver to resume.
 //!
 //! Retention ([`Outbox::truncate`]) drops a prefix: up to the first record at or above `below`,
-//! the first one not older than the cutoff, or `max` records, whichever comes first. The new start of the log
-//! is committed as the offset of the reserved group `tidemark.retention` and from then on is
-//! the log's `low` for this outbox (reads start there); the records themselves are deleted with
-//! the `DeleteRecords` admin call where the broker has it (Kafka, Redpanda). A broker without
-//! it (tansu 0.6 drops the connection) is noted once in the log, and its own retention
-//! (`retention.ms`, to be set above `chat.outbox_retention` plus the archive-lag alert) frees
-//! the space.
+//! the first one not older than the cutoff, or `max` records, whichever comes first. The new
+//! start of the log is committed as the offset of the reserved group `tidemark.retention` and
+//! from then on is the log's `low` for this outbox (reads start there); the records themselves
+//! are deleted with the `DeleteRecords` admin call where the broker has it (Kafka, Redpanda). A
+//! broker without it (tansu 0.6 drops the connection) is noted once in the log, and its own
+//! retention (`retention.ms`, to be set above `chat.outbox_retention` plus the archive-lag
+//! alert) frees the space.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
