@@ -21,13 +21,14 @@
 //! a lower CPU priority than the commit path: see [`background`].
 
 mod background;
+mod job_thread;
 
 pub use background::{BACKGROUND_NICE, Priority, ReadThread};
+use job_thread::JobThread;
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::mpsc;
-use std::thread::JoinHandle;
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
@@ -58,12 +59,15 @@ pub enum SqliteError {
 /// in a perf profile at 8,000 sends/s, issue 2).
 pub const WRITER_CACHE_KIB: i64 = 64 * 1024;
 
+/// How long a connection waits for a lock another holds before it gives up (`SQLITE_BUSY`).
+pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
+
 /// Opens a read-write connection with Tidemark's pragmas: WAL, `synchronous = FULL` (fsync of
-/// the WAL on every commit), foreign keys on, a [`WRITER_CACHE_KIB`] page cache, a 5 s busy
-/// timeout.
+/// the WAL on every commit), foreign keys on, a [`WRITER_CACHE_KIB`] page cache, a
+/// [`BUSY_TIMEOUT`].
 pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
     let conn = Connection::open(path)?;
-    conn.busy_timeout(Duration::from_secs(5))?;
+    conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -80,11 +84,16 @@ type Job = Box<dyn FnOnce(&Connection) -> (Completion, bool) + Send>;
 /// Runs on the writer thread after a group transaction was rolled back (see the module docs).
 pub type RollbackHook = Box<dyn FnMut(&Connection) + Send>;
 
+/// The flags of every read-only connection ([`ReadPool`], [`ReadThread`]); each also gets a
+/// [`BUSY_TIMEOUT`].
+fn read_only_flags() -> OpenFlags {
+    OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX
+}
+
 /// The single writer of one SQLite file, with group commit (see the module docs).
 #[derive(Debug)]
 pub struct GroupWriter {
-    tx: Option<mpsc::Sender<Job>>,
-    thread: Option<JoinHandle<()>>,
+    jobs: JobThread<Job>,
 }
 
 impl GroupWriter {
@@ -131,7 +140,6 @@ impl GroupWriter {
         on_rollback: RollbackHook,
         priority: Priority,
     ) -> Self {
-        let (tx, rx) = mpsc::channel::<Job>();
         if let Err(e) = conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES) {
             tracing::warn!(error = %e, "could not raise wal_autocheckpoint");
         }
@@ -146,24 +154,19 @@ impl GroupWriter {
                 .spawn(move || checkpoint_loop(&path, &stop_rx))
                 .expect("spawning the sqlite checkpoint thread")
         });
-        let thread = std::thread::Builder::new()
-            .name(format!("sqlite-writer-{name}"))
-            .spawn(move || {
-                priority.apply_to_current_thread();
-                writer_loop(&conn, rx, max_batch.max(1), on_rollback);
-                drop(stop_tx);
-                if let Some(c) = checkpointer {
-                    let _ = c.join();
-                }
-                if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
-                    tracing::warn!(error = %e, "final wal checkpoint failed");
-                }
-            })
-            .expect("spawning the sqlite writer thread");
-        Self {
-            tx: Some(tx),
-            thread: Some(thread),
-        }
+        let jobs = JobThread::spawn(format!("sqlite-writer-{name}"), move |rx| {
+            priority.apply_to_current_thread();
+            writer_loop(&conn, rx, max_batch.max(1), on_rollback);
+            drop(stop_tx);
+            if let Some(c) = checkpointer {
+                let _ = c.join();
+            }
+            if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
+                tracing::warn!(error = %e, "final wal checkpoint failed");
+            }
+        })
+        .expect("spawning the sqlite writer thread");
+        Self { jobs }
     }
 
     /// Runs `job` in the next group transaction and returns its result once that transaction is
@@ -235,23 +238,16 @@ impl GroupWriter {
             }) as Completion;
             (completion, doomed)
         });
-        let sender = self.tx.as_ref().ok_or(SqliteError::WriterStopped)?;
-        sender.send(boxed).map_err(|_| SqliteError::WriterStopped)?;
+        self.jobs
+            .send(boxed)
+            .map_err(|_| SqliteError::WriterStopped)?;
         done_rx.await.map_err(|_| SqliteError::WriterStopped)?
     }
 
-    /// Stops accepting jobs, finishes the ones queued, and joins the thread.
+    /// Stops accepting jobs, finishes the ones queued, and joins the thread (dropping the
+    /// writer does the same).
     pub fn shutdown(&mut self) {
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-impl Drop for GroupWriter {
-    fn drop(&mut self) {
-        self.shutdown();
+        self.jobs.shutdown();
     }
 }
 
@@ -427,8 +423,8 @@ impl ReadPool {
     /// Opens up to `size` read-only connections to `path` (the file must exist).
     pub fn open(path: &Path, size: u32) -> Result<Self, SqliteError> {
         let manager = r2d2_sqlite::SqliteConnectionManager::file(path)
-            .with_flags(OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX)
-            .with_init(|c| c.busy_timeout(Duration::from_secs(5)));
+            .with_flags(read_only_flags())
+            .with_init(|c| c.busy_timeout(BUSY_TIMEOUT));
         let pool = r2d2::Pool::builder()
             .max_size(size.max(1))
             .min_idle(Some(1))

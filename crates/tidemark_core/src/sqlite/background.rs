@@ -11,13 +11,12 @@
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
-use std::sync::mpsc;
-use std::thread::JoinHandle;
 
-use rusqlite::{Connection, OpenFlags};
+use rusqlite::Connection;
 use tokio::sync::oneshot;
 
-use super::SqliteError;
+use super::job_thread::JobThread;
+use super::{BUSY_TIMEOUT, SqliteError, read_only_flags};
 
 /// The nice value of [`Priority::Background`] threads (0 is the default, 19 the lowest).
 pub const BACKGROUND_NICE: i32 = 10;
@@ -70,34 +69,24 @@ type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 /// blocking pool — a pool thread cannot be given back its priority after such a job.
 #[derive(Debug)]
 pub struct ReadThread {
-    tx: Option<mpsc::Sender<ReadJob>>,
-    thread: Option<JoinHandle<()>>,
+    jobs: JobThread<ReadJob>,
 }
 
 impl ReadThread {
     /// Opens `path` (which must exist) read-only and starts the thread `sqlite-read-<name>`.
     pub fn open(path: &Path, name: &str) -> Result<Self, SqliteError> {
-        let conn = Connection::open_with_flags(
-            path,
-            OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
-        )?;
-        conn.busy_timeout(std::time::Duration::from_secs(5))?;
-        let (tx, rx) = mpsc::channel::<ReadJob>();
-        let thread = std::thread::Builder::new()
-            .name(format!("sqlite-read-{name}"))
-            .spawn(move || {
-                Priority::Background.apply_to_current_thread();
-                while let Ok(job) = rx.recv() {
-                    // A job that panics fails alone (its caller sees the answer channel
-                    // closed); the thread goes on serving the next ones, as a pool would.
-                    let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&conn)));
-                }
-            })
-            .map_err(|e| SqliteError::Task(format!("spawning the read thread: {e}")))?;
-        Ok(Self {
-            tx: Some(tx),
-            thread: Some(thread),
+        let conn = Connection::open_with_flags(path, read_only_flags())?;
+        conn.busy_timeout(BUSY_TIMEOUT)?;
+        let jobs = JobThread::<ReadJob>::spawn(format!("sqlite-read-{name}"), move |rx| {
+            Priority::Background.apply_to_current_thread();
+            while let Ok(job) = rx.recv() {
+                // A job that panics fails alone (its caller sees the answer channel closed);
+                // the thread goes on serving the next ones, as a pool would.
+                let _ = std::panic::catch_unwind(AssertUnwindSafe(|| job(&conn)));
+            }
         })
+        .map_err(|e| SqliteError::Task(format!("spawning the read thread: {e}")))?;
+        Ok(Self { jobs })
     }
 
     /// Runs `f` on the thread's connection, after the reads queued before it.
@@ -111,21 +100,12 @@ impl ReadThread {
         let job: ReadJob = Box::new(move |conn| {
             let _ = done_tx.send(f(conn));
         });
-        let stopped = || SqliteError::Task("the read thread has stopped".into());
-        let sender = self.tx.as_ref().ok_or_else(stopped)?;
-        sender.send(job).map_err(|_| stopped())?;
+        self.jobs
+            .send(job)
+            .map_err(|_| SqliteError::Task("the read thread has stopped".into()))?;
         done_rx
             .await
             .map_err(|_| SqliteError::Task("the read job panicked".into()))?
-    }
-}
-
-impl Drop for ReadThread {
-    fn drop(&mut self) {
-        self.tx.take();
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
     }
 }
 
