@@ -133,6 +133,12 @@ impl Archiver {
     /// and a position write on the hot store's writer and a commit (fsync) of the archive, and
     /// pages shared by the records of one batch are written once (issue 2: at 5,000 sends/s the
     /// chasing archiver's small batches wrote about as many bytes to disk as the sends did).
+    /// The same holds past that: the archive's indexes are keyed by conversation, so a batch
+    /// of a few hundred records dirties nearly one index page per record, a batch of a few
+    /// thousand far fewer. Issue 2, `tiered` on the embedded engine, `idle` 1 s against 50 ms:
+    /// at 5,000 sends/s the archive's WAL writes fell from 44 to 13 MB/s and its writer's CPU
+    /// from 13 % to 7 % of a core; at 10,000 sends/s from 84–92 to 23–26 MB/s and 27 % to
+    /// 10 %, and SEND_ACK p99 from 43–50 to 29–37 ms.
     pub async fn run(mut self, idle: Duration, cancel: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {
