@@ -11,6 +11,7 @@
 mod archive;
 mod dedup;
 mod hot;
+mod outbox;
 
 pub use archive::SqliteArchive;
 pub use hot::SqliteHot;

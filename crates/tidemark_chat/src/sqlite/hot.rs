@@ -3,11 +3,8 @@
 //! Tables: `conversation` (members, floor F, and `latest_seq` — see [`LATEST_SEQ`]), `member`
 //! (read pointers), `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed
 //! rows are the hot history index; `trim_score` set on commit), `dedup_log` + `dedup` (client
-//! dedup, own expiry, outlives trimming: see [`super::dedup`]), `outbox` (offset = rowid − 1,
-//! AUTOINCREMENT so offsets are never reused; a fused commit stores only the key of its
-//! `message` row — written in the same transaction, and trimmed only behind the watermark, i.e.
-//! after the archiver consumed the entry — while records appended through [`Outbox::append`]
-//! carry the full JSON envelope), `meta` (consumer positions, the archive watermark).
+//! dedup, own expiry, outlives trimming: see [`super::dedup`]), `outbox` (see
+//! [`super::outbox`]), `meta` (consumer positions, the archive watermark).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -18,7 +15,8 @@ use tidemark_core::clock::SharedClock;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, ReadThread, open_rw};
 
 use super::dedup::{self, DedupIndex, DedupKey};
-use super::{RECORD_COLUMNS, record_from_row, record_from_row_at};
+use super::outbox;
+use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::{ChatError, Result};
 use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageRecord, RecordKey, Reservation,
@@ -61,14 +59,6 @@ CREATE TABLE IF NOT EXISTS message (
 );
 CREATE INDEX IF NOT EXISTS message_trim ON message (trim_score) WHERE trim_score IS NOT NULL;
 CREATE INDEX IF NOT EXISTS message_reserved ON message (committed_at) WHERE state = 0;
-CREATE TABLE IF NOT EXISTS outbox (
-    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-    appended_at INTEGER NOT NULL,
-    envelope BLOB,
-    tenant TEXT,
-    conversation_id TEXT,
-    conversation_seq INTEGER
-);
 CREATE TABLE IF NOT EXISTS meta (
     key TEXT PRIMARY KEY,
     value INTEGER NOT NULL
@@ -107,6 +97,7 @@ impl SqliteHot {
     pub fn open(path: &Path, max_batch: usize) -> Result<Self> {
         let conn = open_rw(path)?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(outbox::SCHEMA)?;
         conn.execute_batch(dedup::SCHEMA)?;
         let dedup = Arc::new(Mutex::new(DedupIndex::load(
             &conn,
@@ -188,79 +179,6 @@ fn insert_message(
     Ok(())
 }
 
-fn append_outbox(conn: &Connection, records: &[MessageRecord], now_ms: i64) -> Result<()> {
-    let mut stmt =
-        conn.prepare_cached("INSERT INTO outbox (appended_at, envelope) VALUES (?1, ?2)")?;
-    for r in records {
-        let envelope = serde_json::to_vec(r)
-            .map_err(|e| ChatError::Unavailable(format!("encoding envelope: {e}")))?;
-        stmt.execute(params![now_ms, envelope])?;
-    }
-    Ok(())
-}
-
-/// The fused commit's outbox entry: a reference to the `message` row of the same transaction.
-fn append_outbox_ref(conn: &Connection, r: &MessageRecord, now_ms: i64) -> Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO outbox (appended_at, tenant, conversation_id, conversation_seq)
-         VALUES (?1, ?2, ?3, ?4)",
-    )?
-    .execute(params![
-        now_ms,
-        r.tenant,
-        r.conversation_id,
-        r.conversation_seq as i64
-    ])?;
-    Ok(())
-}
-
-fn outbox_offsets(conn: &Connection) -> Result<(u64, u64)> {
-    let high: i64 = conn
-        .query_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0);
-    let low: Option<i64> = conn.query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))?;
-    let low = low.map_or(high, |l| l - 1);
-    Ok((low as u64, high as u64))
-}
-
-/// [`Outbox::truncate`] on `conn`: reads at most `max + 1` rows, whatever the size of the log.
-///
-/// The prefix is found by rowid from the log's first row (offset = rowid − 1): up to `below`,
-/// at most `max` rows, and before the first row appended at or after `older_than_ms`. A
-/// filter on `appended_at` over the whole range instead (there is no index on it) would read
-/// every row of the log on each trimmer pass.
-fn truncate_outbox(conn: &Connection, below: u64, older_than_ms: i64, max: usize) -> Result<usize> {
-    let first: Option<i64> = conn.query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))?;
-    let Some(first) = first else {
-        return Ok(0);
-    };
-    // Rowids are offsets + 1: offsets below `below` are rowids up to `below`.
-    let max = i64::try_from(max).unwrap_or(i64::MAX);
-    let last = (below as i64).min(first.saturating_add(max) - 1);
-    if last < first {
-        return Ok(0);
-    }
-    let young: Option<i64> = conn
-        .prepare_cached(
-            "SELECT rowid FROM outbox WHERE rowid BETWEEN ?1 AND ?2 AND appended_at >= ?3
-             ORDER BY rowid LIMIT 1",
-        )?
-        .query_row(params![first, last, older_than_ms], |r| r.get(0))
-        .optional()?;
-    let last = young.map_or(last, |y| y - 1);
-    if last < first {
-        return Ok(0);
-    }
-    Ok(conn
-        .prepare_cached("DELETE FROM outbox WHERE rowid BETWEEN ?1 AND ?2")?
-        .execute(params![first, last])?)
-}
-
 fn meta_get(conn: &Connection, key: &str) -> Result<Option<i64>> {
     Ok(conn
         .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
@@ -296,7 +214,7 @@ impl FusedCommit for SqliteHot {
                 insert_message(conn, &record, STATE_COMMITTED, trim_score)?;
                 dedup::record(conn, &mut index, &record, now + params.dedup_window_ms)?;
                 if with_outbox {
-                    append_outbox_ref(conn, &record, now)?;
+                    outbox::append_ref(conn, &record, now)?;
                 }
                 Ok(SendOutcome::Committed(record))
             })
@@ -744,12 +662,12 @@ impl Outbox for SqliteHot {
         let records = records.to_vec();
         let now = records.first().map_or(0, |r| r.committed_at_ms);
         self.writer
-            .write(move |conn| append_outbox(conn, &records, now))
+            .write(move |conn| outbox::append(conn, &records, now))
             .await
     }
 
     async fn offsets(&self) -> Result<(u64, u64)> {
-        self.reads.read(outbox_offsets).await
+        self.reads.read(outbox::offsets).await
     }
 
     async fn watermark_snapshot(&self, clock: &SharedClock) -> Result<(i64, u64)> {
@@ -759,7 +677,7 @@ impl Outbox for SqliteHot {
         self.writer
             .write(move |conn| {
                 let t0 = clock.now_ms();
-                let (_, h0) = outbox_offsets(conn)?;
+                let (_, h0) = outbox::offsets(conn)?;
                 Ok((t0, h0))
             })
             .await
@@ -768,40 +686,7 @@ impl Outbox for SqliteHot {
     async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>> {
         // Background priority: the archiver may lag, the SENDs sharing the cores may not.
         self.outbox_reads
-            .read(move |conn| {
-                let mut stmt = conn.prepare_cached(&format!(
-                    "SELECT o.rowid, o.envelope, m.tenant IS NOT NULL,
-                         {}
-                     FROM outbox o LEFT JOIN message m ON m.tenant = o.tenant
-                         AND m.conversation_id = o.conversation_id
-                         AND m.conversation_seq = o.conversation_seq
-                     WHERE o.rowid > ?1 ORDER BY o.rowid LIMIT ?2",
-                    RECORD_COLUMNS
-                        .split(", ")
-                        .map(|c| format!("m.{}", c.trim()))
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ))?;
-                let mut rows = stmt.query(params![from as i64, max as i64])?;
-                let mut out = Vec::new();
-                while let Some(row) = rows.next()? {
-                    let offset = row.get::<_, i64>(0)? - 1;
-                    let envelope: Option<Vec<u8>> = row.get(1)?;
-                    let record = match envelope {
-                        Some(bytes) => serde_json::from_slice(&bytes).map_err(|e| {
-                            ChatError::Corrupt(format!("outbox offset {offset}: {e}"))
-                        })?,
-                        None if row.get::<_, bool>(2)? => record_from_row_at(row, 3)?,
-                        None => {
-                            return Err(ChatError::Corrupt(format!(
-                                "outbox offset {offset} refers to a message that is no longer in the hot tier"
-                            )));
-                        }
-                    };
-                    out.push((offset as u64, record));
-                }
-                Ok(out)
-            })
+            .read(move |conn| outbox::fetch(conn, from, max))
             .await
     }
 
@@ -828,69 +713,7 @@ impl Outbox for SqliteHot {
 
     async fn truncate(&self, below: u64, older_than_ms: i64, max: usize) -> Result<usize> {
         self.writer
-            .write(move |conn| truncate_outbox(conn, below, older_than_ms, max))
+            .write(move |conn| outbox::truncate(conn, below, older_than_ms, max))
             .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use std::sync::atomic::{AtomicU64, Ordering};
-
-    use super::*;
-
-    /// An outbox of `n` rows, the first `old` appended at 1,000 ms and the rest at 5,000 ms.
-    fn outbox_of(n: i64, old: i64) -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
-        let mut insert = conn
-            .prepare("INSERT INTO outbox (appended_at, tenant) VALUES (?1, 't')")
-            .unwrap();
-        for i in 0..n {
-            insert
-                .execute([if i < old { 1_000 } else { 5_000 }])
-                .unwrap();
-        }
-        drop(insert);
-        conn
-    }
-
-    /// Runs `truncate_outbox` and counts the SQLite VM instructions it took.
-    fn truncate_counting(conn: &Connection, below: u64, older: i64, max: usize) -> (usize, u64) {
-        let ops = Arc::new(AtomicU64::new(0));
-        let counter = Arc::clone(&ops);
-        conn.progress_handler(
-            1,
-            Some(move || {
-                counter.fetch_add(1, Ordering::Relaxed);
-                false
-            }),
-        );
-        let deleted = truncate_outbox(conn, below, older, max).unwrap();
-        conn.progress_handler(1, None::<fn() -> bool>);
-        (deleted, ops.load(Ordering::Relaxed))
-    }
-
-    #[test]
-    fn outbox_retention_reads_the_prefix_not_the_log() {
-        let conn = outbox_of(50_000, 300);
-        // Nothing old enough: a look at the first row (34 instructions), not a pass over the
-        // 50,000 rows (the filter over the whole range this replaced took 250,019).
-        let (deleted, ops) = truncate_counting(&conn, 50_000, 500, 1_000);
-        assert_eq!(deleted, 0);
-        assert!(ops < 200, "{ops} VM instructions to delete nothing");
-        // 300 old rows: bounded by `max` per call, then by the first young row.
-        let (deleted, ops_200) = truncate_counting(&conn, 50_000, 2_000, 200);
-        assert_eq!(deleted, 200);
-        assert!(ops_200 < 200 * 20, "{ops_200} VM instructions for 200 rows");
-        let (deleted, _) = truncate_counting(&conn, 50_000, 2_000, 200);
-        assert_eq!(deleted, 100);
-        assert_eq!(truncate_counting(&conn, 50_000, 2_000, 200).0, 0);
-        // `below` bounds the prefix too (offsets below 310 = rowids up to 310).
-        assert_eq!(truncate_counting(&conn, 310, 9_000, 1_000).0, 10);
-        let first: i64 = conn
-            .query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))
-            .unwrap();
-        assert_eq!(first, 311);
     }
 }

@@ -1,0 +1,202 @@
+//! The outbox of the embedded default, in `hot.db` beside the hot store (DESIGN.md part A
+//! "Outbox"): offset = rowid − 1.
+//!
+//! A fused commit ([`crate::ports::FusedCommit`]) stores only the key of its `message` row,
+//! written in the same transaction and trimmed only behind the watermark, i.e. after the
+//! archiver consumed the entry; records appended through [`crate::ports::Outbox::append`] carry
+//! the full JSON envelope.
+
+use rusqlite::{Connection, OptionalExtension, params};
+
+use super::{RECORD_COLUMNS, record_from_row_at};
+use crate::error::{ChatError, Result};
+use crate::model::MessageRecord;
+
+pub(super) const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS outbox (
+    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    appended_at INTEGER NOT NULL,
+    envelope BLOB,
+    tenant TEXT,
+    conversation_id TEXT,
+    conversation_seq INTEGER
+);
+";
+
+/// [`crate::ports::Outbox::append`] on `conn`: full envelopes, all appended at `now_ms`.
+pub(super) fn append(conn: &Connection, records: &[MessageRecord], now_ms: i64) -> Result<()> {
+    let mut stmt =
+        conn.prepare_cached("INSERT INTO outbox (appended_at, envelope) VALUES (?1, ?2)")?;
+    for r in records {
+        let envelope = serde_json::to_vec(r)
+            .map_err(|e| ChatError::Unavailable(format!("encoding envelope: {e}")))?;
+        stmt.execute(params![now_ms, envelope])?;
+    }
+    Ok(())
+}
+
+/// The fused commit's outbox entry: a reference to the `message` row of the same transaction.
+pub(super) fn append_ref(conn: &Connection, r: &MessageRecord, now_ms: i64) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO outbox (appended_at, tenant, conversation_id, conversation_seq)
+         VALUES (?1, ?2, ?3, ?4)",
+    )?
+    .execute(params![
+        now_ms,
+        r.tenant,
+        r.conversation_id,
+        r.conversation_seq as i64
+    ])?;
+    Ok(())
+}
+
+/// [`crate::ports::Outbox::offsets`] on `conn`: `(low, high)`.
+pub(super) fn offsets(conn: &Connection) -> Result<(u64, u64)> {
+    let high: i64 = conn
+        .query_row(
+            "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
+            [],
+            |r| r.get(0),
+        )
+        .optional()?
+        .unwrap_or(0);
+    let low: Option<i64> = conn.query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))?;
+    let low = low.map_or(high, |l| l - 1);
+    Ok((low as u64, high as u64))
+}
+
+/// [`crate::ports::Outbox::truncate`] on `conn`: reads at most `max + 1` rows, whatever the size of the log.
+///
+/// The prefix is found by rowid from the log's first row (offset = rowid − 1): up to `below`,
+/// at most `max` rows, and before the first row appended at or after `older_than_ms`. A
+/// filter on `appended_at` over the whole range instead (there is no index on it) would read
+/// every row of the log on each trimmer pass.
+pub(super) fn truncate(
+    conn: &Connection,
+    below: u64,
+    older_than_ms: i64,
+    max: usize,
+) -> Result<usize> {
+    let first: Option<i64> = conn.query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))?;
+    let Some(first) = first else {
+        return Ok(0);
+    };
+    // Rowids are offsets + 1: offsets below `below` are rowids up to `below`.
+    let max = i64::try_from(max).unwrap_or(i64::MAX);
+    let last = (below as i64).min(first.saturating_add(max) - 1);
+    if last < first {
+        return Ok(0);
+    }
+    let young: Option<i64> = conn
+        .prepare_cached(
+            "SELECT rowid FROM outbox WHERE rowid BETWEEN ?1 AND ?2 AND appended_at >= ?3
+             ORDER BY rowid LIMIT 1",
+        )?
+        .query_row(params![first, last, older_than_ms], |r| r.get(0))
+        .optional()?;
+    let last = young.map_or(last, |y| y - 1);
+    if last < first {
+        return Ok(0);
+    }
+    Ok(conn
+        .prepare_cached("DELETE FROM outbox WHERE rowid BETWEEN ?1 AND ?2")?
+        .execute(params![first, last])?)
+}
+
+/// [`crate::ports::Outbox::fetch`] on `conn`: up to `max` records from offset `from` on.
+pub(super) fn fetch(conn: &Connection, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>> {
+    let mut stmt = conn.prepare_cached(&format!(
+        "SELECT o.rowid, o.envelope, m.tenant IS NOT NULL,
+             {}
+         FROM outbox o LEFT JOIN message m ON m.tenant = o.tenant
+             AND m.conversation_id = o.conversation_id
+             AND m.conversation_seq = o.conversation_seq
+         WHERE o.rowid > ?1 ORDER BY o.rowid LIMIT ?2",
+        RECORD_COLUMNS
+            .split(", ")
+            .map(|c| format!("m.{}", c.trim()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    ))?;
+    let mut rows = stmt.query(params![from as i64, max as i64])?;
+    let mut out = Vec::new();
+    while let Some(row) = rows.next()? {
+        let offset = row.get::<_, i64>(0)? - 1;
+        let envelope: Option<Vec<u8>> = row.get(1)?;
+        let record = match envelope {
+            Some(bytes) => serde_json::from_slice(&bytes)
+                .map_err(|e| ChatError::Corrupt(format!("outbox offset {offset}: {e}")))?,
+            None if row.get::<_, bool>(2)? => record_from_row_at(row, 3)?,
+            None => {
+                return Err(ChatError::Corrupt(format!(
+                    "outbox offset {offset} refers to a message that is no longer in the hot tier"
+                )));
+            }
+        };
+        out.push((offset as u64, record));
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicU64, Ordering};
+
+    use super::*;
+
+    /// An outbox of `n` rows, the first `old` appended at 1,000 ms and the rest at 5,000 ms.
+    fn outbox_of(n: i64, old: i64) -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let mut insert = conn
+            .prepare("INSERT INTO outbox (appended_at, tenant) VALUES (?1, 't')")
+            .unwrap();
+        for i in 0..n {
+            insert
+                .execute([if i < old { 1_000 } else { 5_000 }])
+                .unwrap();
+        }
+        drop(insert);
+        conn
+    }
+
+    /// Runs `truncate` and counts the SQLite VM instructions it took.
+    fn truncate_counting(conn: &Connection, below: u64, older: i64, max: usize) -> (usize, u64) {
+        let ops = Arc::new(AtomicU64::new(0));
+        let counter = Arc::clone(&ops);
+        conn.progress_handler(
+            1,
+            Some(move || {
+                counter.fetch_add(1, Ordering::Relaxed);
+                false
+            }),
+        );
+        let deleted = truncate(conn, below, older, max).unwrap();
+        conn.progress_handler(1, None::<fn() -> bool>);
+        (deleted, ops.load(Ordering::Relaxed))
+    }
+
+    #[test]
+    fn outbox_retention_reads_the_prefix_not_the_log() {
+        let conn = outbox_of(50_000, 300);
+        // Nothing old enough: a look at the first row (34 instructions), not a pass over the
+        // 50,000 rows (the filter over the whole range this replaced took 250,019).
+        let (deleted, ops) = truncate_counting(&conn, 50_000, 500, 1_000);
+        assert_eq!(deleted, 0);
+        assert!(ops < 200, "{ops} VM instructions to delete nothing");
+        // 300 old rows: bounded by `max` per call, then by the first young row.
+        let (deleted, ops_200) = truncate_counting(&conn, 50_000, 2_000, 200);
+        assert_eq!(deleted, 200);
+        assert!(ops_200 < 200 * 20, "{ops_200} VM instructions for 200 rows");
+        let (deleted, _) = truncate_counting(&conn, 50_000, 2_000, 200);
+        assert_eq!(deleted, 100);
+        assert_eq!(truncate_counting(&conn, 50_000, 2_000, 200).0, 0);
+        // `below` bounds the prefix too (offsets below 310 = rowids up to 310).
+        assert_eq!(truncate_counting(&conn, 310, 9_000, 1_000).0, 10);
+        let first: i64 = conn
+            .query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(first, 311);
+    }
+}
