@@ -24,7 +24,8 @@ use crate::model::{
 };
 use crate::ports::{CommitParams, FusedCommit, HotStore, Outbox};
 
-const SCHEMA: &str = "
+/// The hot store's tables (the outbox's are in [`super::outbox`]).
+pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS conversation (
     tenant TEXT NOT NULL,
     conversation_id TEXT NOT NULL,
@@ -97,7 +98,7 @@ impl SqliteHot {
     pub fn open(path: &Path, max_batch: usize) -> Result<Self> {
         let conn = open_rw(path)?;
         conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(outbox::SCHEMA)?;
+        outbox::open(&conn)?;
         conn.execute_batch(dedup::SCHEMA)?;
         let dedup = Arc::new(Mutex::new(DedupIndex::load(
             &conn,

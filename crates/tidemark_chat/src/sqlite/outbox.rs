@@ -5,6 +5,15 @@
 //! written in the same transaction and trimmed only behind the watermark, i.e. after the
 //! archiver consumed the entry; records appended through [`crate::ports::Outbox::append`] carry
 //! the full JSON envelope.
+//!
+//! Offsets are never reused, also after retention dropped the whole log: each append takes
+//! `high + 1` as its rowid, `high` being the newest rowid, or while the log is empty the
+//! `outbox_high` entry of `meta` that [`truncate`] leaves when it drops the newest row. The
+//! table has no `AUTOINCREMENT`, which would keep `high` in `sqlite_sequence` instead: one
+//! more page written by every commit (issue 2: at 5,000 sends/s, `tiered`'s hot writer wrote
+//! about 7 KiB per message more than `hot-only`'s, two pages a commit: the outbox's last leaf
+//! and `sqlite_sequence`). Files made before keep their `AUTOINCREMENT` table; [`open`] carries
+//! its `high` over to `meta` once.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -12,9 +21,10 @@ use super::{RECORD_COLUMNS, record_from_row_at};
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
 
+/// The outbox table; `meta` (the hot store's key-value table) holds `outbox_high`.
 pub(super) const SCHEMA: &str = "
 CREATE TABLE IF NOT EXISTS outbox (
-    rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+    rowid INTEGER PRIMARY KEY,
     appended_at INTEGER NOT NULL,
     envelope BLOB,
     tenant TEXT,
@@ -23,10 +33,39 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 ";
 
+/// The `meta` key of the outbox's `high` while the log is empty.
+const HIGH_KEY: &str = "outbox_high";
+
+/// The rowid of the next append: `high + 1` (see the module docs).
+const NEXT_ROWID: &str = "coalesce((SELECT max(rowid) FROM outbox),
+     (SELECT value FROM meta WHERE key = 'outbox_high'), 0) + 1";
+
+/// Creates the table, and for a file made with the `AUTOINCREMENT` table of before, carries
+/// its `high` (kept in `sqlite_sequence`) over to `meta`, where [`offsets`] and the appends
+/// look for it while the log is empty.
+pub(super) fn open(conn: &Connection) -> Result<()> {
+    conn.execute_batch(SCHEMA)?;
+    let legacy: bool = conn.query_row(
+        "SELECT count(*) > 0 FROM sqlite_schema WHERE name = 'sqlite_sequence'",
+        [],
+        |r| r.get(0),
+    )?;
+    if legacy {
+        conn.execute(
+            "INSERT INTO meta (key, value)
+                 SELECT ?1, seq FROM sqlite_sequence WHERE name = 'outbox'
+             ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
+            [HIGH_KEY],
+        )?;
+    }
+    Ok(())
+}
+
 /// [`crate::ports::Outbox::append`] on `conn`: full envelopes, all appended at `now_ms`.
 pub(super) fn append(conn: &Connection, records: &[MessageRecord], now_ms: i64) -> Result<()> {
-    let mut stmt =
-        conn.prepare_cached("INSERT INTO outbox (appended_at, envelope) VALUES (?1, ?2)")?;
+    let mut stmt = conn.prepare_cached(&format!(
+        "INSERT INTO outbox (rowid, appended_at, envelope) VALUES ({NEXT_ROWID}, ?1, ?2)"
+    ))?;
     for r in records {
         let envelope = serde_json::to_vec(r)
             .map_err(|e| ChatError::Unavailable(format!("encoding envelope: {e}")))?;
@@ -37,10 +76,10 @@ pub(super) fn append(conn: &Connection, records: &[MessageRecord], now_ms: i64) 
 
 /// The fused commit's outbox entry: a reference to the `message` row of the same transaction.
 pub(super) fn append_ref(conn: &Connection, r: &MessageRecord, now_ms: i64) -> Result<()> {
-    conn.prepare_cached(
-        "INSERT INTO outbox (appended_at, tenant, conversation_id, conversation_seq)
-         VALUES (?1, ?2, ?3, ?4)",
-    )?
+    conn.prepare_cached(&format!(
+        "INSERT INTO outbox (rowid, appended_at, tenant, conversation_id, conversation_seq)
+         VALUES ({NEXT_ROWID}, ?1, ?2, ?3, ?4)"
+    ))?
     .execute(params![
         now_ms,
         r.tenant,
@@ -52,17 +91,24 @@ pub(super) fn append_ref(conn: &Connection, r: &MessageRecord, now_ms: i64) -> R
 
 /// [`crate::ports::Outbox::offsets`] on `conn`: `(low, high)`.
 pub(super) fn offsets(conn: &Connection) -> Result<(u64, u64)> {
-    let high: i64 = conn
-        .query_row(
-            "SELECT seq FROM sqlite_sequence WHERE name = 'outbox'",
-            [],
-            |r| r.get(0),
-        )
-        .optional()?
-        .unwrap_or(0);
-    let low: Option<i64> = conn.query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))?;
-    let low = low.map_or(high, |l| l - 1);
+    let (first, newest): (Option<i64>, Option<i64>) = conn
+        .prepare_cached("SELECT min(rowid), max(rowid) FROM outbox")?
+        .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
+    let high = match newest {
+        Some(newest) => newest,
+        None => stored_high(conn)?,
+    };
+    let low = first.map_or(high, |l| l - 1);
     Ok((low as u64, high as u64))
+}
+
+/// `high` as [`truncate`] left it when it dropped the newest row (0 if it never did).
+fn stored_high(conn: &Connection) -> Result<i64> {
+    Ok(conn
+        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
+        .query_row([HIGH_KEY], |r| r.get(0))
+        .optional()?
+        .unwrap_or(0))
 }
 
 /// [`crate::ports::Outbox::truncate`] on `conn`: reads at most `max + 1` rows, whatever the size of the log.
@@ -97,6 +143,17 @@ pub(super) fn truncate(
     let last = young.map_or(last, |y| y - 1);
     if last < first {
         return Ok(0);
+    }
+    let newest: i64 = conn
+        .prepare_cached("SELECT max(rowid) FROM outbox")?
+        .query_row([], |r| r.get(0))?;
+    if last >= newest {
+        // The log becomes empty: keep its `high` for the next append and for `offsets`.
+        conn.prepare_cached(
+            "INSERT INTO meta (key, value) VALUES (?1, ?2)
+             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+        )?
+        .execute(params![HIGH_KEY, newest])?;
     }
     Ok(conn
         .prepare_cached("DELETE FROM outbox WHERE rowid BETWEEN ?1 AND ?2")?
@@ -145,10 +202,17 @@ mod tests {
 
     use super::*;
 
+    /// A fresh `hot.db` schema in memory.
+    fn hot_db() -> Connection {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(super::super::hot::SCHEMA).unwrap();
+        open(&conn).unwrap();
+        conn
+    }
+
     /// An outbox of `n` rows, the first `old` appended at 1,000 ms and the rest at 5,000 ms.
     fn outbox_of(n: i64, old: i64) -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
+        let conn = hot_db();
         let mut insert = conn
             .prepare("INSERT INTO outbox (appended_at, tenant) VALUES (?1, 't')")
             .unwrap();
@@ -198,5 +262,75 @@ mod tests {
             .query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))
             .unwrap();
         assert_eq!(first, 311);
+    }
+
+    fn record(seq: u64) -> MessageRecord {
+        MessageRecord {
+            tenant: "t".into(),
+            conversation_id: "c".into(),
+            conversation_seq: seq,
+            message_id: format!("m{seq}"),
+            sender: "u1".into(),
+            client_msg_id: format!("k{seq}"),
+            body: "hi".into(),
+            class: crate::model::MessageClass::Standard,
+            committed_at_ms: 1_000,
+            expires_at_ms: None,
+        }
+    }
+
+    /// The offsets of the records in the log, ascending.
+    fn logged(conn: &Connection) -> Vec<u64> {
+        fetch(conn, 0, 100)
+            .unwrap()
+            .iter()
+            .map(|(o, _)| *o)
+            .collect()
+    }
+
+    #[test]
+    fn offsets_are_not_reused_after_retention_dropped_the_whole_log() {
+        let conn = hot_db();
+        assert_eq!(offsets(&conn).unwrap(), (0, 0));
+        append(&conn, &[record(1), record(2), record(3)], 1_000).unwrap();
+        assert_eq!(offsets(&conn).unwrap(), (0, 3));
+        assert_eq!(truncate(&conn, 3, 9_000, 100).unwrap(), 3);
+        assert_eq!(offsets(&conn).unwrap(), (3, 3));
+        // The next append takes offset 3, not 0 (a plain rowid table would hand out rowid 1).
+        append(&conn, &[record(4)], 2_000).unwrap();
+        assert_eq!(offsets(&conn).unwrap(), (3, 4));
+        assert_eq!(logged(&conn), vec![3]);
+        assert_eq!(fetch(&conn, 3, 10).unwrap()[0].1.conversation_seq, 4);
+        // Once the log has rows again, `high` is the newest's.
+        append(&conn, &[record(5)], 2_000).unwrap();
+        assert_eq!(offsets(&conn).unwrap(), (3, 5));
+    }
+
+    #[test]
+    fn a_file_with_the_autoincrement_outbox_of_before_keeps_its_offsets() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(super::super::hot::SCHEMA).unwrap();
+        // The table as files made before this module kept it, its log dropped whole by the
+        // retention of then (which left `high` only in `sqlite_sequence`).
+        conn.execute_batch(
+            "CREATE TABLE outbox (
+                 rowid INTEGER PRIMARY KEY AUTOINCREMENT,
+                 appended_at INTEGER NOT NULL,
+                 envelope BLOB,
+                 tenant TEXT,
+                 conversation_id TEXT,
+                 conversation_seq INTEGER
+             );
+             INSERT INTO outbox (appended_at) VALUES (1), (1), (1), (1), (1);
+             DELETE FROM outbox;",
+        )
+        .unwrap();
+        open(&conn).unwrap();
+        assert_eq!(offsets(&conn).unwrap(), (5, 5));
+        append(&conn, &[record(1)], 2_000).unwrap();
+        assert_eq!(logged(&conn), vec![5]);
+        // Opening again changes nothing.
+        open(&conn).unwrap();
+        assert_eq!(offsets(&conn).unwrap(), (5, 6));
     }
 }
