@@ -453,6 +453,28 @@ impl ReadPool {
 mod tests {
     use super::*;
 
+    /// `.cargo/config.toml` builds the bundled SQLite without `SQLITE_ENABLE_MEMORY_MANAGEMENT`,
+    /// so that connections do not share one page cache behind one mutex (see its comment).
+    #[test]
+    fn connections_have_page_caches_of_their_own() {
+        let conn = Connection::open_in_memory().unwrap();
+        let options: Vec<String> = conn
+            .prepare("PRAGMA compile_options")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert!(
+            options.iter().any(|o| o.starts_with("THREADSAFE=")),
+            "{options:?}"
+        );
+        assert!(
+            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
+            "built with one shared page cache: {options:?}"
+        );
+    }
+
     #[derive(Debug)]
     enum TestError {
         Db(SqliteError),
