@@ -135,10 +135,13 @@ impl Archiver {
     /// chasing archiver's small batches wrote about as many bytes to disk as the sends did).
     /// The same holds past that: the archive's indexes are keyed by conversation, so a batch
     /// of a few hundred records dirties nearly one index page per record, a batch of a few
-    /// thousand far fewer. Issue 2, `tiered` on the embedded engine, `idle` 1 s against 50 ms:
-    /// at 5,000 sends/s the archive's WAL writes fell from 44 to 13 MB/s and its writer's CPU
-    /// from 13 % to 7 % of a core; at 10,000 sends/s from 84–92 to 23–26 MB/s and 27 % to
-    /// 10 %, and SEND_ACK p99 from 43–50 to 29–37 ms.
+    /// thousand far fewer — but commits them in one burst of disk writes, which the SEND path's
+    /// fsyncs then queue behind. Issue 2, `tiered` on the embedded engine at 5,000 sends/s:
+    /// with `idle` 1 s (batches up to 20,000) instead of 50 ms (up to 1,000) the archive's WAL
+    /// writes fell from 44 to 13 MB/s and its writer's CPU from 13 % to 7 % of a core; at
+    /// 10,000 sends/s from 84–92 to 23–26 MB/s and 27 % to 10 %. On disk, though, SEND_ACK p99
+    /// at 10,000 sends/s was 49 / 49 / 117 ms with 1 s, 14 / 33 / 25 ms with 250 ms and
+    /// 49 / 306 / 24 ms with 50 ms (three rounds): hence the default of 250 ms.
     pub async fn run(mut self, idle: Duration, cancel: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {

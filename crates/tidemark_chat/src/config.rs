@@ -56,8 +56,10 @@ pub struct ChatConfig {
     /// index is rebuilt when the server starts: 4,000,000 keys took 4.9 s and 207 MB of
     /// resident memory on the project's 2-core test machine.
     pub dedup_memory_keys: usize,
-    /// Most records per archiver batch (default 10,000: one batch holds an [`Self::archive_idle`]
-    /// of sends at 10,000 sends/s).
+    /// Most records per archiver batch (default 2,500: one [`Self::archive_idle`] of sends at
+    /// 10,000 sends/s). A batch is held in memory a few times over while it is written, so the
+    /// worst case is about `archive_batch_max × max_body_bytes` per copy (160 MiB at the
+    /// defaults).
     pub archive_batch_max: usize,
     /// Most sends sharing one commit (default 512).
     pub commit_batch_max: usize,
@@ -69,9 +71,10 @@ pub struct ChatConfig {
     #[serde(with = "humantime_serde")]
     pub trim_interval: Duration,
     /// How long the archiver sleeps after a batch that was not full, i.e. once it has caught up
-    /// (default 1 s): the archive lags the outbox by about this much under a steady load. A
-    /// longer pause makes batches larger, and a larger batch writes each archive index page it
-    /// touches once for more records (see [`crate::archiver::Archiver::run`]).
+    /// (default 250 ms): the archive lags the outbox by about this much plus a batch's write
+    /// under a steady load. A longer pause makes batches larger, and a larger batch writes each
+    /// archive index page it touches once for more records, but commits them in one larger
+    /// burst of disk writes (see [`crate::archiver::Archiver::run`]).
     #[serde(with = "humantime_serde")]
     pub archive_idle: Duration,
     /// Outbox records already archived are dropped after this long (default 24 h).
@@ -102,12 +105,12 @@ impl Default for ChatConfig {
             safety_margin: Duration::from_secs(10),
             dedup_window: Duration::from_secs(24 * 3600),
             dedup_memory_keys: DEFAULT_DEDUP_MEMORY_KEYS,
-            archive_batch_max: 10_000,
+            archive_batch_max: 2_500,
             commit_batch_max: 512,
             max_body_bytes: 64 * 1024,
             trim_batch: 1000,
             trim_interval: Duration::from_secs(1),
-            archive_idle: Duration::from_secs(1),
+            archive_idle: Duration::from_millis(250),
             outbox_retention: Duration::from_secs(24 * 3600),
             hot: "sqlite".into(),
             outbox: "sqlite".into(),
