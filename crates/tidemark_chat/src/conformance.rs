@@ -323,6 +323,13 @@ pub async fn outbox(outbox: Arc<dyn Outbox>) {
     assert_eq!(outbox.truncate(4, T0 + 2, 10).await.unwrap(), 0);
     assert_eq!(outbox.truncate(4, T0 + 4, 10).await.unwrap(), 2);
     assert_eq!(outbox.offsets().await.unwrap(), (4, 4));
+    // The whole log was dropped: the next record still takes the next offset, never a used one.
+    outbox.append(&recs[1..2]).await.unwrap();
+    assert_eq!(outbox.offsets().await.unwrap(), (4, 5));
+    assert_eq!(
+        outbox.fetch(0, 10).await.unwrap(),
+        vec![(4, recs[1].clone())]
+    );
 }
 
 /// The archive contract: idempotent writes, index ranges across buckets, record lookup,

@@ -6,14 +6,17 @@
 //! archiver consumed the entry; records appended through [`crate::ports::Outbox::append`] carry
 //! the full JSON envelope.
 //!
-//! Offsets are never reused, also after retention dropped the whole log: each append takes
-//! `high + 1` as its rowid, `high` being the newest rowid, or while the log is empty the
-//! `outbox_high` entry of `meta` that [`truncate`] leaves when it drops the newest row. The
-//! table has no `AUTOINCREMENT`, which would keep `high` in `sqlite_sequence` instead: one
-//! more page written by every commit (issue 2: at 5,000 sends/s, `tiered`'s hot writer wrote
-//! about 7 KiB per message more than `hot-only`'s, two pages a commit: the outbox's last leaf
-//! and `sqlite_sequence`). Files made before keep their `AUTOINCREMENT` table; [`open`] carries
-//! its `high` over to `meta` once.
+//! Offsets are never reused, also after retention dropped the whole log: `high` is the
+//! newest rowid, or while the log is empty the `outbox_high` entry of `meta` that [`truncate`]
+//! leaves when it drops the newest row, and each append takes `high + 1` as its rowid
+//! ([`HIGH`]). The table has no `AUTOINCREMENT`, which would keep `high` in `sqlite_sequence`
+//! instead: one more page written by every commit (issue 2: at 5,000 sends/s `tiered`'s hot
+//! writer wrote about 40 MB/s more to its WAL than `hot-only`'s; the outbox's last leaf and
+//! `sqlite_sequence` are two pages per group commit, and dropping the second took 107–114 down
+//! to 93–97 MB/s). A file made before keeps its `AUTOINCREMENT` table, and with it that page
+//! per commit; [`open`] copies its `high` to `meta` (on every open, keeping the larger value).
+//! Such a file can no longer be opened by a build of before this module: it had no
+//! `sqlite_sequence` to read `high` from.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -36,13 +39,15 @@ CREATE TABLE IF NOT EXISTS outbox (
 /// The `meta` key of the outbox's `high` while the log is empty.
 const HIGH_KEY: &str = "outbox_high";
 
-/// The rowid of the next append: `high + 1` (see the module docs).
-const NEXT_ROWID: &str = "coalesce((SELECT max(rowid) FROM outbox),
-     (SELECT value FROM meta WHERE key = 'outbox_high'), 0) + 1";
+/// `high`: the newest rowid, or the one [`truncate`] left in `meta` with the log empty
+/// (the larger of the two, which is the newest rowid whenever there is one: retention drops
+/// only a prefix). The next append takes `HIGH + 1`.
+const HIGH: &str = "max(coalesce((SELECT max(rowid) FROM outbox), 0),
+     coalesce((SELECT value FROM meta WHERE key = 'outbox_high'), 0))";
 
 /// Creates the table, and for a file made with the `AUTOINCREMENT` table of before, carries
-/// its `high` (kept in `sqlite_sequence`) over to `meta`, where [`offsets`] and the appends
-/// look for it while the log is empty.
+/// its `high` (kept in `sqlite_sequence`) over to `meta`, where [`HIGH`] looks for it while
+/// the log is empty.
 pub(super) fn open(conn: &Connection) -> Result<()> {
     conn.execute_batch(SCHEMA)?;
     let legacy: bool = conn.query_row(
@@ -64,7 +69,7 @@ pub(super) fn open(conn: &Connection) -> Result<()> {
 /// [`crate::ports::Outbox::append`] on `conn`: full envelopes, all appended at `now_ms`.
 pub(super) fn append(conn: &Connection, records: &[MessageRecord], now_ms: i64) -> Result<()> {
     let mut stmt = conn.prepare_cached(&format!(
-        "INSERT INTO outbox (rowid, appended_at, envelope) VALUES ({NEXT_ROWID}, ?1, ?2)"
+        "INSERT INTO outbox (rowid, appended_at, envelope) VALUES ({HIGH} + 1, ?1, ?2)"
     ))?;
     for r in records {
         let envelope = serde_json::to_vec(r)
@@ -78,7 +83,7 @@ pub(super) fn append(conn: &Connection, records: &[MessageRecord], now_ms: i64) 
 pub(super) fn append_ref(conn: &Connection, r: &MessageRecord, now_ms: i64) -> Result<()> {
     conn.prepare_cached(&format!(
         "INSERT INTO outbox (rowid, appended_at, tenant, conversation_id, conversation_seq)
-         VALUES ({NEXT_ROWID}, ?1, ?2, ?3, ?4)"
+         VALUES ({HIGH} + 1, ?1, ?2, ?3, ?4)"
     ))?
     .execute(params![
         now_ms,
@@ -89,26 +94,13 @@ pub(super) fn append_ref(conn: &Connection, r: &MessageRecord, now_ms: i64) -> R
     Ok(())
 }
 
-/// [`crate::ports::Outbox::offsets`] on `conn`: `(low, high)`.
+/// [`crate::ports::Outbox::offsets`] on `conn`: `(low, high)`, read in one statement.
 pub(super) fn offsets(conn: &Connection) -> Result<(u64, u64)> {
-    let (first, newest): (Option<i64>, Option<i64>) = conn
-        .prepare_cached("SELECT min(rowid), max(rowid) FROM outbox")?
+    let (first, high): (Option<i64>, i64) = conn
+        .prepare_cached(&format!("SELECT min(rowid), {HIGH} FROM outbox"))?
         .query_row([], |r| Ok((r.get(0)?, r.get(1)?)))?;
-    let high = match newest {
-        Some(newest) => newest,
-        None => stored_high(conn)?,
-    };
     let low = first.map_or(high, |l| l - 1);
     Ok((low as u64, high as u64))
-}
-
-/// `high` as [`truncate`] left it when it dropped the newest row (0 if it never did).
-fn stored_high(conn: &Connection) -> Result<i64> {
-    Ok(conn
-        .prepare_cached("SELECT value FROM meta WHERE key = ?1")?
-        .query_row([HIGH_KEY], |r| r.get(0))
-        .optional()?
-        .unwrap_or(0))
 }
 
 /// [`crate::ports::Outbox::truncate`] on `conn`: reads at most `max + 1` rows, whatever the size of the log.
