@@ -15,8 +15,8 @@
 //! `sqlite_sequence` are two pages per group commit, and dropping the second took 107–114 down
 //! to 93–97 MB/s). A file made before keeps its `AUTOINCREMENT` table, and with it that page
 //! per commit; [`open`] copies its `high` to `meta` (on every open, keeping the larger value).
-//! Such a file can no longer be opened by a build of before this module: it had no
-//! `sqlite_sequence` to read `high` from.
+//! The other way round does not work: a file made here has no `sqlite_sequence`, where older
+//! builds read `high` from, so they cannot open it.
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -36,7 +36,7 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 ";
 
-/// The `meta` key of the outbox's `high` while the log is empty.
+/// The `meta` key of the outbox's `high` while the log is empty (also spelled out in [`HIGH`]).
 const HIGH_KEY: &str = "outbox_high";
 
 /// `high`: the newest rowid, or the one [`truncate`] left in `meta` with the log empty
@@ -103,7 +103,8 @@ pub(super) fn offsets(conn: &Connection) -> Result<(u64, u64)> {
     Ok((low as u64, high as u64))
 }
 
-/// [`crate::ports::Outbox::truncate`] on `conn`: reads at most `max + 1` rows, whatever the size of the log.
+/// [`crate::ports::Outbox::truncate`] on `conn`: reads at most `max + 1` rows, whatever the
+/// size of the log.
 ///
 /// The prefix is found by rowid from the log's first row (offset = rowid − 1): up to `below`,
 /// at most `max` rows, and before the first row appended at or after `older_than_ms`. A
