@@ -10,11 +10,11 @@
 //! Start rule: a stored position must lie in `[low, high]`; with none stored the outbox must
 //! start at 0; otherwise the archiver refuses to start (a backfill is needed).
 //!
-//! Per batch (at most `archive_batch_max` records): take `T0, H0` ([`Outbox::watermark_snapshot`]),
-//! write all records, then their index entries, and only when both are acknowledged store the
-//! new position. Any failure stores nothing and the batch is replayed. Once the stored
-//! position is ≥ H0, publish the watermark `T = T0`: every message committed before T is in the
-//! archive.
+//! Per batch (at most `archive_batch_max` records and about [`DEFAULT_BATCH_BYTES_MAX`] of
+//! bodies): take `T0, H0` ([`Outbox::watermark_snapshot`]), write all records, then their index
+//! entries, and only when both are acknowledged store the new position. Any failure stores
+//! nothing and the batch is replayed. Once the stored position is ≥ H0, publish the watermark
+//! `T = T0`: every message committed before T is in the archive.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -30,6 +30,16 @@ use crate::ports::{Archive, HotStore, Outbox};
 /// The consumer name the archiver stores its position under.
 pub const ARCHIVER_CONSUMER: &str = "archiver";
 
+/// Most bytes of message bodies per batch by default (16 MiB): a batch is held in memory a
+/// few times over while it is written, and `archive_batch_max` records of bodies up to
+/// `max_body_bytes` (64 KiB) would be 160 MiB per copy at the defaults. The batch stops at
+/// the record that reaches it (so it holds at least one record).
+pub const DEFAULT_BATCH_BYTES_MAX: usize = 16 << 20;
+
+/// Records per [`Outbox::fetch`] call while a batch is gathered: what one read may hold in
+/// memory beyond [`DEFAULT_BATCH_BYTES_MAX`] is one page.
+const FETCH_PAGE: usize = 256;
+
 /// The archiver's state: its position and the stores it moves data between.
 #[derive(Debug)]
 pub struct Archiver {
@@ -38,6 +48,7 @@ pub struct Archiver {
     hot: Arc<dyn HotStore>,
     clock: SharedClock,
     batch_max: usize,
+    batch_bytes_max: usize,
     metrics: ChatMetrics,
     position: u64,
 }
@@ -63,6 +74,8 @@ pub struct BatchOutcome {
     pub archived: usize,
     /// Whether the watermark was published (the archiver had caught up to H0).
     pub watermark_published: bool,
+    /// Whether a limit (records or bytes) ended the batch, so more may be waiting.
+    pub full: bool,
 }
 
 impl Archiver {
@@ -84,9 +97,17 @@ impl Archiver {
             hot,
             clock,
             batch_max: batch_max.max(1),
+            batch_bytes_max: DEFAULT_BATCH_BYTES_MAX,
             metrics,
             position,
         })
+    }
+
+    /// Sets the most bytes of message bodies per batch (default [`DEFAULT_BATCH_BYTES_MAX`]).
+    #[must_use]
+    pub fn with_batch_bytes_max(mut self, bytes: usize) -> Self {
+        self.batch_bytes_max = bytes;
+        self
     }
 
     /// The next outbox offset to archive.
@@ -97,7 +118,7 @@ impl Archiver {
     /// Archives one batch. On error nothing was stored and the same batch is read again next time.
     pub async fn run_once(&mut self) -> Result<BatchOutcome> {
         let (t0, h0) = self.outbox.watermark_snapshot(&self.clock).await?;
-        let batch = self.outbox.fetch(self.position, self.batch_max).await?;
+        let (batch, full) = self.fetch_batch().await?;
         let mut archived = 0;
         if let Some(&(last_offset, _)) = batch.last() {
             let records: Vec<MessageRecord> = batch.into_iter().map(|(_, r)| r).collect();
@@ -120,12 +141,42 @@ impl Archiver {
         Ok(BatchOutcome {
             archived,
             watermark_published,
+            full,
         })
     }
 
-    /// Runs until `cancel`: batches back to back while they come back full (a backlog), an
-    /// `idle` sleep after a batch that was not (caught up), exponential back-off (up to 5 s)
-    /// after failures.
+    /// The next batch, read from the position on in pages of [`FETCH_PAGE`] records: until it
+    /// holds `batch_max` records, or `batch_bytes_max` bytes of bodies, or the log ends.
+    /// Returns it and whether a limit ended it.
+    async fn fetch_batch(&self) -> Result<(Vec<(u64, MessageRecord)>, bool)> {
+        let mut batch = Vec::new();
+        let mut bytes = 0;
+        let mut from = self.position;
+        loop {
+            let want = (self.batch_max - batch.len()).min(FETCH_PAGE);
+            let page = self.outbox.fetch(from, want).await?;
+            let log_ended = page.len() < want;
+            for (offset, record) in page {
+                if bytes >= self.batch_bytes_max {
+                    // The rest of the page is read again by the next batch.
+                    return Ok((batch, true));
+                }
+                bytes += record.body.len();
+                from = offset + 1;
+                batch.push((offset, record));
+            }
+            if batch.len() >= self.batch_max || bytes >= self.batch_bytes_max {
+                return Ok((batch, true));
+            }
+            if log_ended {
+                return Ok((batch, false));
+            }
+        }
+    }
+
+    /// Runs until `cancel`: batches back to back while a limit ends them (a backlog), an
+    /// `idle` sleep after a batch that the end of the log ended (caught up), exponential
+    /// back-off (up to 5 s) after failures.
     ///
     /// Pacing by fullness keeps the archiver's cost per message low when it keeps up: under a
     /// steady load it wakes every `idle` for one batch of about `rate × idle` records, instead of
@@ -148,7 +199,7 @@ impl Archiver {
             let pause = match self.run_once().await {
                 Ok(outcome) => {
                     backoff = Duration::from_millis(100);
-                    pause_after(outcome.archived, self.batch_max, idle)
+                    pause_after(outcome.full, idle)
                 }
                 Err(error) => {
                     self.metrics.archive_failures.inc();
@@ -171,14 +222,10 @@ impl Archiver {
     }
 }
 
-/// The pause after a batch of `archived` records (see [`Archiver::run`]): none after a full
-/// batch (a backlog), `idle` otherwise.
-fn pause_after(archived: usize, batch_max: usize, idle: Duration) -> Duration {
-    if archived >= batch_max {
-        Duration::ZERO
-    } else {
-        idle
-    }
+/// The pause after a batch (see [`Archiver::run`]): none after one that a limit ended (a
+/// backlog), `idle` otherwise.
+fn pause_after(full: bool, idle: Duration) -> Duration {
+    if full { Duration::ZERO } else { idle }
 }
 
 #[cfg(test)]
@@ -186,12 +233,10 @@ mod tests {
     use super::*;
 
     #[test]
-    fn pauses_unless_the_batch_was_full() {
+    fn pauses_unless_a_limit_ended_the_batch() {
         let idle = Duration::from_millis(50);
-        assert_eq!(pause_after(1000, 1000, idle), Duration::ZERO);
-        assert_eq!(pause_after(999, 1000, idle), idle);
-        assert_eq!(pause_after(1, 1000, idle), idle);
-        assert_eq!(pause_after(0, 1000, idle), idle);
+        assert_eq!(pause_after(true, idle), Duration::ZERO);
+        assert_eq!(pause_after(false, idle), idle);
     }
 
     #[test]

@@ -57,9 +57,9 @@ pub struct ChatConfig {
     /// resident memory on the project's 2-core test machine.
     pub dedup_memory_keys: usize,
     /// Most records per archiver batch (default 2,500: one [`Self::archive_idle`] of sends at
-    /// 10,000 sends/s). A batch is held in memory a few times over while it is written, so the
-    /// worst case is about `archive_batch_max × max_body_bytes` per copy (160 MiB at the
-    /// defaults).
+    /// 10,000 sends/s). A batch also ends at 16 MiB of message bodies
+    /// ([`crate::archiver::DEFAULT_BATCH_BYTES_MAX`]), which bounds its memory whatever the
+    /// bodies' size.
     pub archive_batch_max: usize,
     /// Most sends sharing one commit (default 512).
     pub commit_batch_max: usize,
