@@ -186,6 +186,16 @@ fn meta_get(conn: &Connection, key: &str) -> Result<Option<i64>> {
         .optional()?)
 }
 
+/// Sets `meta`'s `key` to `value` (consumer positions, the outbox's `high` while it is empty).
+pub(super) fn meta_set(conn: &Connection, key: &str, value: i64) -> Result<()> {
+    conn.prepare_cached(
+        "INSERT INTO meta (key, value) VALUES (?1, ?2)
+         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+    )?
+    .execute(params![key, value])?;
+    Ok(())
+}
+
 #[async_trait]
 impl FusedCommit for SqliteHot {
     async fn commit_fused(
@@ -701,14 +711,7 @@ impl Outbox for SqliteHot {
     async fn store_position(&self, consumer: &str, position: u64) -> Result<()> {
         let key = format!("position:{consumer}");
         self.writer
-            .write(move |conn| {
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES (?1, ?2)
-                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    params![key, position as i64],
-                )?;
-                Ok(())
-            })
+            .write(move |conn| meta_set(conn, &key, position as i64))
             .await
     }
 

@@ -20,6 +20,7 @@
 
 use rusqlite::{Connection, OptionalExtension, params};
 
+use super::hot::meta_set;
 use super::{RECORD_COLUMNS, record_from_row_at};
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
@@ -116,6 +117,8 @@ pub(super) fn truncate(
     older_than_ms: i64,
     max: usize,
 ) -> Result<usize> {
+    // Two statements: SQLite turns a lone min() or max() into one seek, but scans the table
+    // for the pair in one query.
     let first: Option<i64> = conn.query_row("SELECT min(rowid) FROM outbox", [], |r| r.get(0))?;
     let Some(first) = first else {
         return Ok(0);
@@ -142,11 +145,7 @@ pub(super) fn truncate(
         .query_row([], |r| r.get(0))?;
     if last >= newest {
         // The log becomes empty: keep its `high` for the next append and for `offsets`.
-        conn.prepare_cached(
-            "INSERT INTO meta (key, value) VALUES (?1, ?2)
-             ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-        )?
-        .execute(params![HIGH_KEY, newest])?;
+        meta_set(conn, HIGH_KEY, newest)?;
     }
     Ok(conn
         .prepare_cached("DELETE FROM outbox WHERE rowid BETWEEN ?1 AND ?2")?
@@ -218,8 +217,8 @@ mod tests {
         conn
     }
 
-    /// Runs `truncate` and counts the SQLite VM instructions it took.
-    fn truncate_counting(conn: &Connection, below: u64, older: i64, max: usize) -> (usize, u64) {
+    /// Runs `f` on `conn` and counts the SQLite VM instructions it took.
+    fn counting<T>(conn: &Connection, f: impl FnOnce(&Connection) -> Result<T>) -> (T, u64) {
         let ops = Arc::new(AtomicU64::new(0));
         let counter = Arc::clone(&ops);
         conn.progress_handler(
@@ -229,9 +228,24 @@ mod tests {
                 false
             }),
         );
-        let deleted = truncate(conn, below, older, max).unwrap();
+        let out = f(conn).unwrap();
         conn.progress_handler(1, None::<fn() -> bool>);
-        (deleted, ops.load(Ordering::Relaxed))
+        (out, ops.load(Ordering::Relaxed))
+    }
+
+    /// Runs `truncate` and counts the SQLite VM instructions it took.
+    fn truncate_counting(conn: &Connection, below: u64, older: i64, max: usize) -> (usize, u64) {
+        counting(conn, |c| truncate(c, below, older, max))
+    }
+
+    /// `offsets` runs on the hot writer before every archiver batch (the watermark snapshot):
+    /// two seeks, not a pass over the log (`min(rowid), max(rowid)` in one query would be one).
+    #[test]
+    fn offsets_seek_the_ends_of_the_log() {
+        let conn = outbox_of(50_000, 0);
+        let ((low, high), ops) = counting(&conn, offsets);
+        assert_eq!((low, high), (0, 50_000));
+        assert!(ops < 200, "{ops} VM instructions for the offsets");
     }
 
     #[test]
