@@ -10,20 +10,27 @@
 //!   scheduler: a thread at any nice, once on a core, runs out its slice (milliseconds) before
 //!   a SEND thread woken meanwhile gets the core, so every archive batch (a burst of some
 //!   20 ms of CPU every 250 ms at 5,000 sends/s) held up the SENDs that came during it. A
-//!   `SCHED_IDLE` thread gives the core up at once. Issue 2, `tiered` at 5,000 sends/s on
-//!   tmpfs (the CPU alone), three interleaved pairs: SEND_ACK p99 1.64 / 1.33 / 1.12 ms
-//!   against 3.08 / 3.03 / 2.88 ms at nice 10 (`hot-only`: 1.55 ms); nice 19 did no better
-//!   than nice 10. Nice [`BACKGROUND_NICE`] is still set, for where `SCHED_IDLE` is refused.
-//! - **IO: best-effort, lowest level, set explicitly.** Left unset, the IO priority follows
-//!   the CPU policy, and a `SCHED_IDLE` thread's writes fall into the idle IO class, which the
-//!   disk's queue (mq-deadline) serves only when nothing else waits: the checkpointer's writes
-//!   then held up the commits' fsyncs. `hot-only` at 5,000 sends/s on disk: p99 9–11 ms with
-//!   the idle class, 3.1–3.7 ms best-effort, as at nice 10.
+//!   `SCHED_IDLE` thread gives the core up at once. Issue 2, `tiered` on tmpfs (the CPU
+//!   alone), two interleaved pairs: SEND_ACK p99 at 5,000 sends/s 1.28 / 1.17 ms against
+//!   2.84 / 2.60 ms at nice 10 (`hot-only` 0.81–1.00 ms), at 10,000 1.64 / 1.90 against
+//!   4.58 / 3.88 ms; nice 19 did no better than nice 10. Nice [`BACKGROUND_NICE`] is still
+//!   set, for where `SCHED_IDLE` is not.
+//! - **IO: best-effort, lowest level, set explicitly (first).** Left unset, the IO priority
+//!   follows the CPU policy, and a `SCHED_IDLE` thread's writes fall into the idle IO class,
+//!   which the disk's queue (mq-deadline) serves only when nothing else waits: the
+//!   checkpointer's writes then held up the commits' fsyncs. `hot-only` at 5,000 sends/s on
+//!   disk: p99 9–11 ms with the idle class, 3.2–3.8 ms best-effort, as at nice 10. So a thread
+//!   whose IO priority cannot be set stays off `SCHED_IDLE`.
 //!
-//! What this costs: under CPU saturation background threads run only when a core has nothing
-//! else to do. The archive then lags (the archive-lag metric shows it; nothing is trimmed that
-//! is not archived) and the writer's own checkpoint bounds the log
-//! ([`super::AUTOCHECKPOINT_PAGES`]).
+//! What this costs: under CPU saturation a `SCHED_IDLE` thread gets a small share of a core
+//! (weight 3 against 1,024 for each busy normal thread). The archive then lags (the
+//! archive-lag metric shows it; nothing is trimmed that is not archived; at 20,000 sends/s on
+//! the 2-core test machine it kept up, lag p99 2.0 s against 3.1 s at nice 10), a checkpoint
+//! pass or an outbox read takes longer, and while one holds its snapshot the log grows. A
+//! lock held by such a thread would make normal threads wait with it; the bundled SQLite is
+//! built without the process-wide locks of its page cache and memory statistics for that
+//! reason (`.cargo/config.toml`), and no normal thread waits on these threads except the
+//! archiver and the trimmer (background work themselves) and shutdown, which joins them.
 //!
 //! Before, with nice 10 (issue 2, `tiered` at 10,000 sends/s, three interleaved pairs): p99
 //! 30.2 / 42.2 / 39.6 ms against 43.1 / 56.7 / 51.2 ms at normal priority.
@@ -75,26 +82,40 @@ fn lower_current_thread() {
     let tid = rustix::thread::gettid();
     let nice_before = rustix::process::getpriority_process(Some(tid)).unwrap_or(0);
 
-    // CPU: SCHED_IDLE. The library also sets the nice value to 0, which a thread started at a
-    // higher nice may not do without privileges: so the policy is checked, not the result.
-    let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
-    let _ = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle);
-    if thread_schedule_policy().ok() != Some(idle) {
-        tracing::warn!("could not move a background thread to SCHED_IDLE; lowering its nice only");
+    // IO first: best-effort at the lowest level, set explicitly, because left unset a
+    // SCHED_IDLE thread's IO is in the idle class (see the module docs). Never raised: a
+    // thread already in the idle class (a process started under `ionice -c3`) stays there.
+    let this_thread = ioprio::Target::Process(ioprio::Pid::from_raw(0));
+    let io_set = match ioprio::get_priority(this_thread) {
+        Ok(io) if io.class() == Some(ioprio::Class::Idle) => Ok(()),
+        _ => ioprio::set_priority(
+            this_thread,
+            ioprio::Priority::new(ioprio::Class::BestEffort(ioprio::BePriorityLevel::lowest())),
+        ),
+    };
+
+    // CPU: SCHED_IDLE, only once the IO priority is explicit (an unprivileged thread cannot
+    // leave SCHED_IDLE again). The library also sets the nice value to 0, which a thread
+    // started at a higher nice may not do without privileges: so the policy is checked, not
+    // the result.
+    match io_set {
+        Err(error) => tracing::warn!(
+            %error,
+            "could not set a background thread's IO priority; lowering its nice value only"
+        ),
+        Ok(()) => {
+            let idle = ThreadSchedulePolicy::Normal(NormalThreadSchedulePolicy::Idle);
+            let set = set_thread_priority_and_policy(thread_native_id(), ThreadPriority::Min, idle);
+            if thread_schedule_policy().ok() != Some(idle) {
+                tracing::warn!(
+                    error = ?set.err(),
+                    "could not move a background thread to SCHED_IDLE; lowering its nice value only"
+                );
+            }
+        }
     }
 
-    // IO: best-effort, set explicitly. Left unset, a SCHED_IDLE thread's IO would be in the
-    // idle class (see the module docs).
-    let best_effort =
-        ioprio::Priority::new(ioprio::Class::BestEffort(ioprio::BePriorityLevel::lowest()));
-    if let Err(error) = ioprio::set_priority(
-        ioprio::Target::Process(ioprio::Pid::from_raw(0)),
-        best_effort,
-    ) {
-        tracing::warn!(%error, "could not set a background thread's IO priority");
-    }
-
-    // The nice value, which weighs only where SCHED_IDLE was refused; never raised: a process
+    // The nice value, which weighs only where SCHED_IDLE was not set; never raised: a process
     // started at a lower priority stays there.
     let nice = nice_before.max(BACKGROUND_NICE);
     let lowered = rustix::process::getpriority_process(Some(tid)).and_then(|now| {
