@@ -453,10 +453,11 @@ impl ReadPool {
 mod tests {
     use super::*;
 
-    /// `.cargo/config.toml` builds the bundled SQLite without `SQLITE_ENABLE_MEMORY_MANAGEMENT`,
-    /// so that connections do not share one page cache behind one mutex (see its comment).
+    /// `.cargo/config.toml` builds the bundled SQLite without `SQLITE_ENABLE_MEMORY_MANAGEMENT`
+    /// and with `SQLITE_DEFAULT_MEMSTATUS=0`, so that connections share neither one page cache
+    /// nor memory statistics behind one mutex (see its comment).
     #[test]
-    fn connections_have_page_caches_of_their_own() {
+    fn bundled_sqlite_has_no_process_wide_locks() {
         let conn = Connection::open_in_memory().unwrap();
         let options: Vec<String> = conn
             .prepare("PRAGMA compile_options")
@@ -472,6 +473,10 @@ mod tests {
         assert!(
             !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
             "built with one shared page cache: {options:?}"
+        );
+        assert!(
+            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
+            "built with memory statistics behind one process-wide mutex: {options:?}"
         );
     }
 
