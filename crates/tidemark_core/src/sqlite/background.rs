@@ -249,4 +249,30 @@ mod tests {
             .unwrap();
         assert_eq!(after, 7);
     }
+
+    /// A thread already in the idle IO class (a process started under `ionice -c3`) keeps it:
+    /// background priority lowers, never raises.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn background_priority_never_raises_the_io_class() {
+        let this_thread = ioprio::Target::Process(ioprio::Pid::from_raw(0));
+        let (io, policy) = std::thread::spawn(move || {
+            ioprio::set_priority(this_thread, ioprio::Priority::new(ioprio::Class::Idle)).unwrap();
+            Priority::Background.apply_to_current_thread();
+            let io = ioprio::get_priority(this_thread).unwrap();
+            (
+                io.class(),
+                thread_priority::unix::thread_schedule_policy().unwrap(),
+            )
+        })
+        .join()
+        .unwrap();
+        assert_eq!(io, Some(ioprio::Class::Idle));
+        assert_eq!(
+            policy,
+            thread_priority::unix::ThreadSchedulePolicy::Normal(
+                thread_priority::unix::NormalThreadSchedulePolicy::Idle
+            )
+        );
+    }
 }
