@@ -15,7 +15,7 @@
 //! tmpfs (the CPU alone) that halved `tiered`'s p99 (5,000 sends/s: 2.84 / 2.60 → 1.28 /
 //! 1.17 ms, `hot-only` 0.81–1.00 ms; nice 19 did no better than nice 10). On disk it gained
 //! nothing at 5,000 sends/s and cost stalls at 10,000: p99.9 of 36–78 ms with up to 307
-//! requests not sent in 6 of 8 runs, against 1 of 8 at nice 10. These threads write files, and
+//! requests not sent in 6 of 8 runs, against 2 of 11 at nice 10. These threads write files, and
 //! one descheduled while it holds a lock of the kernel's (the filesystem journal's, the file's)
 //! waits for a free core, while a commit's fsync waits for it. Left to follow a `SCHED_IDLE`
 //! policy, their IO priority also falls into the idle class, and the checkpointer's writes
