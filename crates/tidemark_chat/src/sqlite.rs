@@ -13,7 +13,7 @@ mod dedup;
 mod hot;
 mod outbox;
 
-pub use archive::SqliteArchive;
+pub use archive::{ARCHIVE_DUTY, PACED_LAG, SqliteArchive, archive_duty};
 pub use hot::SqliteHot;
 
 use rusqlite::Row;

@@ -18,13 +18,16 @@
 //! the writer works.
 //!
 //! Background work (checkpoints; a writer or reader that may lag, such as the archive's) runs at
-//! a lower CPU priority than the commit path: see [`background`].
+//! a lower CPU priority than the commit path: see [`background`]; a long background job can
+//! also spread its work over time with a [`DutyCycle`] (see [`pacing`]).
 
 mod background;
 mod job_thread;
+mod pacing;
 
 pub use background::{BACKGROUND_NICE, Priority, ReadThread};
 use job_thread::JobThread;
+pub use pacing::{BURST, DutyCycle};
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;

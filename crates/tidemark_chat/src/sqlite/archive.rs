@@ -1,12 +1,21 @@
 //! The archive of the embedded default (`archive.db`): `message_record` and `history_index`,
 //! both keyed `(tenant, conversation_id, seq_bucket, conversation_seq)`, written with plain
 //! idempotent inserts (`INSERT OR IGNORE`).
+//!
+//! Pacing: in `tiered` mode the archive's writer is a background thread, and a batch (a few
+//! thousand inserts, tens of ms of CPU every [`crate::config::ChatConfig::archive_idle`]) is
+//! spread over time with a [`DutyCycle`] ([`archive_duty`]), so that it never keeps a core
+//! from the commit path for long while the archive keeps up. The duty grows with the batch's
+//! lag (the age of its oldest record), up to flat out: an archive that falls behind (more
+//! load than a quarter duty keeps up with, or a backlog after downtime) catches up.
 
 use std::path::Path;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use rusqlite::params;
-use tidemark_core::sqlite::{GroupWriter, Priority, ReadPool, open_rw};
+use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, open_rw};
 
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
@@ -43,11 +52,34 @@ CREATE INDEX IF NOT EXISTS history_index_expiry ON history_index (expires_at)
     WHERE expires_at IS NOT NULL;
 ";
 
+/// The least share of time a paced archive batch keeps its writer busy (see the module docs):
+/// at 0.25 a batch of 20 ms of inserts takes 80 ms.
+pub const ARCHIVE_DUTY: f64 = 0.25;
+
+/// The lag (age of a batch's oldest record, commit time against the wall clock) up to which a
+/// batch is paced at [`ARCHIVE_DUTY`]; past it the duty grows in proportion, flat out from
+/// `PACED_LAG / ARCHIVE_DUTY` (4 s) on. At 5,000 sends/s a batch's lag is about one
+/// `archive_idle` (250 ms).
+pub const PACED_LAG: Duration = Duration::from_secs(1);
+
+/// The duty of a paced batch whose oldest record is `lag` old: [`ARCHIVE_DUTY`] up to
+/// [`PACED_LAG`], then `ARCHIVE_DUTY × lag / PACED_LAG`, at most 1. An archive that falls
+/// behind speeds up until it keeps up, and settles at the lag where the duty suffices.
+pub fn archive_duty(lag: Duration) -> f64 {
+    let behind = lag.as_secs_f64() / PACED_LAG.as_secs_f64();
+    (ARCHIVE_DUTY * behind.max(1.0)).min(1.0)
+}
+
 /// The embedded archive (see the module docs).
 #[derive(Debug)]
 pub struct SqliteArchive {
     writer: GroupWriter,
     reads: ReadPool,
+    /// Batches are paced at all: a background writer (`tiered`), not one a SEND waits on.
+    paced: bool,
+    /// The duty of the last batch of records ([`f64::to_bits`]): its index entries, written
+    /// next, get the same.
+    duty: AtomicU64,
 }
 
 impl SqliteArchive {
@@ -63,7 +95,30 @@ impl SqliteArchive {
         conn.execute_batch(SCHEMA)?;
         let writer = GroupWriter::start_with_priority("chat-archive", conn, 64, priority);
         let reads = ReadPool::open(path, 8)?;
-        Ok(Self { writer, reads })
+        Ok(Self {
+            writer,
+            reads,
+            paced: priority == Priority::Background,
+            duty: AtomicU64::new(1.0_f64.to_bits()),
+        })
+    }
+
+    /// The cycle for a batch of records committed at `committed_at_ms` (ms since the epoch):
+    /// on a background writer, paced at [`archive_duty`] of the oldest's lag; else unpaced.
+    fn cycle_for(&self, committed_at_ms: impl Iterator<Item = i64>) -> DutyCycle {
+        let now_ms = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .map_or(0, |d| d.as_millis() as i64);
+        let oldest = committed_at_ms.min().unwrap_or(now_ms);
+        let lag = Duration::from_millis(now_ms.saturating_sub(oldest).max(0) as u64);
+        let duty = if self.paced { archive_duty(lag) } else { 1.0 };
+        self.duty.store(duty.to_bits(), Ordering::Relaxed);
+        DutyCycle::new(duty)
+    }
+
+    /// The cycle of the last batch of records, for its index entries.
+    fn last_cycle(&self) -> DutyCycle {
+        DutyCycle::new(f64::from_bits(self.duty.load(Ordering::Relaxed)))
     }
 }
 
@@ -75,6 +130,7 @@ fn bucket(seq: u64) -> i64 {
 impl Archive for SqliteArchive {
     async fn put_records(&self, records: &[MessageRecord]) -> Result<()> {
         let records = records.to_vec();
+        let mut cycle = self.cycle_for(records.iter().map(|r| r.committed_at_ms));
         self.writer
             .write(move |conn| {
                 let mut stmt = conn.prepare_cached(
@@ -84,6 +140,7 @@ impl Archive for SqliteArchive {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 )?;
                 for r in &records {
+                    cycle.step();
                     stmt.execute(params![
                         r.tenant,
                         r.conversation_id,
@@ -105,6 +162,7 @@ impl Archive for SqliteArchive {
 
     async fn put_index(&self, entries: &[IndexEntry]) -> Result<()> {
         let entries = entries.to_vec();
+        let mut cycle = self.last_cycle();
         self.writer
             .write(move |conn| {
                 let mut stmt = conn.prepare_cached(
@@ -113,6 +171,7 @@ impl Archive for SqliteArchive {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
                 )?;
                 for e in &entries {
+                    cycle.step();
                     stmt.execute(params![
                         e.tenant,
                         e.conversation_id,
@@ -244,5 +303,61 @@ impl Archive for SqliteArchive {
                 )?)
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn now_ms() -> i64 {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    }
+
+    #[test]
+    fn the_duty_grows_with_the_lag_past_the_paced_lag() {
+        assert_eq!(archive_duty(Duration::ZERO), 0.25);
+        assert_eq!(archive_duty(Duration::from_millis(250)), 0.25);
+        assert_eq!(archive_duty(PACED_LAG), 0.25);
+        assert_eq!(archive_duty(Duration::from_secs(2)), 0.5);
+        assert_eq!(archive_duty(Duration::from_secs(4)), 1.0);
+        assert_eq!(archive_duty(Duration::from_secs(3600)), 1.0);
+    }
+
+    #[test]
+    fn a_background_archive_paces_by_the_oldest_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive =
+            SqliteArchive::open_with_priority(&dir.path().join("a.db"), Priority::Background)
+                .unwrap();
+        let now = now_ms();
+        let current = archive.cycle_for([now - 250, now].into_iter());
+        assert_eq!(current.duty(), ARCHIVE_DUTY);
+        assert_eq!(
+            archive.last_cycle().duty(),
+            ARCHIVE_DUTY,
+            "its index entries follow"
+        );
+        // One record an hour old makes the whole batch a catch-up batch.
+        let behind = archive.cycle_for([now - 3_600_000, now].into_iter());
+        assert_eq!(behind.duty(), 1.0);
+        assert_eq!(archive.last_cycle().duty(), 1.0);
+        // Records stamped ahead of the wall clock (an injected clock) count as current.
+        assert_eq!(
+            archive.cycle_for([now + 60_000].into_iter()).duty(),
+            ARCHIVE_DUTY
+        );
+    }
+
+    #[test]
+    fn an_archive_a_send_waits_on_is_never_paced() {
+        let dir = tempfile::tempdir().unwrap();
+        let archive =
+            SqliteArchive::open_with_priority(&dir.path().join("a.db"), Priority::Normal).unwrap();
+        assert_eq!(archive.cycle_for([now_ms()].into_iter()).duty(), 1.0);
+        assert_eq!(archive.last_cycle().duty(), 1.0);
     }
 }
