@@ -6,6 +6,11 @@
 //! archive watermark (taken as exclusive: the watermark bound is strict, see [`trim_cutoff`]).
 //! No watermark, no trimming: a stalled archiver stops deletion and the
 //! archive-lag metric grows. The store raises each conversation's floor F as it trims.
+//!
+//! A pass works in batches of `trim_batch` and goes on until nothing eligible is left, however
+//! large the backlog (the first pass after a week's downtime); shutdown does not wait for it:
+//! a pass stops between two batches once it is cancelled ([`Trimmer::run_pass`]), and the
+//! next start goes on where it stopped.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -42,6 +47,8 @@ pub struct TrimOutcome {
     pub purged: usize,
     /// Age (ms) of the oldest committed message not yet archived.
     pub archive_lag_ms: i64,
+    /// The pass was cancelled before it finished: what it did is kept, the rest is left.
+    pub stopped: bool,
 }
 
 /// Trims the hot tier behind the watermark and does the expiry chores.
@@ -78,6 +85,12 @@ impl Trimmer {
     /// One pass: measure archive lag, trim every eligible candidate (in batches), purge expired
     /// dedup entries and archived ephemerals, drop archived outbox records past retention.
     pub async fn run_once(&self) -> Result<TrimOutcome> {
+        self.run_pass(&CancellationToken::new()).await
+    }
+
+    /// Like [`Trimmer::run_once`], but stops between two batches once `cancel` fires
+    /// ([`TrimOutcome::stopped`]); every batch done stays done.
+    pub async fn run_pass(&self, cancel: &CancellationToken) -> Result<TrimOutcome> {
         let now = self.clock.now_ms();
         let mut out = TrimOutcome {
             archive_lag_ms: self.archive_lag_ms(now).await?,
@@ -87,31 +100,39 @@ impl Trimmer {
             .archive_lag_seconds
             .set(out.archive_lag_ms / 1000);
         let batch = self.cfg.trim_batch.max(1);
+        // Each chore runs batches until one comes back short; `more` says whether to run the
+        // next, and records a cancellation.
+        let more = |n: usize, out: &mut TrimOutcome| {
+            out.stopped |= cancel.is_cancelled();
+            n == batch && !out.stopped
+        };
         if let Some(cutoff) = trim_cutoff(now, self.hot.watermark().await?, &self.cfg) {
-            loop {
-                let n = self.hot.trim(cutoff, batch).await?.len();
+            let mut n = batch;
+            while more(n, &mut out) {
+                n = self.hot.trim(cutoff, batch).await?.len();
                 out.trimmed += n;
                 self.metrics.trimmed.inc_by(n as u64);
-                if n < batch {
-                    break;
-                }
             }
         }
-        while self.hot.purge_dedup(now, batch).await? == batch {}
+        let mut n = batch;
+        while more(n, &mut out) {
+            n = self.hot.purge_dedup(now, batch).await?;
+        }
         if let Some(archive) = &self.archive {
-            loop {
-                let n = archive.purge_expired(now, batch).await?;
+            let mut n = batch;
+            while more(n, &mut out) {
+                n = archive.purge_expired(now, batch).await?;
                 out.purged += n;
-                if n < batch {
-                    break;
-                }
             }
         }
         if let Some(outbox) = &self.outbox
             && let Some(position) = outbox.position(ARCHIVER_CONSUMER).await?
         {
             let retention = self.cfg.outbox_retention.as_millis() as i64;
-            while outbox.truncate(position, now - retention, batch).await? == batch {}
+            let mut n = batch;
+            while more(n, &mut out) {
+                n = outbox.truncate(position, now - retention, batch).await?;
+            }
         }
         Ok(out)
     }
@@ -139,7 +160,7 @@ impl Trimmer {
     /// Runs a pass every `trim_interval` until `cancel`.
     pub async fn run(self, cancel: CancellationToken) {
         loop {
-            if let Err(error) = self.run_once().await {
+            if let Err(error) = self.run_pass(&cancel).await {
                 tracing::warn!(%error, "trimmer pass failed; will retry");
             }
             tokio::select! {
