@@ -100,39 +100,33 @@ impl Trimmer {
             .archive_lag_seconds
             .set(out.archive_lag_ms / 1000);
         let batch = self.cfg.trim_batch.max(1);
-        // Each chore runs batches until one comes back short; `more` says whether to run the
-        // next, and records a cancellation.
-        let more = |n: usize, out: &mut TrimOutcome| {
-            out.stopped |= cancel.is_cancelled();
-            n == batch && !out.stopped
-        };
         if let Some(cutoff) = trim_cutoff(now, self.hot.watermark().await?, &self.cfg) {
-            let mut n = batch;
-            while more(n, &mut out) {
-                n = self.hot.trim(cutoff, batch).await?.len();
-                out.trimmed += n;
+            let (n, stopped) = in_batches(batch, cancel, || async move {
+                let n = self.hot.trim(cutoff, batch).await?.len();
                 self.metrics.trimmed.inc_by(n as u64);
-            }
+                Ok(n)
+            })
+            .await?;
+            out.trimmed = n;
+            out.stopped |= stopped;
         }
-        let mut n = batch;
-        while more(n, &mut out) {
-            n = self.hot.purge_dedup(now, batch).await?;
-        }
+        let (_, stopped) = in_batches(batch, cancel, || self.hot.purge_dedup(now, batch)).await?;
+        out.stopped |= stopped;
         if let Some(archive) = &self.archive {
-            let mut n = batch;
-            while more(n, &mut out) {
-                n = archive.purge_expired(now, batch).await?;
-                out.purged += n;
-            }
+            let (n, stopped) =
+                in_batches(batch, cancel, || archive.purge_expired(now, batch)).await?;
+            out.purged = n;
+            out.stopped |= stopped;
         }
         if let Some(outbox) = &self.outbox
             && let Some(position) = outbox.position(ARCHIVER_CONSUMER).await?
         {
-            let retention = self.cfg.outbox_retention.as_millis() as i64;
-            let mut n = batch;
-            while more(n, &mut out) {
-                n = outbox.truncate(position, now - retention, batch).await?;
-            }
+            let older_than = now - self.cfg.outbox_retention.as_millis() as i64;
+            let (_, stopped) = in_batches(batch, cancel, || {
+                outbox.truncate(position, older_than, batch)
+            })
+            .await?;
+            out.stopped |= stopped;
         }
         Ok(out)
     }
@@ -171,9 +165,73 @@ impl Trimmer {
     }
 }
 
+/// Runs `chore` (one batch of at most `batch` rows, returning how many it did) until a batch
+/// comes back short; before each batch, stops if `cancel` has fired. Returns the rows done and
+/// whether it stopped with work perhaps left.
+async fn in_batches<F, Fut>(
+    batch: usize,
+    cancel: &CancellationToken,
+    mut chore: F,
+) -> Result<(usize, bool)>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<usize>>,
+{
+    let mut done = 0;
+    loop {
+        if cancel.is_cancelled() {
+            return Ok((done, true));
+        }
+        let n = chore().await?;
+        done += n;
+        if n < batch {
+            return Ok((done, false));
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[tokio::test]
+    async fn batches_stop_between_two_once_cancelled() {
+        let cancel = CancellationToken::new();
+        let calls = AtomicUsize::new(0);
+        // Cancelled during the second of many full batches: that one finishes, no third.
+        let done = in_batches(2, &cancel, || {
+            if calls.fetch_add(1, Ordering::SeqCst) == 1 {
+                cancel.cancel();
+            }
+            async { Ok(2) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(done, (4, true));
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+
+        // A short batch ends the chore: nothing was left, whatever the token says after it.
+        let cancel = CancellationToken::new();
+        let done = in_batches(2, &cancel, || {
+            cancel.cancel();
+            async { Ok(1) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(done, (1, false));
+
+        // Not cancelled: full batches until a short one.
+        let left = AtomicUsize::new(7);
+        let done = in_batches(2, &CancellationToken::new(), || {
+            let n = left.load(Ordering::SeqCst).min(2);
+            left.fetch_sub(n, Ordering::SeqCst);
+            async move { Ok(n) }
+        })
+        .await
+        .unwrap();
+        assert_eq!(done, (7, false));
+    }
 
     #[test]
     fn cutoff_needs_a_watermark_and_keeps_the_margins() {

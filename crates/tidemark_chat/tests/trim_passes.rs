@@ -1,6 +1,8 @@
 //! A trimmer pass over a backlog larger than one batch (`trimmer::Trimmer::run_pass`): it runs
 //! batches until nothing eligible is left, unless it is cancelled (shutdown), in which case it
-//! stops between two batches, and the next pass goes on where it stopped.
+//! stops before its next batch, and the next pass goes on where it stopped. (That a token
+//! fired during a batch stops the pass after that batch is the unit test of the trimmer's
+//! batch loop.)
 
 mod common;
 
