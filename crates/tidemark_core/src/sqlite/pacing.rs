@@ -103,7 +103,10 @@ mod tests {
     #[test]
     fn the_first_step_starts_the_clock() {
         let mut cycle = DutyCycle::new(0.01);
-        assert_eq!(cycle.since, None, "time before the first unit of work is not work");
+        assert_eq!(
+            cycle.since, None,
+            "time before the first unit of work is not work"
+        );
         cycle.step();
         assert!(cycle.since.is_some());
     }
