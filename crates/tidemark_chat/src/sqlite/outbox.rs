@@ -37,14 +37,27 @@ CREATE TABLE IF NOT EXISTS outbox (
 );
 ";
 
-/// The `meta` key of the outbox's `high` while the log is empty (also spelled out in [`HIGH`]).
-const HIGH_KEY: &str = "outbox_high";
+/// The `meta` key of the outbox's `high` while the log is empty, as a literal: [`HIGH_KEY`]
+/// for bound parameters, and spliced into [`HIGH`]'s SQL by `concat!` (which takes literals,
+/// not consts).
+macro_rules! high_key {
+    () => {
+        "outbox_high"
+    };
+}
+
+/// The `meta` key of the outbox's `high` while the log is empty.
+const HIGH_KEY: &str = high_key!();
 
 /// `high`: the newest rowid, or the one [`truncate`] left in `meta` with the log empty
 /// (the larger of the two, which is the newest rowid whenever there is one: retention drops
 /// only a prefix). The next append takes `HIGH + 1`.
-const HIGH: &str = "max(coalesce((SELECT max(rowid) FROM outbox), 0),
-     coalesce((SELECT value FROM meta WHERE key = 'outbox_high'), 0))";
+const HIGH: &str = concat!(
+    "max(coalesce((SELECT max(rowid) FROM outbox), 0),
+     coalesce((SELECT value FROM meta WHERE key = '",
+    high_key!(),
+    "'), 0))"
+);
 
 /// Creates the table, and for a file made with the `AUTOINCREMENT` table of before, carries
 /// its `high` (kept in `sqlite_sequence`) over to `meta`, where [`HIGH`] looks for it while
