@@ -11,10 +11,11 @@
 
 use std::path::Path;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use rusqlite::params;
+use tidemark_core::clock::{Clock, SystemClock};
 use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, open_rw};
 
 use super::{RECORD_COLUMNS, record_from_row};
@@ -111,9 +112,7 @@ impl SqliteArchive {
     /// Under an injected clock (tests) batches look current or far behind depending on the
     /// date; either way only the archive's speed changes, never what it writes.
     fn cycle_for(&self, committed_at_ms: impl Iterator<Item = i64>) -> DutyCycle {
-        let now_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_millis() as i64);
+        let now_ms = SystemClock.now_ms();
         let oldest = committed_at_ms.min().unwrap_or(now_ms);
         let lag = Duration::from_millis(now_ms.saturating_sub(oldest).max(0) as u64);
         let duty = if self.paced { archive_duty(lag) } else { 1.0 };
@@ -315,13 +314,6 @@ impl Archive for SqliteArchive {
 mod tests {
     use super::*;
 
-    fn now_ms() -> i64 {
-        SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .as_millis() as i64
-    }
-
     #[test]
     fn the_duty_grows_with_the_lag_past_the_paced_lag() {
         assert_eq!(archive_duty(Duration::ZERO), 0.25);
@@ -338,7 +330,7 @@ mod tests {
         let archive =
             SqliteArchive::open_with_priority(&dir.path().join("a.db"), Priority::Background)
                 .unwrap();
-        let now = now_ms();
+        let now = SystemClock.now_ms();
         let current = archive.cycle_for([now - 250, now].into_iter());
         assert_eq!(current.duty(), ARCHIVE_DUTY);
         assert_eq!(
@@ -362,7 +354,10 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let archive =
             SqliteArchive::open_with_priority(&dir.path().join("a.db"), Priority::Normal).unwrap();
-        assert_eq!(archive.cycle_for([now_ms()].into_iter()).duty(), 1.0);
+        assert_eq!(
+            archive.cycle_for([SystemClock.now_ms()].into_iter()).duty(),
+            1.0
+        );
         assert_eq!(archive.last_cycle().duty(), 1.0);
     }
 }

@@ -49,11 +49,6 @@ impl DutyCycle {
         }
     }
 
-    /// A cycle that never rests (`duty` 1): for work that must not be slowed.
-    pub fn unpaced() -> Self {
-        Self::new(1.0)
-    }
-
     /// The share of time this cycle may be busy, in `[0.01, 1]`.
     pub fn duty(&self) -> f64 {
         self.duty
@@ -113,10 +108,7 @@ mod tests {
 
     #[test]
     fn never_rests_unpaced_and_clamps_the_duty() {
-        assert_eq!(
-            DutyCycle::unpaced().rest_after(Duration::from_secs(1)),
-            None
-        );
+        assert_eq!(DutyCycle::new(1.0).rest_after(Duration::from_secs(1)), None);
         assert_eq!(DutyCycle::new(7.0).duty(), 1.0);
         assert_eq!(DutyCycle::new(0.0).duty(), 0.01);
         assert_eq!(DutyCycle::new(f64::NAN).duty(), 1.0);
