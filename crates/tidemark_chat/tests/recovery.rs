@@ -78,7 +78,6 @@ async fn harness(
         hot.clone(),
         outbox.clone(),
         shared,
-        cfg.commit_params(),
         cfg.outbox_recovery_window,
         metrics,
     );

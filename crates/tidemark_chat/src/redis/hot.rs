@@ -430,12 +430,7 @@ impl HotStore for RedisHot {
             .await
     }
 
-    async fn mark_committed(
-        &self,
-        keys: &[RecordKey],
-        now_ms: i64,
-        params: CommitParams,
-    ) -> Result<()> {
+    async fn mark_committed(&self, keys: &[RecordKey], now_ms: i64) -> Result<()> {
         try_join_all(keys.iter().map(|key| async move {
             let k = ConvKeys::new(&key.tenant, &key.conversation_id);
             let mut inv = self.scripts.mark_committed.prepare_invoke();
@@ -445,7 +440,7 @@ impl HotStore for RedisHot {
                 .key(k.shard("trim"))
                 .arg(&k.part)
                 .arg(key.conversation_seq)
-                .arg(now_ms + params.hot_window_ms);
+                .arg(now_ms);
             let _: i64 = inv.invoke_async(&mut self.conn()).await?;
             Ok::<_, ChatError>(())
         }))
