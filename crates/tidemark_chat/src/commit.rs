@@ -3,8 +3,7 @@
 //! Staged (separate hot store and outbox, e.g. Redis + Kafka):
 //! 1. `reserve`: dedup lookup, seq allocation, record RESERVED — atomic in the hot store;
 //! 2. append the committed envelope (the full record) to the outbox and wait until durable;
-//! 3. `mark_committed`: COMMITTED, hot index, trim candidate scored `now` (the trimmer adds
-//!    the hot window: [`crate::trimmer`]).
+//! 3. `mark_committed`: COMMITTED, hot index, trim candidate `now + hot_window`.
 //!
 //! SEND_ACK only after step 2. A crash between the steps leaves a RESERVED record that the
 //! recovery worker ([`crate::recovery`]) finishes with [`publish_and_commit`], the same code.
@@ -100,7 +99,7 @@ pub async fn staged_commit(
                 // A crash test holds the SEND here, reserved but not in the outbox, and kills us.
                 std::future::pending::<()>().await;
             }
-            publish_and_commit(hot, outbox, std::slice::from_ref(&record), clock).await?;
+            publish_and_commit(hot, outbox, std::slice::from_ref(&record), clock, params).await?;
             Ok(if fresh {
                 SendOutcome::Committed(record)
             } else {
@@ -117,8 +116,9 @@ pub async fn publish_and_commit(
     outbox: &dyn Outbox,
     records: &[MessageRecord],
     clock: &SharedClock,
+    params: CommitParams,
 ) -> Result<()> {
     outbox.append(records).await?;
     let keys: Vec<_> = records.iter().map(MessageRecord::key).collect();
-    hot.mark_committed(&keys, clock.now_ms()).await
+    hot.mark_committed(&keys, clock.now_ms(), params).await
 }

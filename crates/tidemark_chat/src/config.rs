@@ -37,9 +37,7 @@ pub const DEFAULT_DEDUP_MEMORY_KEYS: usize = 4_000_000;
 pub struct ChatConfig {
     /// Storage mode.
     pub mode: ChatMode,
-    /// How long a committed message stays in the hot tier (default 7 days), and longer while
-    /// it is not archived. Applied when trimming, so a change applies to every message, also
-    /// those committed before it ([`crate::trimmer`]).
+    /// How long a committed message stays in the hot tier (default 7 days).
     #[serde(with = "humantime_serde")]
     pub hot_window: Duration,
     /// A record left RESERVED this long is re-published by the recovery worker (default 30 s).
@@ -128,6 +126,7 @@ impl ChatConfig {
     pub fn commit_params(&self) -> crate::ports::CommitParams {
         crate::ports::CommitParams {
             dedup_window_ms: self.dedup_window.as_millis() as i64,
+            hot_window_ms: self.hot_window.as_millis() as i64,
         }
     }
 }

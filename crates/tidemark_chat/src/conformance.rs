@@ -16,6 +16,7 @@ use crate::ports::{Archive, CommitParams, FusedCommit, HotStore, Outbox};
 const T0: i64 = 1_800_000_000_000;
 const PARAMS: CommitParams = CommitParams {
     dedup_window_ms: 60_000,
+    hot_window_ms: 10_000,
 };
 
 fn cmd(tenant: &str, cid: &str, sender: &str, key: &str) -> SendCommand {
@@ -99,10 +100,12 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
     );
 
     // Commit: visible, deduplicated as committed, no longer stale; idempotent.
-    hot.mark_committed(&[r1.key(), r2.key()], T0 + 5)
+    hot.mark_committed(&[r1.key(), r2.key()], T0 + 5, PARAMS)
         .await
         .unwrap();
-    hot.mark_committed(&[r1.key()], T0 + 9).await.unwrap();
+    hot.mark_committed(&[r1.key()], T0 + 9, PARAMS)
+        .await
+        .unwrap();
     assert_eq!(
         hot.reserve(cmd("t1", &cid, "u1", "k1"), T0 + 6, PARAMS)
             .await
@@ -164,12 +167,12 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
     hot.publish_watermark(T0 + 40).await.unwrap();
     assert_eq!(hot.watermark().await.unwrap(), Some(T0 + 50));
 
-    // Trim: score = the commit time, T0 + 5 (the second mark_committed changed nothing).
+    // Trim: score = commit time + hot window = T0 + 5 + 10_000.
     assert_eq!(hot.hot_len().await.unwrap(), 2);
-    assert!(hot.trim(T0 + 4, 100).await.unwrap().is_empty());
-    let trimmed = hot.trim(T0 + 5, 1).await.unwrap();
+    assert!(hot.trim(T0 + 10_004, 100).await.unwrap().is_empty());
+    let trimmed = hot.trim(T0 + 10_005, 1).await.unwrap();
     assert_eq!(trimmed.len(), 1, "batches are bounded");
-    let trimmed2 = hot.trim(T0 + 5, 100).await.unwrap();
+    let trimmed2 = hot.trim(T0 + 10_005, 100).await.unwrap();
     let mut all: Vec<u64> = trimmed
         .iter()
         .chain(&trimmed2)

@@ -20,6 +20,8 @@ use crate::model::{
 pub struct CommitParams {
     /// How long `(sender, client_msg_id)` stays deduplicated.
     pub dedup_window_ms: i64,
+    /// The hot window: a trim candidate's score is `commit time + hot_window_ms`.
+    pub hot_window_ms: i64,
 }
 
 /// The hot tier: conversations, seq allocation, client dedup, recent history, floors, the
@@ -53,10 +55,14 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Reservation>;
 
     /// Step 3 of the commit (seed 000 `mark_published_and_committed`), atomic per record: mark
-    /// COMMITTED, add to the hot history index, register a trim candidate with score `now_ms`,
-    /// the commit time (the trimmer adds the hot window, see [`crate::trimmer`]). Idempotent:
-    /// already committed records are left as they are.
-    async fn mark_committed(&self, keys: &[RecordKey], now_ms: i64) -> Result<()>;
+    /// COMMITTED, add to the hot history index, register a trim candidate with score
+    /// `now_ms + hot_window_ms`. Idempotent: already committed records are left as they are.
+    async fn mark_committed(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()>;
 
     /// Records still RESERVED whose reserve time is ≤ `reserved_before_ms` (for the recovery
     /// worker), at most `limit`.
@@ -108,8 +114,7 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// Publishes T; it never moves backwards.
     async fn publish_watermark(&self, t_ms: i64) -> Result<()>;
 
-    /// Deletes up to `batch` trim candidates with score (commit time) ≤ `cutoff_ms` (from
-    /// [`crate::trimmer::trim_cutoff`]) from the hot tier and
+    /// Deletes up to `batch` trim candidates with score ≤ `cutoff_ms` from the hot tier and
     /// raises each conversation's floor F to the highest trimmed seq. Returns the records
     /// trimmed (their keys).
     async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>>;
@@ -123,8 +128,7 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// sent to the outbox), at most `limit`.
     async fn untracked_committed(&self, limit: usize) -> Result<Vec<MessageRecord>>;
 
-    /// Registers trim candidates with `score_ms` (a commit time, Unix ms: the trimmer adds the
-    /// hot window) for committed records that have none.
+    /// Registers trim candidates with `score_ms` for committed records that have none.
     async fn register_trim_candidates(&self, keys: &[RecordKey], score_ms: i64) -> Result<()>;
 
     /// Number of messages currently held in the hot tier.

@@ -19,7 +19,7 @@ use crate::commit::publish_and_commit;
 use crate::error::Result;
 use crate::metrics::ChatMetrics;
 use crate::model::MessageRecord;
-use crate::ports::{HotStore, Outbox};
+use crate::ports::{CommitParams, HotStore, Outbox};
 
 /// Re-publishes stale RESERVED records.
 #[derive(Debug)]
@@ -27,6 +27,7 @@ pub struct Recovery {
     hot: Arc<dyn HotStore>,
     outbox: Arc<dyn Outbox>,
     clock: SharedClock,
+    params: CommitParams,
     window: Duration,
     metrics: ChatMetrics,
 }
@@ -37,6 +38,7 @@ impl Recovery {
         hot: Arc<dyn HotStore>,
         outbox: Arc<dyn Outbox>,
         clock: SharedClock,
+        params: CommitParams,
         window: Duration,
         metrics: ChatMetrics,
     ) -> Self {
@@ -44,6 +46,7 @@ impl Recovery {
             hot,
             outbox,
             clock,
+            params,
             window,
             metrics,
         }
@@ -58,8 +61,14 @@ impl Recovery {
             if stale.is_empty() {
                 return Ok(total);
             }
-            publish_and_commit(self.hot.as_ref(), self.outbox.as_ref(), &stale, &self.clock)
-                .await?;
+            publish_and_commit(
+                self.hot.as_ref(),
+                self.outbox.as_ref(),
+                &stale,
+                &self.clock,
+                self.params,
+            )
+            .await?;
             total += stale.len();
             self.metrics.recovered.inc_by(stale.len() as u64);
             tracing::info!(count = stale.len(), "recovered RESERVED records");
@@ -82,13 +91,13 @@ impl Recovery {
 }
 
 /// Appends committed records that have no trim candidate to the outbox, then registers them
-/// as candidates (score `now`: they reach the outbox, so the archive, only now), 1,000 at a
-/// time. A crash in between only leaves outbox duplicates. Returns how many records were
-/// backfilled.
+/// as candidates (score `now + hot_window`), 1,000 at a time. A crash in between only leaves
+/// outbox duplicates. Returns how many records were backfilled.
 pub async fn backfill_untracked(
     hot: &dyn HotStore,
     outbox: &dyn Outbox,
     clock: &SharedClock,
+    params: CommitParams,
 ) -> Result<usize> {
     let mut total = 0;
     loop {
@@ -98,7 +107,8 @@ pub async fn backfill_untracked(
         }
         outbox.append(&records).await?;
         let keys: Vec<_> = records.iter().map(MessageRecord::key).collect();
-        hot.register_trim_candidates(&keys, clock.now_ms()).await?;
+        hot.register_trim_candidates(&keys, clock.now_ms() + params.hot_window_ms)
+            .await?;
         total += records.len();
     }
 }

@@ -450,7 +450,9 @@ impl ChatService {
     ) -> Result<()> {
         let s = &self.stores;
         if let (Some(outbox), Some(archive)) = (&s.outbox, &s.archive) {
-            let n = backfill_untracked(s.hot.as_ref(), outbox.as_ref(), &self.clock).await?;
+            let params = self.cfg.commit_params();
+            let n =
+                backfill_untracked(s.hot.as_ref(), outbox.as_ref(), &self.clock, params).await?;
             if n > 0 {
                 tracing::info!(messages = n, "backfilled hot-only history into the outbox");
             }
@@ -468,6 +470,7 @@ impl ChatService {
                 Arc::clone(&s.hot),
                 Arc::clone(outbox),
                 Arc::clone(&self.clock),
+                self.cfg.commit_params(),
                 self.cfg.outbox_recovery_window,
                 self.metrics.clone(),
             );

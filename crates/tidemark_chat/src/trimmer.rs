@@ -1,22 +1,11 @@
 //! The trimmer (DESIGN.md part A "Trimmer", seed 000 decision 3), and the other expiry chores
 //! of the hot tier, the outbox and the archive.
 //!
-//! DESIGN.md's rule: a trim candidate with score `commit time + hot_window` leaves the hot tier
-//! when `score ≤ min(now, T + hot_window − outbox_recovery_window − safety_margin)`, T being the
+//! A trim candidate (score `commit time + hot_window`) leaves the hot tier when
+//! `score ≤ min(now, T + hot_window − outbox_recovery_window − safety_margin)`, T being the
 //! archive watermark (taken as exclusive: the watermark bound is strict, see [`trim_cutoff`]).
-//! The stores keep the score *without* the hot window (the commit time alone) and the cutoff
-//! subtracts the window instead: `commit time ≤ min(now − hot_window, T − outbox_recovery_window
-//! − safety_margin)`, the same inequality while the window stays the same. It differs when the
-//! window changes between a commit and its trim: a score frozen with the window of the commit
-//! met the watermark bound of a raised window too early, and a message the stalled archiver
-//! had not archived left the hot tier once it outlived the old window (issue 2, session 10:
-//! `a_raised_hot_window_never_trims_an_unarchived_message`). Here the watermark bound holds
-//! whatever the window, and a changed window applies to every message, old and new.
-//! Candidates stored by earlier builds carry `commit time + the window then`: read as commit
-//! times they are later than the truth, so they stay hot one window longer, never shorter.
-//!
-//! No watermark, no trimming: a stalled archiver stops deletion and the archive-lag metric
-//! grows. The store raises each conversation's floor F as it trims.
+//! No watermark, no trimming: a stalled archiver stops deletion and the
+//! archive-lag metric grows. The store raises each conversation's floor F as it trims.
 //!
 //! A pass works in batches of `trim_batch` and goes on until nothing eligible is left, however
 //! large the backlog (the first pass after a week's downtime); shutdown does not wait for it:
@@ -35,19 +24,18 @@ use crate::error::Result;
 use crate::metrics::ChatMetrics;
 use crate::ports::{Archive, HotStore, Outbox};
 
-/// The trim cutoff for `now_ms` and watermark `watermark_ms`, as a commit time (Unix ms: a
-/// candidate whose score, its commit time, is ≤ the cutoff is trimmed), or `None` if nothing
-/// may be trimmed (no watermark yet).
+/// The trim cutoff for `now_ms` and watermark `t_ms`, or `None` if nothing may be trimmed.
 ///
-/// `min(now − hot_window, T − 1 ms − outbox_recovery_window − safety_margin)`, see the module
-/// docs. T is exclusive: only messages committed *before* T are known to be archived (one
-/// committed in T's own millisecond, after the archiver's snapshot, may not be), hence the
-/// 1 ms; without it, zero margins would trim such a message unarchived.
+/// T is exclusive: only messages committed *before* T are known to be archived (one committed
+/// in T's own millisecond, after the archiver's snapshot, may not be), so the watermark bound
+/// is `T − 1 ms + hot_window − outbox_recovery_window − safety_margin`. Without the 1 ms, zero
+/// margins would trim such a message unarchived.
 pub fn trim_cutoff(now_ms: i64, watermark_ms: Option<i64>, cfg: &ChatConfig) -> Option<i64> {
     let t = watermark_ms?;
     let ms = |d: Duration| d.as_millis() as i64;
-    let by_watermark = t - 1 - ms(cfg.outbox_recovery_window) - ms(cfg.safety_margin);
-    Some((now_ms - ms(cfg.hot_window)).min(by_watermark))
+    let by_watermark =
+        t - 1 + ms(cfg.hot_window) - ms(cfg.outbox_recovery_window) - ms(cfg.safety_margin);
+    Some(now_ms.min(by_watermark))
 }
 
 /// What one trimmer pass did.
@@ -254,18 +242,8 @@ mod tests {
             ..ChatConfig::default()
         };
         assert_eq!(trim_cutoff(1_000_000, None, &cfg), None);
-        // By the watermark: T − 1 ms − 10 s − 5 s = T − 15,001 ms, whatever the hot window.
-        assert_eq!(trim_cutoff(1_000_000, Some(500_000), &cfg), Some(484_999));
-        // By the hot window: now − 100 s.
-        assert_eq!(trim_cutoff(550_000, Some(500_000), &cfg), Some(450_000));
-        let wide = ChatConfig {
-            hot_window: Duration::from_secs(10_000),
-            ..cfg
-        };
-        assert_eq!(
-            trim_cutoff(20_000_000, Some(500_000), &wide),
-            Some(484_999),
-            "a wider window never loosens the watermark bound"
-        );
+        // T − 1 ms + 100 s − 10 s − 5 s = T + 85 s − 1 ms.
+        assert_eq!(trim_cutoff(1_000_000, Some(500_000), &cfg), Some(584_999));
+        assert_eq!(trim_cutoff(550_000, Some(500_000), &cfg), Some(550_000));
     }
 }

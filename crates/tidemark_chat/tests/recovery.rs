@@ -78,6 +78,7 @@ async fn harness(
         hot.clone(),
         outbox.clone(),
         shared,
+        cfg.commit_params(),
         cfg.outbox_recovery_window,
         metrics,
     );

@@ -120,6 +120,7 @@ async fn kill_9_of_redis_under_load_loses_no_acknowledged_message_and_reuses_no_
         Arc::clone(&stores.hot),
         stores.outbox.clone().unwrap(),
         Arc::clone(&clock),
+        cfg.commit_params(),
         Duration::ZERO,
         ChatMetrics::unregistered(),
     );

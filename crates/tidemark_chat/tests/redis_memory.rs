@@ -20,6 +20,7 @@ async fn bytes_per_message_in_redis() {
     let hot = Arc::new(RedisHot::connect(&server.url(), 8).await.unwrap());
     let params = CommitParams {
         dedup_window_ms: 24 * 3_600_000,
+        hot_window_ms: 7 * 24 * 3_600_000,
     };
     let members = vec!["buyer-000001".to_string(), "seller-00001".to_string()];
     let cid = hot
@@ -40,7 +41,7 @@ async fn bytes_per_message_in_redis() {
         else {
             panic!("fresh send")
         };
-        hot.mark_committed(&[record.key()], 1_800_000_000_000)
+        hot.mark_committed(&[record.key()], 1_800_000_000_000, params)
             .await
             .unwrap();
     }

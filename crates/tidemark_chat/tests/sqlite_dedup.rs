@@ -14,7 +14,10 @@ const T0: i64 = 1_800_000_000_000;
 const WINDOW_MS: i64 = 60_000;
 
 fn params(dedup_window_ms: i64) -> CommitParams {
-    CommitParams { dedup_window_ms }
+    CommitParams {
+        dedup_window_ms,
+        hot_window_ms: 3_600_000,
+    }
 }
 
 fn cmd(cid: &str, key: &str) -> SendCommand {

@@ -2,7 +2,7 @@
 //! batches until nothing eligible is left, unless it is cancelled (shutdown), in which case it
 //! stops before its next batch, and the next pass goes on where it stopped. (That a token
 //! fired during a batch stops the pass after that batch is the unit test of the trimmer's
-//! batch loop.) And the trim rule's watermark bound across a change of the hot window.
+//! batch loop.)
 
 mod common;
 
@@ -42,52 +42,6 @@ async fn a_cancelled_pass_stops_between_batches_and_the_next_goes_on() {
         assert_eq!(done.trimmed, 7);
         assert_eq!(h.hot_seqs(&cid).await, Vec::<u64>::new());
         assert_eq!(h.floor(&cid).await, 7);
-    })
-    .await;
-}
-
-/// The hot window raised across a restart while the archiver lags (a message committed after
-/// the watermark T, not archived): the trimmer must keep that message, whatever window it was
-/// committed under. With the score frozen at `commit time + hot_window` of the commit, the
-/// raised window's looser watermark bound (`T + hot_window − margins`) let a message that had
-/// outlived the *old* window be trimmed unarchived. The rule now takes the window in force.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_raised_hot_window_never_trims_an_unarchived_message() {
-    Harness::on_every_backend(small_windows(), |mut h| async move {
-        let cid = h.conversation(&["alice", "bob"]).await;
-        h.commit(&cid, "alice", "archived", "one").await;
-        h.advance(h.margins_ms());
-        h.archive_all().await; // T = now: seq 1 is archived
-        h.commit(&cid, "alice", "unarchived", "two").await; // after T; the archiver stalls
-
-        let old_window = ms(h.cfg.hot_window); // 10 s
-        h.cfg.hot_window *= 10; // 100 s
-        let h = h.restart().await;
-        h.advance(2 * old_window);
-        let pass = h.trim().await;
-        assert_eq!(
-            h.hot_seqs(&cid).await,
-            vec![1, 2],
-            "nothing has outlived the window in force (100 s)"
-        );
-        assert_eq!(pass.trimmed, 0);
-
-        h.advance(ms(h.cfg.hot_window));
-        assert_eq!(h.trim().await.trimmed, 1);
-        assert_eq!(
-            h.hot_seqs(&cid).await,
-            vec![2],
-            "the archived message leaves, the unarchived one stays however old"
-        );
-        assert_eq!(h.floor(&cid).await, 1);
-        assert_eq!(
-            h.full_history(&cid)
-                .await
-                .iter()
-                .map(|r| r.body.as_str())
-                .collect::<Vec<_>>(),
-            ["one", "two"]
-        );
     })
     .await;
 }

@@ -430,7 +430,12 @@ impl HotStore for RedisHot {
             .await
     }
 
-    async fn mark_committed(&self, keys: &[RecordKey], now_ms: i64) -> Result<()> {
+    async fn mark_committed(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()> {
         try_join_all(keys.iter().map(|key| async move {
             let k = ConvKeys::new(&key.tenant, &key.conversation_id);
             let mut inv = self.scripts.mark_committed.prepare_invoke();
@@ -440,7 +445,7 @@ impl HotStore for RedisHot {
                 .key(k.shard("trim"))
                 .arg(&k.part)
                 .arg(key.conversation_seq)
-                .arg(now_ms);
+                .arg(now_ms + params.hot_window_ms);
             let _: i64 = inv.invoke_async(&mut self.conn()).await?;
             Ok::<_, ChatError>(())
         }))

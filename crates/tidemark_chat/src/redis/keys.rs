@@ -14,7 +14,7 @@
 //! | `{tm:NN}:d:P` | hash | dedup field `<len(sender)>:<sender><client_msg_id>` → `seq\|committed_at\|expires_at\|message_id` |
 //! | `{tm:NN}:rsv` | zset | `P<seq>` of RESERVED records, score = reserve time |
 //! | `{tm:NN}:ut` | zset | `P<seq>` committed in hot-only mode and not yet in an outbox (no trim candidate), score = commit time |
-//! | `{tm:NN}:trim` | zset | `P<seq>` trim candidates, score = commit time (see `crate::trimmer`) |
+//! | `{tm:NN}:trim` | zset | `P<seq>` trim candidates, score = commit time + hot window |
 //! | `{tm:NN}:dx` | zset | `P<dedup field>`, score = dedup expiry |
 //! | `{tm:NN}:n` | string | records held by the shard |
 //! | `tm:mb:{<len(tenant)>:<tenant><user>}` | hash | conversation id → read pointer |

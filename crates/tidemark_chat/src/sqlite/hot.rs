@@ -2,7 +2,7 @@
 //!
 //! Tables: `conversation` (members, floor F, and `latest_seq` — see [`LATEST_SEQ`]), `member`
 //! (read pointers), `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed
-//! rows are the hot history index; `trim_score`, the commit time, set on commit), `dedup_log` + `dedup` (client
+//! rows are the hot history index; `trim_score` set on commit), `dedup_log` + `dedup` (client
 //! dedup, own expiry, outlives trimming: see [`super::dedup`]), `outbox` (see
 //! [`super::outbox`]), `meta` (consumer positions, the archive watermark).
 
@@ -221,7 +221,7 @@ impl FusedCommit for SqliteHot {
                 // Without an outbox (hot-only mode) nothing will ever be archived, so no trim
                 // candidate is registered: history stays hot, and a later switch to tiered
                 // mode can never trim a message that was not archived.
-                let trim_score = with_outbox.then_some(now);
+                let trim_score = with_outbox.then_some(now + params.hot_window_ms);
                 insert_message(conn, &record, STATE_COMMITTED, trim_score)?;
                 dedup::record(conn, &mut index, &record, now + params.dedup_window_ms)?;
                 if with_outbox {
@@ -352,7 +352,12 @@ impl HotStore for SqliteHot {
             .await
     }
 
-    async fn mark_committed(&self, keys: &[RecordKey], now_ms: i64) -> Result<()> {
+    async fn mark_committed(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()> {
         let keys = keys.to_vec();
         self.writer
             .write(move |conn| {
@@ -364,7 +369,7 @@ impl HotStore for SqliteHot {
                 for k in &keys {
                     stmt.execute(params![
                         STATE_COMMITTED,
-                        now_ms,
+                        now_ms + params.hot_window_ms,
                         k.tenant,
                         k.conversation_id,
                         k.conversation_seq as i64,
