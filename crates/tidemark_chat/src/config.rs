@@ -37,7 +37,9 @@ pub const DEFAULT_DEDUP_MEMORY_KEYS: usize = 4_000_000;
 pub struct ChatConfig {
     /// Storage mode.
     pub mode: ChatMode,
-    /// How long a committed message stays in the hot tier (default 7 days).
+    /// How long a committed message stays in the hot tier (default 7 days). It may change
+    /// across restarts: each message keeps the window it was committed under, and trimming
+    /// never outruns the archive whatever windows came before ([`crate::trimmer`]).
     #[serde(with = "humantime_serde")]
     pub hot_window: Duration,
     /// A record left RESERVED this long is re-published by the recovery worker (default 30 s).

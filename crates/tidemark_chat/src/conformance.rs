@@ -161,6 +161,12 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
     );
     assert!(hot.memberships("t2", "u2").await.unwrap().is_empty());
 
+    // The hot window floor is the smallest window ever recorded.
+    assert_eq!(hot.hot_window_floor(10_000).await.unwrap(), 10_000);
+    assert_eq!(hot.hot_window_floor(100_000).await.unwrap(), 10_000);
+    assert_eq!(hot.hot_window_floor(4_000).await.unwrap(), 4_000);
+    assert_eq!(hot.hot_window_floor(10_000).await.unwrap(), 4_000);
+
     // Watermark only moves forward.
     assert_eq!(hot.watermark().await.unwrap(), None);
     hot.publish_watermark(T0 + 50).await.unwrap();

@@ -15,6 +15,9 @@ use crate::model::{
     SendCommand, SendOutcome,
 };
 
+/// The name of the hot store's meta entry behind [`HotStore::hot_window_floor`].
+pub(crate) const HOT_WINDOW_FLOOR_KEY: &str = "hot_window_floor";
+
 /// Commit-path timing knobs passed to the stores (all in ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommitParams {
@@ -113,6 +116,14 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
 
     /// Publishes T; it never moves backwards.
     async fn publish_watermark(&self, t_ms: i64) -> Result<()>;
+
+    /// Records that trim candidates are scored with `hot_window_ms` from now on and returns the
+    /// smallest hot window ever recorded in this store (ms), this one included: it never grows.
+    /// The trimmer's watermark bound rests on it ([`crate::trimmer::trim_cutoff`]), so a window
+    /// must be recorded before the first candidate is scored with it;
+    /// [`crate::service::ChatService`] records its own before its first SEND and before its
+    /// workers start. Idempotent.
+    async fn hot_window_floor(&self, hot_window_ms: i64) -> Result<i64>;
 
     /// Deletes up to `batch` trim candidates with score ≤ `cutoff_ms` from the hot tier and
     /// raises each conversation's floor F to the highest trimmed seq. Returns the records

@@ -111,6 +111,9 @@ pub struct ChatService {
     /// The background tasks handing contacts to the sink; [`ChatService::drain_contacts`]
     /// waits for them at shutdown.
     contact_tasks: TaskTracker,
+    /// Set once this service's hot window is recorded in the hot store
+    /// ([`ChatService::record_hot_window`]).
+    hot_window_recorded: Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// `(tenant, conversation_id)` → members.
@@ -170,7 +173,21 @@ impl ChatService {
             members: Arc::default(),
             contacts: None,
             contact_tasks: TaskTracker::new(),
+            hot_window_recorded: Arc::default(),
         }
+    }
+
+    /// Records the configured hot window in the hot store, once per service, before anything
+    /// is scored with it (the first SEND, the workers' backfill and recovery): the trimmer's
+    /// watermark bound rests on the smallest window ever recorded ([`crate::trimmer`]).
+    async fn record_hot_window(&self) -> Result<()> {
+        let window_ms = self.cfg.hot_window.as_millis() as i64;
+        self.hot_window_recorded
+            .get_or_try_init(|| async {
+                self.stores.hot.hot_window_floor(window_ms).await.map(drop)
+            })
+            .await?;
+        Ok(())
     }
 
     /// Sends each first contact about a listing to `sink` (issue 5 wiring).
@@ -321,6 +338,7 @@ impl ChatService {
         }
         self.check_member(&cmd.tenant, &cmd.conversation_id, &cmd.sender)
             .await?;
+        self.record_hot_window().await?;
         let timer = self.metrics.send_seconds.start_timer();
         let outcome = self.committer.commit(cmd).await?;
         timer.observe_duration();
@@ -448,6 +466,7 @@ impl ChatService {
         tasks: &mut JoinSet<()>,
         cancel: &CancellationToken,
     ) -> Result<()> {
+        self.record_hot_window().await?;
         let s = &self.stores;
         if let (Some(outbox), Some(archive)) = (&s.outbox, &s.archive) {
             let params = self.cfg.commit_params();

@@ -7,6 +7,16 @@
 //! No watermark, no trimming: a stalled archiver stops deletion and the
 //! archive-lag metric grows. The store raises each conversation's floor F as it trims.
 //!
+//! The hot window of the watermark bound is the *smallest* window any candidate in the store
+//! was scored with (DESIGN.md's rule assumes one window for ever): the store records every
+//! window before a candidate is scored with it ([`crate::ports::HotStore::hot_window_floor`]).
+//! A candidate scored `c + w` with `w` ≥ that floor `f` meets `c + w ≤ T − 1 + f − margins`
+//! only if `c ≤ T − 1 − margins`: archived, whatever windows came and went. With today's
+//! window in the bound instead, a raised window let a message committed after T under the
+//! old, smaller window leave the hot tier unarchived once it outlived the old window (issue 2,
+//! session 10: `tests/trim_passes.rs`, `a_raised_hot_window_never_trims_an_unarchived_message`).
+//! The floor costs nothing while it is at least the margins: the `now` bound binds first.
+//!
 //! A pass works in batches of `trim_batch` and goes on until nothing eligible is left, however
 //! large the backlog (the first pass after a week's downtime); shutdown does not wait for it:
 //! a pass stops between two batches once it is cancelled ([`Trimmer::run_pass`]), and the
@@ -24,17 +34,25 @@ use crate::error::Result;
 use crate::metrics::ChatMetrics;
 use crate::ports::{Archive, HotStore, Outbox};
 
-/// The trim cutoff for `now_ms` and watermark `t_ms`, or `None` if nothing may be trimmed.
+/// The trim cutoff (a score, Unix ms) for `now_ms` and watermark `watermark_ms`, or `None` if
+/// nothing may be trimmed (no watermark yet). `hot_window_floor_ms` is the smallest hot window
+/// the store's candidates were scored with ([`crate::ports::HotStore::hot_window_floor`]; see
+/// the module docs).
 ///
 /// T is exclusive: only messages committed *before* T are known to be archived (one committed
 /// in T's own millisecond, after the archiver's snapshot, may not be), so the watermark bound
-/// is `T − 1 ms + hot_window − outbox_recovery_window − safety_margin`. Without the 1 ms, zero
-/// margins would trim such a message unarchived.
-pub fn trim_cutoff(now_ms: i64, watermark_ms: Option<i64>, cfg: &ChatConfig) -> Option<i64> {
+/// is `T − 1 ms + hot_window_floor − outbox_recovery_window − safety_margin`. Without the 1 ms,
+/// zero margins would trim such a message unarchived.
+pub fn trim_cutoff(
+    now_ms: i64,
+    watermark_ms: Option<i64>,
+    hot_window_floor_ms: i64,
+    cfg: &ChatConfig,
+) -> Option<i64> {
     let t = watermark_ms?;
     let ms = |d: Duration| d.as_millis() as i64;
     let by_watermark =
-        t - 1 + ms(cfg.hot_window) - ms(cfg.outbox_recovery_window) - ms(cfg.safety_margin);
+        t - 1 + hot_window_floor_ms - ms(cfg.outbox_recovery_window) - ms(cfg.safety_margin);
     Some(now_ms.min(by_watermark))
 }
 
@@ -100,7 +118,10 @@ impl Trimmer {
             .archive_lag_seconds
             .set(out.archive_lag_ms / 1000);
         let batch = self.cfg.trim_batch.max(1);
-        if let Some(cutoff) = trim_cutoff(now, self.hot.watermark().await?, &self.cfg) {
+        let watermark = self.hot.watermark().await?;
+        let window_ms = self.cfg.hot_window.as_millis() as i64;
+        let floor_ms = self.hot.hot_window_floor(window_ms).await?;
+        if let Some(cutoff) = trim_cutoff(now, watermark, floor_ms, &self.cfg) {
             let (n, stopped) = in_batches(batch, cancel, || async move {
                 let n = self.hot.trim(cutoff, batch).await?.len();
                 self.metrics.trimmed.inc_by(n as u64);
@@ -241,9 +262,21 @@ mod tests {
             safety_margin: Duration::from_secs(5),
             ..ChatConfig::default()
         };
-        assert_eq!(trim_cutoff(1_000_000, None, &cfg), None);
+        let window = cfg.hot_window.as_millis() as i64;
+        assert_eq!(trim_cutoff(1_000_000, None, window, &cfg), None);
         // T − 1 ms + 100 s − 10 s − 5 s = T + 85 s − 1 ms.
-        assert_eq!(trim_cutoff(1_000_000, Some(500_000), &cfg), Some(584_999));
-        assert_eq!(trim_cutoff(550_000, Some(500_000), &cfg), Some(550_000));
+        assert_eq!(
+            trim_cutoff(1_000_000, Some(500_000), window, &cfg),
+            Some(584_999)
+        );
+        assert_eq!(
+            trim_cutoff(550_000, Some(500_000), window, &cfg),
+            Some(550_000)
+        );
+        // Candidates were once scored with a 20 s window: T − 1 ms + 20 s − 15 s.
+        assert_eq!(
+            trim_cutoff(1_000_000, Some(500_000), 20_000, &cfg),
+            Some(504_999)
+        );
     }
 }

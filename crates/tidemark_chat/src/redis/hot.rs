@@ -12,7 +12,7 @@ use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageClass, MessageRecord, RecordKey,
     Reservation, SendAck, SendCommand, SendOutcome,
 };
-use crate::ports::{CommitParams, FusedCommit, HotStore};
+use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore};
 use tidemark_core::clock::SharedClock;
 
 /// The state `reserve_and_record.lua` writes a fresh record in.
@@ -582,6 +582,14 @@ impl HotStore for RedisHot {
         inv.key(keys::META).arg("watermark").arg(t_ms).arg("1");
         let _: i64 = inv.invoke_async(&mut self.conn()).await?;
         Ok(())
+    }
+
+    async fn hot_window_floor(&self, hot_window_ms: i64) -> Result<i64> {
+        let mut inv = self.scripts.lower.prepare_invoke();
+        inv.key(keys::META)
+            .arg(HOT_WINDOW_FLOOR_KEY)
+            .arg(hot_window_ms);
+        Ok(inv.invoke_async(&mut self.conn()).await?)
     }
 
     async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>> {

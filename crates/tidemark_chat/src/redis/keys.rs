@@ -18,7 +18,7 @@
 //! | `{tm:NN}:dx` | zset | `P<dedup field>`, score = dedup expiry |
 //! | `{tm:NN}:n` | string | records held by the shard |
 //! | `tm:mb:{<len(tenant)>:<tenant><user>}` | hash | conversation id → read pointer |
-//! | `tm:meta` | hash | `watermark` (T, Unix ms) |
+//! | `tm:meta` | hash | `watermark` (T, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`) |
 //!
 //! Why a bitmap for the history index: it costs one bit per seq ever allocated (bits at or below
 //! the floor are cleared, not freed: 125 KB per million messages of one conversation) where a

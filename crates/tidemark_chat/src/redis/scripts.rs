@@ -22,6 +22,7 @@ pub(crate) struct Scripts {
     pub(crate) hot_slice: Script,
     pub(crate) hot_unread: Script,
     pub(crate) raise: Script,
+    pub(crate) lower: Script,
     pub(crate) register_trim: Script,
 }
 
@@ -36,11 +37,12 @@ impl Scripts {
             hot_slice: script(include_str!("scripts/hot_slice.lua")),
             hot_unread: script(include_str!("scripts/hot_unread.lua")),
             raise: script(include_str!("scripts/raise.lua")),
+            lower: script(include_str!("scripts/lower.lua")),
             register_trim: script(include_str!("scripts/register_trim.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 9] {
+    pub(crate) fn all(&self) -> [&Script; 10] {
         [
             &self.reserve,
             &self.mark_committed,
@@ -50,6 +52,7 @@ impl Scripts {
             &self.hot_slice,
             &self.hot_unread,
             &self.raise,
+            &self.lower,
             &self.register_trim,
         ]
     }

@@ -22,7 +22,7 @@ use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageRecord, RecordKey, Reservation,
     SendCommand, SendOutcome,
 };
-use crate::ports::{CommitParams, FusedCommit, HotStore, Outbox};
+use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, Outbox};
 
 /// The hot store's tables (the outbox's are in [`super::outbox`]).
 pub(super) const SCHEMA: &str = "
@@ -557,6 +557,21 @@ impl HotStore for SqliteHot {
                     params![WATERMARK_KEY, t_ms],
                 )?;
                 Ok(())
+            })
+            .await
+    }
+
+    async fn hot_window_floor(&self, hot_window_ms: i64) -> Result<i64> {
+        self.writer
+            .write(move |conn| {
+                // Writes only when the window is smaller than any before (no page otherwise).
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value
+                     WHERE excluded.value < value",
+                    params![HOT_WINDOW_FLOOR_KEY, hot_window_ms],
+                )?;
+                Ok(meta_get(conn, HOT_WINDOW_FLOOR_KEY)?.unwrap_or(hot_window_ms))
             })
             .await
     }
