@@ -161,11 +161,13 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
     );
     assert!(hot.memberships("t2", "u2").await.unwrap().is_empty());
 
-    // The hot window floor is the smallest window ever recorded.
-    assert_eq!(hot.hot_window_floor(10_000).await.unwrap(), 10_000);
-    assert_eq!(hot.hot_window_floor(100_000).await.unwrap(), 10_000);
-    assert_eq!(hot.hot_window_floor(4_000).await.unwrap(), 4_000);
-    assert_eq!(hot.hot_window_floor(10_000).await.unwrap(), 4_000);
+    // The hot window floor is the smallest window ever recorded. The store holds candidates
+    // recorded without a floor (oldest score T0 + 10_005), so the first is bounded by them:
+    // T0 + 10_005 − (T0 + 6).
+    assert_eq!(hot.hot_window_floor(100_000, T0 + 6).await.unwrap(), 9_999);
+    assert_eq!(hot.hot_window_floor(100_000, T0 + 6).await.unwrap(), 9_999);
+    assert_eq!(hot.hot_window_floor(4_000, T0 + 6).await.unwrap(), 4_000);
+    assert_eq!(hot.hot_window_floor(10_000, T0 + 6).await.unwrap(), 4_000);
 
     // Watermark only moves forward.
     assert_eq!(hot.watermark().await.unwrap(), None);

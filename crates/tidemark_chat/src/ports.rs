@@ -122,8 +122,11 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// The trimmer's watermark bound rests on it ([`crate::trimmer::trim_cutoff`]), so a window
     /// must be recorded before the first candidate is scored with it;
     /// [`crate::service::ChatService`] records its own before its first SEND and before its
-    /// workers start. Idempotent.
-    async fn hot_window_floor(&self, hot_window_ms: i64) -> Result<i64>;
+    /// workers start. The first call in a store that already holds candidates (scored by a
+    /// build that recorded no windows) records
+    /// [`crate::trimmer::first_recorded_window`] instead, from the oldest candidate's score and
+    /// `now_ms`. Idempotent.
+    async fn hot_window_floor(&self, hot_window_ms: i64, now_ms: i64) -> Result<i64>;
 
     /// Deletes up to `batch` trim candidates with score ≤ `cutoff_ms` from the hot tier and
     /// raises each conversation's floor F to the highest trimmed seq. Returns the records

@@ -184,7 +184,12 @@ impl ChatService {
         let window_ms = self.cfg.hot_window.as_millis() as i64;
         self.hot_window_recorded
             .get_or_try_init(|| async {
-                self.stores.hot.hot_window_floor(window_ms).await.map(drop)
+                let now = self.clock.now_ms();
+                self.stores
+                    .hot
+                    .hot_window_floor(window_ms, now)
+                    .await
+                    .map(drop)
             })
             .await?;
         Ok(())

@@ -15,7 +15,19 @@
 //! window in the bound instead, a raised window let a message committed after T under the
 //! old, smaller window leave the hot tier unarchived once it outlived the old window (issue 2,
 //! session 10: `tests/trim_passes.rs`, `a_raised_hot_window_never_trims_an_unarchived_message`).
-//! The floor costs nothing while it is at least the margins: the `now` bound binds first.
+//! The floor costs nothing while it is at least the margins plus the archive's lag: the `now`
+//! bound binds first. Below that, trimming waits until the archive is `margins + lag − floor`
+//! further along.
+//!
+//! A store that held candidates before windows were recorded (made by an earlier build) gets
+//! [`first_recorded_window`] as its first floor, a bound on their windows that can be far
+//! below the configured one (0 while one of them is overdue): trimming then waits the margins
+//! plus the lag longer, on that store, until an operator who knows the windows used resets the
+//! floor (SQLite: `DELETE FROM meta WHERE key = 'hot_window_floor'`, Redis:
+//! `HDEL tm:meta hot_window_floor`; the next start records the configured window, and is
+//! only safe if no candidate was ever scored with a smaller one). Where several processes share
+//! one hot store (Redis), raise the window only once every one of them runs a build that
+//! records it: an earlier build scores candidates without recording its window.
 //!
 //! A pass works in batches of `trim_batch` and goes on until nothing eligible is left, however
 //! large the backlog (the first pass after a week's downtime); shutdown does not wait for it:
@@ -33,6 +45,18 @@ use crate::config::ChatConfig;
 use crate::error::Result;
 use crate::metrics::ChatMetrics;
 use crate::ports::{Archive, HotStore, Outbox};
+
+/// The window a store records as its first floor ([`HotStore::hot_window_floor`]):
+/// `hot_window_ms`, or, if it already holds candidates (`oldest_score_ms`, the smallest score,
+/// Some) that a build which recorded no windows scored, at most `oldest − now`, never below 0.
+/// A candidate's window is its score minus its commit time, and commit times are ≤ now, so
+/// that bounds every one of their windows from below.
+pub fn first_recorded_window(hot_window_ms: i64, oldest_score_ms: Option<i64>, now_ms: i64) -> i64 {
+    match oldest_score_ms {
+        Some(oldest) => hot_window_ms.min((oldest - now_ms).max(0)),
+        None => hot_window_ms,
+    }
+}
 
 /// The trim cutoff (a score, Unix ms) for `now_ms` and watermark `watermark_ms`, or `None` if
 /// nothing may be trimmed (no watermark yet). `hot_window_floor_ms` is the smallest hot window
@@ -120,7 +144,9 @@ impl Trimmer {
         let batch = self.cfg.trim_batch.max(1);
         let watermark = self.hot.watermark().await?;
         let window_ms = self.cfg.hot_window.as_millis() as i64;
-        let floor_ms = self.hot.hot_window_floor(window_ms).await?;
+        // Read after `now`: a window recorded by another process after this read belongs to
+        // candidates scored at its now, later than this pass's.
+        let floor_ms = self.hot.hot_window_floor(window_ms, now).await?;
         if let Some(cutoff) = trim_cutoff(now, watermark, floor_ms, &self.cfg) {
             let (n, stopped) = in_batches(batch, cancel, || async move {
                 let n = self.hot.trim(cutoff, batch).await?.len();
@@ -252,6 +278,25 @@ mod tests {
         .await
         .unwrap();
         assert_eq!(done, (7, false));
+    }
+
+    #[test]
+    fn a_first_floor_is_bounded_by_the_candidates_already_held() {
+        assert_eq!(first_recorded_window(60_000, None, 1_000_000), 60_000);
+        // Oldest score 1,020,000 at now 1,000,000: its window is at least 20 s.
+        assert_eq!(
+            first_recorded_window(60_000, Some(1_020_000), 1_000_000),
+            20_000
+        );
+        assert_eq!(
+            first_recorded_window(10_000, Some(1_020_000), 1_000_000),
+            10_000
+        );
+        assert_eq!(
+            first_recorded_window(60_000, Some(990_000), 1_000_000),
+            0,
+            "an overdue candidate bounds nothing above 0"
+        );
     }
 
     #[test]

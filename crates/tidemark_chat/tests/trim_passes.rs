@@ -58,6 +58,7 @@ async fn a_raised_hot_window_never_trims_an_unarchived_message() {
         h.commit(&cid, "alice", "archived", "one").await;
         h.advance(h.margins_ms());
         h.archive_all().await; // T = now: seq 1 is archived
+        h.advance(1);
         h.commit(&cid, "alice", "unarchived", "two").await; // after T; the archiver stalls
         assert_eq!(h.archived_seqs(&cid).await.0, vec![1]);
 

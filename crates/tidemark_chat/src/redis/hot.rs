@@ -13,6 +13,7 @@ use crate::model::{
     Reservation, SendAck, SendCommand, SendOutcome,
 };
 use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore};
+use crate::trimmer::first_recorded_window;
 use tidemark_core::clock::SharedClock;
 
 /// The state `reserve_and_record.lua` writes a fresh record in.
@@ -584,11 +585,31 @@ impl HotStore for RedisHot {
         Ok(())
     }
 
-    async fn hot_window_floor(&self, hot_window_ms: i64) -> Result<i64> {
-        let mut inv = self.scripts.lower.prepare_invoke();
-        inv.key(keys::META)
+    async fn hot_window_floor(&self, hot_window_ms: i64, now_ms: i64) -> Result<i64> {
+        let recorded: Option<i64> = redis::cmd("HGET")
+            .arg(keys::META)
             .arg(HOT_WINDOW_FLOOR_KEY)
-            .arg(hot_window_ms);
+            .query_async(&mut self.conn())
+            .await?;
+        let window = if recorded.is_some() {
+            hot_window_ms
+        } else {
+            // The oldest candidate of each shard; a candidate scored meanwhile by another
+            // process came after that process recorded its window, which `lower` keeps.
+            let mut pipe = redis::pipe();
+            for n in 0..keys::SHARDS {
+                pipe.cmd("ZRANGE")
+                    .arg(format!("{}trim", keys::shard_prefix(n)))
+                    .arg(0)
+                    .arg(0)
+                    .arg("WITHSCORES");
+            }
+            let firsts: Vec<Vec<(String, f64)>> = pipe.query_async(&mut self.conn()).await?;
+            let oldest = firsts.iter().flatten().map(|(_, s)| *s as i64).min();
+            first_recorded_window(hot_window_ms, oldest, now_ms)
+        };
+        let mut inv = self.scripts.lower.prepare_invoke();
+        inv.key(keys::META).arg(HOT_WINDOW_FLOOR_KEY).arg(window);
         Ok(inv.invoke_async(&mut self.conn()).await?)
     }
 

@@ -4,7 +4,8 @@
 //! (read pointers), `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed
 //! rows are the hot history index; `trim_score` set on commit), `dedup_log` + `dedup` (client
 //! dedup, own expiry, outlives trimming: see [`super::dedup`]), `outbox` (see
-//! [`super::outbox`]), `meta` (consumer positions, the archive watermark).
+//! [`super::outbox`]), `meta` (consumer positions, the archive watermark, the hot window
+//! floor: [`crate::trimmer`]).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};
@@ -23,6 +24,7 @@ use crate::model::{
     SendCommand, SendOutcome,
 };
 use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, Outbox};
+use crate::trimmer::first_recorded_window;
 
 /// The hot store's tables (the outbox's are in [`super::outbox`]).
 pub(super) const SCHEMA: &str = "
@@ -561,17 +563,27 @@ impl HotStore for SqliteHot {
             .await
     }
 
-    async fn hot_window_floor(&self, hot_window_ms: i64) -> Result<i64> {
+    async fn hot_window_floor(&self, hot_window_ms: i64, now_ms: i64) -> Result<i64> {
         self.writer
             .write(move |conn| {
+                let window = if meta_get(conn, HOT_WINDOW_FLOOR_KEY)?.is_some() {
+                    hot_window_ms
+                } else {
+                    let oldest: Option<i64> = conn.query_row(
+                        "SELECT min(trim_score) FROM message WHERE trim_score IS NOT NULL",
+                        [],
+                        |r| r.get(0),
+                    )?;
+                    first_recorded_window(hot_window_ms, oldest, now_ms)
+                };
                 // Writes only when the window is smaller than any before (no page otherwise).
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES (?1, ?2)
                      ON CONFLICT (key) DO UPDATE SET value = excluded.value
                      WHERE excluded.value < value",
-                    params![HOT_WINDOW_FLOOR_KEY, hot_window_ms],
+                    params![HOT_WINDOW_FLOOR_KEY, window],
                 )?;
-                Ok(meta_get(conn, HOT_WINDOW_FLOOR_KEY)?.unwrap_or(hot_window_ms))
+                Ok(meta_get(conn, HOT_WINDOW_FLOOR_KEY)?.unwrap_or(window))
             })
             .await
     }
