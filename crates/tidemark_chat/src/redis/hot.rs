@@ -641,8 +641,8 @@ impl HotStore for RedisHot {
         replies.iter().map(|r| Ok(int(r)? as usize)).sum()
     }
 
-    /// Always empty: every Redis commit goes through the outbox and registers a trim candidate
-    /// (`hot-only` mode is refused with a Redis hot store, see `ChatStores::open`).
+    /// The records committed in `hot-only` mode (Redis alone, see `ChatStores::open`) and not
+    /// yet in an outbox: the `ut` queues of the shards, oldest first.
     async fn untracked_committed(&self, limit: usize) -> Result<Vec<MessageRecord>> {
         self.queued_records(RecordState::Committed, i64::MAX, limit)
             .await
