@@ -566,24 +566,24 @@ impl HotStore for SqliteHot {
     async fn hot_window_floor(&self, hot_window_ms: i64, now_ms: i64) -> Result<i64> {
         self.writer
             .write(move |conn| {
-                let window = if meta_get(conn, HOT_WINDOW_FLOOR_KEY)?.is_some() {
-                    hot_window_ms
-                } else {
-                    let oldest: Option<i64> = conn.query_row(
-                        "SELECT min(trim_score) FROM message WHERE trim_score IS NOT NULL",
-                        [],
-                        |r| r.get(0),
-                    )?;
-                    first_recorded_window(hot_window_ms, oldest, now_ms)
+                // On the writer, so nothing records a window between this read and the write.
+                let recorded = meta_get(conn, HOT_WINDOW_FLOOR_KEY)?;
+                let floor = match recorded {
+                    Some(recorded) => recorded.min(hot_window_ms),
+                    None => {
+                        let oldest: Option<i64> = conn.query_row(
+                            "SELECT min(trim_score) FROM message WHERE trim_score IS NOT NULL",
+                            [],
+                            |r| r.get(0),
+                        )?;
+                        first_recorded_window(hot_window_ms, oldest, now_ms)
+                    }
                 };
-                // Writes only when the window is smaller than any before (no page otherwise).
-                conn.execute(
-                    "INSERT INTO meta (key, value) VALUES (?1, ?2)
-                     ON CONFLICT (key) DO UPDATE SET value = excluded.value
-                     WHERE excluded.value < value",
-                    params![HOT_WINDOW_FLOOR_KEY, window],
-                )?;
-                Ok(meta_get(conn, HOT_WINDOW_FLOOR_KEY)?.unwrap_or(window))
+                // Written only when it moved (no page written otherwise).
+                if recorded != Some(floor) {
+                    meta_set(conn, HOT_WINDOW_FLOOR_KEY, floor)?;
+                }
+                Ok(floor)
             })
             .await
     }
