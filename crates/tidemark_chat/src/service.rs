@@ -181,7 +181,7 @@ impl ChatService {
     /// is scored with it (the first SEND, the workers' backfill and recovery): the trimmer's
     /// watermark bound rests on the smallest window ever recorded ([`crate::trimmer`]).
     async fn record_hot_window(&self) -> Result<()> {
-        let window_ms = self.cfg.hot_window.as_millis() as i64;
+        let window_ms = self.cfg.commit_params().hot_window_ms;
         self.hot_window_recorded
             .get_or_try_init(|| async {
                 let now = self.clock.now_ms();

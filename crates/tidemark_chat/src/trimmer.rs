@@ -143,7 +143,7 @@ impl Trimmer {
             .set(out.archive_lag_ms / 1000);
         let batch = self.cfg.trim_batch.max(1);
         let watermark = self.hot.watermark().await?;
-        let window_ms = self.cfg.hot_window.as_millis() as i64;
+        let window_ms = self.cfg.commit_params().hot_window_ms;
         // Read after `now`: a window recorded by another process after this read belongs to
         // candidates scored at its now, later than this pass's.
         let floor_ms = self.hot.hot_window_floor(window_ms, now).await?;
