@@ -597,9 +597,9 @@ impl HotStore for RedisHot {
             // The oldest candidate of each shard; a candidate scored meanwhile by another
             // process came after that process recorded its window, which `lower` keeps.
             let mut pipe = redis::pipe();
-            for n in 0..keys::SHARDS {
+            for n in 0..SHARDS {
                 pipe.cmd("ZRANGE")
-                    .arg(format!("{}trim", keys::shard_prefix(n)))
+                    .arg(format!("{}trim", shard_prefix(n)))
                     .arg(0)
                     .arg(0)
                     .arg("WITHSCORES");
