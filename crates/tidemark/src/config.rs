@@ -87,6 +87,9 @@ pub enum ConfigError {
     /// A tenant list that cannot work.
     #[error("configuration: {0}")]
     Tenants(String),
+    /// A setting no deployment can mean (e.g. `chat.trim_batch = 0`), named in the message.
+    #[error("configuration: {0}")]
+    Value(String),
 }
 
 impl Config {
@@ -102,7 +105,7 @@ impl Config {
     }
 
     /// Checks the rules that need the whole configuration (keys unique and non-empty, the
-    /// default key only on loopback).
+    /// default key only on loopback) and the chat settings ([`ChatConfig::validate`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut keys = std::collections::HashSet::new();
         for t in &self.tenants {
@@ -134,6 +137,7 @@ impl Config {
         if self.tenants.is_empty() {
             return Err(ConfigError::Tenants("at least one tenant is needed".into()));
         }
+        self.chat.validate().map_err(ConfigError::Value)?;
         Ok(())
     }
 
@@ -179,6 +183,21 @@ mod tests {
                 std::time::Duration::from_secs(3 * 3600)
             );
             assert_eq!(cfg.chat.mode, tidemark_chat::ChatMode::HotOnly);
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's own signature
+    fn a_zero_chat_setting_is_refused_by_name() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("TIDEMARK_CHAT__TRIM_BATCH", "0");
+            let cfg = Config::load(None).expect("loads");
+            let err = cfg.validate().expect_err("refused");
+            assert_eq!(
+                err.to_string(),
+                "configuration: chat.trim_batch must be at least 1"
+            );
             Ok(())
         });
     }

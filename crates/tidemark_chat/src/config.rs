@@ -124,11 +124,99 @@ impl Default for ChatConfig {
 }
 
 impl ChatConfig {
+    /// Checks the values no deployment can mean, so that the server refuses to start with
+    /// the key named instead of running oddly: a count of 0 (`archive_batch_max`,
+    /// `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`, `max_body_bytes`: nothing
+    /// would be archived, committed, trimmed, connected or accepted), a `dedup_window` of 0
+    /// (a retried SEND would commit twice, against the API's idempotent retry), and an
+    /// `archive_idle` or `trim_interval` of 0 (a worker polling flat out while idle).
+    /// `hot_window` may be 0: messages then leave the hot tier as soon as the trim rule lets
+    /// them ([`crate::trimmer`]). Returns the first problem, as a sentence.
+    pub fn validate(&self) -> Result<(), String> {
+        let counts = [
+            ("archive_batch_max", self.archive_batch_max),
+            ("commit_batch_max", self.commit_batch_max),
+            ("trim_batch", self.trim_batch),
+            ("redis_pool", self.redis_pool),
+            ("mysql_pool", self.mysql_pool as usize),
+            ("max_body_bytes", self.max_body_bytes),
+        ];
+        if let Some((key, _)) = counts.iter().find(|(_, n)| *n == 0) {
+            return Err(format!("chat.{key} must be at least 1"));
+        }
+        let durations = [
+            ("dedup_window", self.dedup_window),
+            ("archive_idle", self.archive_idle),
+            ("trim_interval", self.trim_interval),
+        ];
+        if let Some((key, _)) = durations.iter().find(|(_, d)| d.is_zero()) {
+            return Err(format!("chat.{key} must be longer than 0"));
+        }
+        Ok(())
+    }
+
     /// The commit-path knobs in ms.
     pub fn commit_params(&self) -> crate::ports::CommitParams {
         crate::ports::CommitParams {
             dedup_window_ms: self.dedup_window.as_millis() as i64,
             hot_window_ms: self.hot_window.as_millis() as i64,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_defaults_are_valid() {
+        assert_eq!(ChatConfig::default().validate(), Ok(()));
+    }
+
+    #[test]
+    fn a_zero_count_or_interval_names_its_key() {
+        let zeroed = |edit: fn(&mut ChatConfig)| {
+            let mut cfg = ChatConfig::default();
+            edit(&mut cfg);
+            cfg.validate()
+        };
+        let at_least_one = |key: &str| Err(format!("chat.{key} must be at least 1"));
+        let positive = |key: &str| Err(format!("chat.{key} must be longer than 0"));
+        assert_eq!(
+            zeroed(|c| c.archive_batch_max = 0),
+            at_least_one("archive_batch_max")
+        );
+        assert_eq!(
+            zeroed(|c| c.commit_batch_max = 0),
+            at_least_one("commit_batch_max")
+        );
+        assert_eq!(zeroed(|c| c.trim_batch = 0), at_least_one("trim_batch"));
+        assert_eq!(zeroed(|c| c.redis_pool = 0), at_least_one("redis_pool"));
+        assert_eq!(zeroed(|c| c.mysql_pool = 0), at_least_one("mysql_pool"));
+        assert_eq!(
+            zeroed(|c| c.max_body_bytes = 0),
+            at_least_one("max_body_bytes")
+        );
+        assert_eq!(
+            zeroed(|c| c.dedup_window = Duration::ZERO),
+            positive("dedup_window")
+        );
+        assert_eq!(
+            zeroed(|c| c.archive_idle = Duration::ZERO),
+            positive("archive_idle")
+        );
+        assert_eq!(
+            zeroed(|c| c.trim_interval = Duration::ZERO),
+            positive("trim_interval")
+        );
+    }
+
+    #[test]
+    fn a_zero_hot_window_is_allowed() {
+        let cfg = ChatConfig {
+            hot_window: Duration::ZERO,
+            ..ChatConfig::default()
+        };
+        assert_eq!(cfg.validate(), Ok(()));
     }
 }
