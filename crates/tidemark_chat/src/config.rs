@@ -125,13 +125,15 @@ impl Default for ChatConfig {
 
 impl ChatConfig {
     /// Checks the values no deployment can mean, so that the server refuses to start with
-    /// the key named instead of running oddly: a count of 0 (`archive_batch_max`,
-    /// `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`, `max_body_bytes`: nothing
-    /// would be archived, committed, trimmed, connected or accepted), a `dedup_window` of 0
-    /// (a retried SEND would commit twice, against the API's idempotent retry), and an
-    /// `archive_idle` or `trim_interval` of 0 (a worker polling flat out while idle).
-    /// `hot_window` may be 0: messages then leave the hot tier as soon as the trim rule lets
-    /// them ([`crate::trimmer`]). Returns the first problem, as a sentence.
+    /// the key named instead of running otherwise than configured: a count of 0
+    /// (`archive_batch_max`, `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`:
+    /// each would silently run as 1; `max_body_bytes`: every SEND would be refused), and a
+    /// `dedup_window`, `archive_idle` or `trim_interval` under 1 ms (the stores count in ms: a
+    /// retried SEND would commit twice, against the API's idempotent retry, or a worker would
+    /// poll flat out while idle). `hot_window` may be 0: messages then leave the hot tier as
+    /// soon as the trim rule lets them ([`crate::trimmer`]); the store keeps the smallest
+    /// window ever recorded, so a larger window set later trims later by the difference until
+    /// the store's floor is reset. Returns the first problem, as a sentence.
     pub fn validate(&self) -> Result<(), String> {
         let counts = [
             ("archive_batch_max", self.archive_batch_max),
@@ -149,8 +151,8 @@ impl ChatConfig {
             ("archive_idle", self.archive_idle),
             ("trim_interval", self.trim_interval),
         ];
-        if let Some((key, _)) = durations.iter().find(|(_, d)| d.is_zero()) {
-            return Err(format!("chat.{key} must be longer than 0"));
+        if let Some((key, _)) = durations.iter().find(|(_, d)| d.as_millis() == 0) {
+            return Err(format!("chat.{key} must be at least 1ms"));
         }
         Ok(())
     }
@@ -181,7 +183,7 @@ mod tests {
             cfg.validate()
         };
         let at_least_one = |key: &str| Err(format!("chat.{key} must be at least 1"));
-        let positive = |key: &str| Err(format!("chat.{key} must be longer than 0"));
+        let positive = |key: &str| Err(format!("chat.{key} must be at least 1ms"));
         assert_eq!(
             zeroed(|c| c.archive_batch_max = 0),
             at_least_one("archive_batch_max")
@@ -209,6 +211,22 @@ mod tests {
             zeroed(|c| c.trim_interval = Duration::ZERO),
             positive("trim_interval")
         );
+        // The stores count in ms: under 1 ms is 0 to them.
+        assert_eq!(
+            zeroed(|c| c.dedup_window = Duration::from_micros(500)),
+            positive("dedup_window")
+        );
+        assert_eq!(
+            zeroed(|c| c.trim_interval = Duration::from_nanos(1)),
+            positive("trim_interval")
+        );
+        let one_ms = ChatConfig {
+            dedup_window: Duration::from_millis(1),
+            archive_idle: Duration::from_millis(1),
+            trim_interval: Duration::from_millis(1),
+            ..ChatConfig::default()
+        };
+        assert_eq!(one_ms.validate(), Ok(()));
     }
 
     #[test]
