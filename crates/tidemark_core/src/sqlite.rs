@@ -19,15 +19,19 @@
 //!
 //! Background work (checkpoints; a writer or reader that may lag, such as the archive's) runs at
 //! a lower CPU priority than the commit path: see [`background`]; a long background job can
-//! also spread its work over time with a [`DutyCycle`] (see [`pacing`]).
+//! also spread its work over time with a [`DutyCycle`] (see [`pacing`]), and writes its files
+//! through the [`PACED_VFS`], which sends them to the disk in small steps (see [`PACED_VFS`]).
 
 mod background;
 mod job_thread;
 mod pacing;
+#[allow(unsafe_code)] // SQLite's VFS interface is C: see the module docs.
+mod writeback;
 
 pub use background::{BACKGROUND_NICE, Priority, ReadThread};
 use job_thread::JobThread;
 pub use pacing::{BURST, DutyCycle};
+pub use writeback::{PACED_VFS, WRITEBACK_CHUNK};
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -69,7 +73,39 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 /// the WAL on every commit), foreign keys on, a [`WRITER_CACHE_KIB`] page cache, a
 /// [`BUSY_TIMEOUT`].
 pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
-    let conn = Connection::open(path)?;
+    open_rw_with(path, Writeback::Direct)
+}
+
+/// How a connection's writes reach the disk.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Writeback {
+    /// All at the next fsync, as SQLite does: for the commit path.
+    #[default]
+    Direct,
+    /// In [`WRITEBACK_CHUNK`] steps as they are written, through the [`PACED_VFS`]: for
+    /// background writers (checkpoints, the archive in `tiered` mode), so that their bursts do
+    /// not queue ahead of the commits' fsyncs (see [`PACED_VFS`]).
+    Paced,
+}
+
+/// Opens a connection to `path` (read-write, created if missing) through the VFS `writeback`
+/// asks for; without pragmas.
+///
+/// # Errors
+/// SQLite's, or [`SqliteError::Task`] if the paced VFS could not be registered.
+pub fn open_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
+    Ok(match writeback {
+        Writeback::Direct => Connection::open(path)?,
+        Writeback::Paced => {
+            writeback::register().map_err(SqliteError::Task)?;
+            Connection::open_with_flags_and_vfs(path, OpenFlags::default(), PACED_VFS)?
+        }
+    })
+}
+
+/// [`open_rw`], its writes reaching the disk as `writeback` says.
+pub fn open_rw_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
+    let conn = open_with(path, writeback)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
@@ -313,10 +349,11 @@ fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
     // Copying the log into the database may lag; the writer rewinds it past
     // AUTOCHECKPOINT_PAGES whatever happens here.
     Priority::Background.apply_to_current_thread();
-    let conn = match Connection::open(path).and_then(|c| {
+    let opened = open_with(path, Writeback::Paced).and_then(|c| {
         c.busy_timeout(Duration::from_millis(50))?;
         Ok(c)
-    }) {
+    });
+    let conn = match opened {
         Ok(c) => c,
         Err(e) => {
             tracing::warn!(error = %e, "checkpoint thread could not open the database");

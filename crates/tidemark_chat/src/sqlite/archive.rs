@@ -16,7 +16,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use rusqlite::params;
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, open_rw};
+use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, Writeback, open_rw_with};
 
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
@@ -93,7 +93,13 @@ impl SqliteArchive {
     /// Like [`SqliteArchive::open`], the writer thread at `priority`
     /// ([`crate::config::ChatMode::archive_priority`]).
     pub fn open_with_priority(path: &Path, priority: Priority) -> Result<Self> {
-        let conn = open_rw(path)?;
+        // A background archive's batches reach the disk in small steps too, not in one burst
+        // at their commit's fsync that the SENDs' fsyncs would queue behind.
+        let writeback = match priority {
+            Priority::Background => Writeback::Paced,
+            Priority::Normal => Writeback::Direct,
+        };
+        let conn = open_rw_with(path, writeback)?;
         conn.execute_batch(SCHEMA)?;
         let writer = GroupWriter::start_with_priority("chat-archive", conn, 64, priority);
         let reads = ReadPool::open(path, 8)?;
