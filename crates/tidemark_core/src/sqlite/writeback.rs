@@ -64,16 +64,18 @@ fn register_once() -> Result<(), String> {
         return Err("sqlite has no default vfs".into());
     }
     // SAFETY: `base` is a registered VFS; its fields are read only.
-    let (base_name, base_size, max_path) = unsafe {
+    let (base_name, base_size, max_path, base_version) = unsafe {
         (
             CStr::from_ptr((*base).zName),
             (*base).szOsFile,
             (*base).mxPathname,
+            (*base).iVersion,
         )
     };
     let unix = base_name.to_bytes() == b"unix";
     let vfs = ffi::sqlite3_vfs {
-        iVersion: 2,
+        // Version 2 at most (no system-call overrides), and no more than the base has.
+        iVersion: base_version.min(2),
         szOsFile: (std::mem::size_of::<PacedFile>() as c_int) + base_size,
         mxPathname: max_path,
         pNext: std::ptr::null_mut(),
@@ -91,7 +93,11 @@ fn register_once() -> Result<(), String> {
         xSleep: Some(x_sleep),
         xCurrentTime: Some(x_current_time),
         xGetLastError: Some(x_get_last_error),
-        xCurrentTimeInt64: Some(x_current_time_int64),
+        xCurrentTimeInt64: if base_version >= 2 {
+            Some(x_current_time_int64)
+        } else {
+            None
+        },
         xSetSystemCall: None,
         xGetSystemCall: None,
         xNextSystemCall: None,
@@ -126,6 +132,9 @@ struct PacedFile {
     fd: c_int,
     /// Bytes written since the last write-out step.
     unsynced: u64,
+    /// The error a write-out step reported (an `errno`), if any: every later write and sync
+    /// of this file fails until it is closed (see [`pace`]).
+    failed: Option<c_int>,
 }
 
 /// The base VFS of `vfs` (one of ours).
@@ -150,14 +159,22 @@ unsafe extern "C" fn x_open(
         (*paced).real = real;
         (*paced).fd = -1;
         (*paced).unsynced = 0;
+        (*paced).failed = None;
+        (*real).pMethods = std::ptr::null();
         let open = (*base.vfs).xOpen.expect("a vfs has xOpen");
         let rc = open(base.vfs, name, real, flags, out_flags);
         if (*real).pMethods.is_null() {
             // Not open: SQLite calls no method of ours, not even xClose.
             return rc;
         }
-        // Open (even if it failed, SQLite then closes it through us).
-        (*paced).header.pMethods = &PACED_IO_METHODS;
+        // Open (even if it failed, SQLite then closes it through us), with our methods of
+        // the base's version: SQLite tells from them whether the file has shared memory (WAL)
+        // and memory-mapped pages.
+        (*paced).header.pMethods = match (*(*real).pMethods).iVersion {
+            ..=1 => &PACED_IO_METHODS_V1,
+            2 => &PACED_IO_METHODS_V2,
+            _ => &PACED_IO_METHODS_V3,
+        };
         let durable = flags & (ffi::SQLITE_OPEN_MAIN_DB | ffi::SQLITE_OPEN_WAL) != 0;
         if rc == ffi::SQLITE_OK && base.unix && durable && !name.is_null() {
             (*paced).fd = unix_fd(real, CStr::from_ptr(name));
@@ -204,6 +221,12 @@ fn same_file(fd: c_int, path: &CStr) -> bool {
 }
 
 /// After `written` more bytes: one write-out step if a chunk is full (see the module docs).
+///
+/// A step that fails because the file cannot do it (`EINVAL`, `ESPIPE`, `ENOSYS`,
+/// `EOPNOTSUPP`) leaves the file unpaced. Any other failure is a write-out error (`EIO`,
+/// `ENOSPC`, …), and the kernel reports such an error once per open file: to this call, not
+/// again to SQLite's next fsync of the same descriptor, which would then succeed over pages
+/// that never reached the disk. So the error sticks to the file ([`PacedFile::failed`]).
 fn pace(file: &mut PacedFile, written: u64) {
     if file.fd < 0 {
         return;
@@ -215,15 +238,28 @@ fn pace(file: &mut PacedFile, written: u64) {
     file.unsynced = 0;
     let flags = libc::SYNC_FILE_RANGE_WAIT_BEFORE | libc::SYNC_FILE_RANGE_WRITE;
     // SAFETY: the descriptor is open while the file is (see `x_close`).
-    let stepped = unsafe { libc::sync_file_range(file.fd, 0, 0, flags) } == 0;
-    if !stepped {
-        let error = std::io::Error::last_os_error();
-        tracing::warn!(%error, "sync_file_range failed: this file is written unpaced");
-        file.fd = -1;
-    }
+    let outcome = match unsafe { libc::sync_file_range(file.fd, 0, 0, flags) } {
+        0 => Ok(()),
+        _ => Err(std::io::Error::last_os_error()
+            .raw_os_error()
+            .unwrap_or(libc::EIO)),
+    };
     #[cfg(test)]
-    if stepped {
-        tests::STEPS.with(|steps| steps.set(steps.get() + 1));
+    let outcome = tests::INJECTED.with(|e| e.take()).map_or(outcome, Err);
+    match outcome {
+        Ok(()) => {
+            #[cfg(test)]
+            tests::STEPS.with(|steps| steps.set(steps.get() + 1));
+        }
+        Err(libc::EINVAL | libc::ESPIPE | libc::ENOSYS | libc::EOPNOTSUPP) => {
+            tracing::warn!("sync_file_range is not supported here: this file is written unpaced");
+            file.fd = -1;
+        }
+        Err(errno) => {
+            let error = std::io::Error::from_raw_os_error(errno);
+            tracing::error!(%error, "write-out failed: this file fails every write and sync");
+            file.failed = Some(errno);
+        }
     }
 }
 
@@ -277,15 +313,20 @@ unsafe extern "C" fn x_write(
     amount: c_int,
     offset: ffi::sqlite3_int64,
 ) -> c_int {
-    let rc = forward!(file, xWrite, ffi::SQLITE_IOERR_WRITE, buf, amount, offset);
-    if rc == ffi::SQLITE_OK {
-        // SAFETY: our own file object, used by one connection (one thread) at a time.
-        pace(
-            unsafe { &mut *file.cast::<PacedFile>() },
-            amount.max(0) as u64,
-        );
+    // SAFETY: our own file object, used by one connection (one thread) at a time.
+    let paced = unsafe { &mut *file.cast::<PacedFile>() };
+    if paced.failed.is_some() {
+        return ffi::SQLITE_IOERR_WRITE;
     }
-    rc
+    let rc = forward!(file, xWrite, ffi::SQLITE_IOERR_WRITE, buf, amount, offset);
+    if rc != ffi::SQLITE_OK {
+        return rc;
+    }
+    pace(paced, amount.max(0) as u64);
+    match paced.failed {
+        Some(_) => ffi::SQLITE_IOERR_WRITE,
+        None => rc,
+    }
 }
 
 unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlite3_int64) -> c_int {
@@ -293,10 +334,14 @@ unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlite3
 }
 
 unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
+    // SAFETY: as in x_write.
+    let paced = unsafe { &mut *file.cast::<PacedFile>() };
+    if paced.failed.is_some() {
+        return ffi::SQLITE_IOERR_FSYNC;
+    }
     let rc = forward!(file, xSync, ffi::SQLITE_IOERR_FSYNC, flags);
     if rc == ffi::SQLITE_OK {
-        // SAFETY: as in x_write.
-        unsafe { (*file.cast::<PacedFile>()).unsynced = 0 };
+        paced.unsynced = 0;
     }
     rc
 }
@@ -395,27 +440,43 @@ unsafe extern "C" fn x_unfetch(
     forward!(file, xUnfetch, ffi::SQLITE_OK, offset, page)
 }
 
-static PACED_IO_METHODS: ffi::sqlite3_io_methods = ffi::sqlite3_io_methods {
-    iVersion: 3,
-    xClose: Some(x_close),
-    xRead: Some(x_read),
-    xWrite: Some(x_write),
-    xTruncate: Some(x_truncate),
-    xSync: Some(x_sync),
-    xFileSize: Some(x_file_size),
-    xLock: Some(x_lock),
-    xUnlock: Some(x_unlock),
-    xCheckReservedLock: Some(x_check_reserved_lock),
-    xFileControl: Some(x_file_control),
-    xSectorSize: Some(x_sector_size),
-    xDeviceCharacteristics: Some(x_device_characteristics),
-    xShmMap: Some(x_shm_map),
-    xShmLock: Some(x_shm_lock),
-    xShmBarrier: Some(x_shm_barrier),
-    xShmUnmap: Some(x_shm_unmap),
-    xFetch: Some(x_fetch),
-    xUnfetch: Some(x_unfetch),
-};
+/// Our methods of `version` (1: no shared memory, 2: no memory-mapped pages, 3: all): a file
+/// gets those of its base file's version, so that we forward only what the base has.
+const fn paced_io_methods(version: c_int) -> ffi::sqlite3_io_methods {
+    ffi::sqlite3_io_methods {
+        iVersion: version,
+        xClose: Some(x_close),
+        xRead: Some(x_read),
+        xWrite: Some(x_write),
+        xTruncate: Some(x_truncate),
+        xSync: Some(x_sync),
+        xFileSize: Some(x_file_size),
+        xLock: Some(x_lock),
+        xUnlock: Some(x_unlock),
+        xCheckReservedLock: Some(x_check_reserved_lock),
+        xFileControl: Some(x_file_control),
+        xSectorSize: Some(x_sector_size),
+        xDeviceCharacteristics: Some(x_device_characteristics),
+        xShmMap: if version >= 2 { Some(x_shm_map) } else { None },
+        xShmLock: if version >= 2 { Some(x_shm_lock) } else { None },
+        xShmBarrier: if version >= 2 {
+            Some(x_shm_barrier)
+        } else {
+            None
+        },
+        xShmUnmap: if version >= 2 {
+            Some(x_shm_unmap)
+        } else {
+            None
+        },
+        xFetch: if version >= 3 { Some(x_fetch) } else { None },
+        xUnfetch: if version >= 3 { Some(x_unfetch) } else { None },
+    }
+}
+
+static PACED_IO_METHODS_V1: ffi::sqlite3_io_methods = paced_io_methods(1);
+static PACED_IO_METHODS_V2: ffi::sqlite3_io_methods = paced_io_methods(2);
+static PACED_IO_METHODS_V3: ffi::sqlite3_io_methods = paced_io_methods(3);
 
 // The VFS-level methods: the base's, called with the base.
 
@@ -519,6 +580,8 @@ mod tests {
     thread_local! {
         /// Write-out steps taken on this thread (each test's connection runs on its own).
         pub(super) static STEPS: Cell<u64> = const { Cell::new(0) };
+        /// An `errno` the next write-out step on this thread reports instead of its own.
+        pub(super) static INJECTED: Cell<Option<c_int>> = const { Cell::new(None) };
     }
 
     fn steps() -> u64 {
@@ -654,5 +717,82 @@ mod tests {
             .unwrap();
         drop((plain, paced));
         assert_filled(&path, 33, 32 * 1024);
+    }
+}
+
+#[cfg(test)]
+mod failure_tests {
+    use std::path::Path;
+
+    use rusqlite::{Connection, OpenFlags};
+
+    use super::tests::{INJECTED, STEPS};
+    use super::*;
+
+    fn paced_wal(path: &Path) -> Connection {
+        register().unwrap();
+        let conn =
+            Connection::open_with_flags_and_vfs(path, OpenFlags::default(), PACED_VFS).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.pragma_update(None, "synchronous", "FULL").unwrap();
+        conn.execute_batch("CREATE TABLE t (b BLOB NOT NULL)")
+            .unwrap();
+        conn
+    }
+
+    /// One transaction of 1 MiB (16 write-out steps), or its error.
+    fn commit_a_mebibyte(conn: &Connection) -> rusqlite::Result<()> {
+        conn.execute_batch("BEGIN")?;
+        for _ in 0..16 {
+            conn.execute("INSERT INTO t (b) VALUES (?1)", [vec![7u8; 64 * 1024]])?;
+        }
+        conn.execute_batch("COMMIT")
+    }
+
+    #[test]
+    fn a_write_out_error_fails_the_commit_and_every_later_one() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("f.db");
+        let conn = paced_wal(&path);
+        commit_a_mebibyte(&conn).unwrap();
+        // The kernel reports a write-out error once, to the step that sees it: the commit must
+        // fail rather than let its fsync succeed over pages lost on the way.
+        INJECTED.with(|e| e.set(Some(libc::EIO)));
+        let failed = commit_a_mebibyte(&conn);
+        assert!(
+            matches!(&failed, Err(rusqlite::Error::SqliteFailure(e, _)) if e.code == rusqlite::ErrorCode::SystemIoFailure),
+            "{failed:?}"
+        );
+        let _ = conn.execute_batch("ROLLBACK");
+        // It sticks to the file: no later commit through it is taken as durable.
+        assert!(commit_a_mebibyte(&conn).is_err());
+        let _ = conn.execute_batch("ROLLBACK");
+        drop(conn);
+        // What was committed before is intact; nothing of the failed commits is there.
+        let plain = Connection::open(&path).unwrap();
+        let rows: i64 = plain
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 16);
+    }
+
+    #[test]
+    fn a_file_that_cannot_step_is_written_unpaced_and_commits() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("u.db");
+        let conn = paced_wal(&path);
+        INJECTED.with(|e| e.set(Some(libc::EINVAL)));
+        commit_a_mebibyte(&conn).unwrap();
+        let steps = STEPS.with(std::cell::Cell::get);
+        commit_a_mebibyte(&conn).unwrap();
+        assert_eq!(
+            STEPS.with(std::cell::Cell::get),
+            steps,
+            "no step once refused"
+        );
+        let rows: i64 = conn
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(rows, 32);
     }
 }
