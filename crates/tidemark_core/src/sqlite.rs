@@ -20,7 +20,7 @@
 //! Background work (checkpoints; a writer or reader that may lag, such as the archive's) runs at
 //! a lower CPU priority than the commit path: see [`background`]; a long background job can
 //! also spread its work over time with a [`DutyCycle`] (see [`pacing`]), and writes its files
-//! through the [`PACED_VFS`], which sends them to the disk in small steps (see [`PACED_VFS`]).
+//! through the [`PACED_VFS`], which sends them to the disk in small steps.
 
 mod background;
 mod job_thread;
@@ -88,12 +88,24 @@ pub enum Writeback {
     Paced,
 }
 
+impl Writeback {
+    /// How a writer at `priority` writes: [`Writeback::Paced`] for background work (nobody waits
+    /// on it to answer), [`Writeback::Direct`] for work someone waits on (a commit's fsync must
+    /// not wait behind its own pacing).
+    pub fn for_priority(priority: Priority) -> Self {
+        match priority {
+            Priority::Background => Writeback::Paced,
+            Priority::Normal => Writeback::Direct,
+        }
+    }
+}
+
 /// Opens a connection to `path` (read-write, created if missing) through the VFS `writeback`
 /// asks for; without pragmas.
 ///
 /// # Errors
 /// SQLite's, or [`SqliteError::Task`] if the paced VFS could not be registered.
-pub fn open_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
+fn open_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
     Ok(match writeback {
         Writeback::Direct => Connection::open(path)?,
         Writeback::Paced => {
@@ -349,7 +361,7 @@ fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
     // Copying the log into the database may lag; the writer rewinds it past
     // AUTOCHECKPOINT_PAGES whatever happens here.
     Priority::Background.apply_to_current_thread();
-    let opened = open_with(path, Writeback::Paced).and_then(|c| {
+    let opened = open_with(path, Writeback::for_priority(Priority::Background)).and_then(|c| {
         c.busy_timeout(Duration::from_millis(50))?;
         Ok(c)
     });

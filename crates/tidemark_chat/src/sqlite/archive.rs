@@ -95,11 +95,7 @@ impl SqliteArchive {
     pub fn open_with_priority(path: &Path, priority: Priority) -> Result<Self> {
         // A background archive's batches reach the disk in small steps too, not in one burst
         // at their commit's fsync that the SENDs' fsyncs would queue behind.
-        let writeback = match priority {
-            Priority::Background => Writeback::Paced,
-            Priority::Normal => Writeback::Direct,
-        };
-        let conn = open_rw_with(path, writeback)?;
+        let conn = open_rw_with(path, Writeback::for_priority(priority))?;
         conn.execute_batch(SCHEMA)?;
         let writer = GroupWriter::start_with_priority("chat-archive", conn, 64, priority);
         let reads = ReadPool::open(path, 8)?;
