@@ -13,6 +13,8 @@
 //! job keeps beside the database (an in-memory index of its rows) is made whole again by a
 //! rollback hook ([`GroupWriter::start_with_rollback_hook`]), which the writer runs after any
 //! group it rolled back, before the next one.
+//! The writer's page cache is sized by its file's size: small while a commit would walk it
+//! whole (see [`cache`]).
 //!
 //! Reads: a [`ReadPool`] of read-only connections; WAL lets them read a consistent snapshot while
 //! the writer works.
@@ -23,12 +25,14 @@
 //! through the [`PACED_VFS`], which sends them to the disk in small steps.
 
 mod background;
+mod cache;
 mod job_thread;
 mod pacing;
 #[allow(unsafe_code)] // SQLite's VFS interface is C: see the module docs.
 mod writeback;
 
 pub use background::{BACKGROUND_NICE, Priority, ReadThread};
+pub use cache::{RESIZE_EVERY_GROUPS, SMALL_FILE_CACHE_KIB, WRITER_CACHE_KIB, writer_cache_kib};
 use job_thread::JobThread;
 pub use pacing::{BURST, DutyCycle};
 pub use writeback::{PACED_VFS, WRITEBACK_CHUNK};
@@ -61,17 +65,12 @@ pub enum SqliteError {
     Task(String),
 }
 
-/// Page cache of a read-write connection, KiB ([`open_rw`]): with SQLite's default of 2 MiB
-/// the chat writer re-read index pages and spilled dirty pages mid-transaction (`pagerStress`
-/// in a perf profile at 8,000 sends/s, issue 2).
-pub const WRITER_CACHE_KIB: i64 = 64 * 1024;
-
 /// How long a connection waits for a lock another holds before it gives up (`SQLITE_BUSY`).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Opens a read-write connection with Tidemark's pragmas: WAL, `synchronous = FULL` (fsync of
-/// the WAL on every commit), foreign keys on, a [`WRITER_CACHE_KIB`] page cache, a
-/// [`BUSY_TIMEOUT`].
+/// the WAL on every commit), foreign keys on, a page cache sized by the file's size
+/// ([`writer_cache_kib`]), a [`BUSY_TIMEOUT`].
 pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
     open_rw_with(path, Writeback::Direct)
 }
@@ -124,7 +123,7 @@ pub fn open_rw_with(path: &Path, writeback: Writeback) -> Result<Connection, Sql
     conn.pragma_update(None, "foreign_keys", "ON")?;
     // Savepoint sub-journals (one per group-commit job) stay in memory.
     conn.pragma_update(None, "temp_store", "MEMORY")?;
-    conn.pragma_update(None, "cache_size", -WRITER_CACHE_KIB)?;
+    cache::size_writer_cache(&conn)?;
     Ok(conn)
 }
 
@@ -419,7 +418,14 @@ fn writer_loop(
     mut on_rollback: RollbackHook,
 ) {
     let mut completions: Vec<Completion> = Vec::with_capacity(max_batch);
+    let mut groups = 0_u64;
     while let Ok(first) = rx.recv() {
+        groups += 1;
+        if groups.is_multiple_of(RESIZE_EVERY_GROUPS)
+            && let Err(e) = cache::size_writer_cache(conn)
+        {
+            tracing::warn!(error = %e, "sqlite writer could not size its page cache");
+        }
         let began = conn.execute_batch("BEGIN IMMEDIATE");
         if let Err(e) = began {
             tracing::error!(error = %e, "sqlite writer could not begin a transaction");
