@@ -420,12 +420,6 @@ fn writer_loop(
     let mut completions: Vec<Completion> = Vec::with_capacity(max_batch);
     let mut groups = 0_u64;
     while let Ok(first) = rx.recv() {
-        groups += 1;
-        if groups.is_multiple_of(RESIZE_EVERY_GROUPS)
-            && let Err(e) = cache::size_writer_cache(conn)
-        {
-            tracing::warn!(error = %e, "sqlite writer could not size its page cache");
-        }
         let began = conn.execute_batch("BEGIN IMMEDIATE");
         if let Err(e) = began {
             tracing::error!(error = %e, "sqlite writer could not begin a transaction");
@@ -467,6 +461,13 @@ fn writer_loop(
         }
         for done in completions.drain(..) {
             done(commit.clone());
+        }
+        // After the answers, so that no waiting job pays for the look.
+        groups += 1;
+        if groups.is_multiple_of(RESIZE_EVERY_GROUPS)
+            && let Err(e) = cache::size_writer_cache(conn)
+        {
+            tracing::warn!(error = %e, "sqlite writer could not size its page cache");
         }
     }
 }
