@@ -45,8 +45,8 @@ pub fn writer_cache_kib(page_count: i64, page_size: i64) -> i64 {
     }
 }
 
-/// Sets `conn`'s cache to [`writer_cache_kib`] of its main file's current size, if it is not
-/// that already; returns the size, KiB.
+/// Sets `conn`'s cache to [`writer_cache_kib`] of its main file's current size; returns the
+/// size, KiB. Setting the size the cache already has evicts nothing.
 ///
 /// # Errors
 /// SQLite's, reading the file's size or setting the cache.
@@ -54,10 +54,7 @@ pub(super) fn size_writer_cache(conn: &Connection) -> rusqlite::Result<i64> {
     let pages: i64 = conn.query_row("PRAGMA page_count", [], |r| r.get(0))?;
     let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
     let kib = writer_cache_kib(pages, page_size);
-    let current: i64 = conn.query_row("PRAGMA cache_size", [], |r| r.get(0))?;
-    if current != -kib {
-        conn.pragma_update(None, "cache_size", -kib)?;
-    }
+    conn.pragma_update(None, "cache_size", -kib)?;
     Ok(kib)
 }
 
