@@ -3,7 +3,8 @@
 //! - [`SqliteHot`] (`hot.db`): hot store *and* outbox in one file, so a SEND is one
 //!   transaction ([`crate::ports::FusedCommit`]) and concurrent sends share one fsync through the
 //!   group-committing writer of `tidemark_core::sqlite`.
-//! - [`SqliteArchive`] (`archive.db`): message records and history index.
+//! - [`SqliteArchive`] (`archive.db`): message records and history index (in time order, merged
+//!   into its keyed B-tree in large sorted steps: `index_log`).
 //!
 //! Both only store; every rule (commit order, watermark, trim condition, tiered reads) lives in
 //! the shared modules.
@@ -11,10 +12,12 @@
 mod archive;
 mod dedup;
 mod hot;
+mod index_log;
 mod outbox;
 
 pub use archive::{ARCHIVE_DUTY, PACED_LAG, SqliteArchive, archive_duty};
 pub use hot::SqliteHot;
+pub use index_log::MERGE_ENTRIES;
 
 use rusqlite::Row;
 

@@ -1,16 +1,25 @@
-//! The archive of the embedded default (`archive.db`): `message_record` and `history_index`,
-//! both keyed `(tenant, conversation_id, seq_bucket, conversation_seq)`, written with plain
-//! idempotent inserts (`INSERT OR IGNORE`).
+//! The archive of the embedded default (`archive.db`): `message_record`, appended in time
+//! order and unique by its time-ordered `message_id` (UUIDv7), and the history index keyed
+//! `(tenant, conversation_id, seq_bucket, conversation_seq)`, written first in time order to
+//! `history_index_log` and merged into `history_index` in large sorted steps
+//! ([`super::index_log`]). Both writes are idempotent (`INSERT OR IGNORE`); an index entry
+//! reaches its record through its `message_id`.
 //!
 //! Pacing: in `tiered` mode the archive's writer is a background thread, and a batch (a few
 //! thousand inserts, tens of ms of CPU every [`crate::config::ChatConfig::archive_idle`]) is
 //! spread over time with a [`DutyCycle`] ([`archive_duty`]), so that it never keeps a core
 //! from the commit path for long while the archive keeps up. The duty grows with the batch's
 //! lag (the age of its oldest record), up to flat out: an archive that falls behind (more
-//! load than a quarter duty keeps up with, or a backlog after downtime) catches up.
+//! load than a quarter duty keeps up with, or a backlog after downtime) catches up. A merge
+//! of the index log is paced like the batch that started it.
+//!
+//! Files written before the index log (issue 2, session 15) open as they are: their
+//! `message_record` keeps its unique key as well, and gains the `message_id` index at open.
 
+use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use async_trait::async_trait;
@@ -18,9 +27,10 @@ use rusqlite::params;
 use tidemark_core::clock::{Clock, SystemClock};
 use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, Writeback, open_rw_with};
 
+use super::index_log::{self, MERGE_ENTRIES, PendingIndex, bucket};
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
-use crate::model::{IndexEntry, MessageRecord, SEQ_BUCKET_SIZE};
+use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::Archive;
 
 const SCHEMA: &str = "
@@ -35,9 +45,9 @@ CREATE TABLE IF NOT EXISTS message_record (
     body TEXT NOT NULL,
     class INTEGER NOT NULL,
     committed_at INTEGER NOT NULL,
-    expires_at INTEGER,
-    UNIQUE (tenant, conversation_id, seq_bucket, conversation_seq)
+    expires_at INTEGER
 );
+CREATE UNIQUE INDEX IF NOT EXISTS message_record_id ON message_record (message_id);
 CREATE INDEX IF NOT EXISTS message_record_expiry ON message_record (expires_at)
     WHERE expires_at IS NOT NULL;
 CREATE TABLE IF NOT EXISTS history_index (
@@ -82,6 +92,12 @@ pub struct SqliteArchive {
     /// The duty of the last batch of records ([`f64::to_bits`]): its index entries, written
     /// next, get the same.
     duty: AtomicU64,
+    /// The entries of `history_index_log`, for readers ([`super::index_log`]).
+    pending: Arc<Mutex<PendingIndex>>,
+    /// Pending entries that make the next `put_index` merge the log.
+    merge_entries: usize,
+    /// A merge is queued or running (`sync-archive` has concurrent `put_index` calls).
+    merging: AtomicBool,
 }
 
 impl SqliteArchive {
@@ -97,6 +113,8 @@ impl SqliteArchive {
         // at their commit's fsync that the SENDs' fsyncs would queue behind.
         let conn = open_rw_with(path, Writeback::for_priority(priority))?;
         conn.execute_batch(SCHEMA)?;
+        conn.execute_batch(index_log::SCHEMA)?;
+        let pending = Arc::new(Mutex::new(PendingIndex::load(&conn)?));
         let writer = GroupWriter::start_with_priority("chat-archive", conn, 64, priority);
         let reads = ReadPool::open(path, 8)?;
         Ok(Self {
@@ -104,7 +122,37 @@ impl SqliteArchive {
             reads,
             paced: priority == Priority::Background,
             duty: AtomicU64::new(1.0_f64.to_bits()),
+            pending,
+            merge_entries: MERGE_ENTRIES,
+            merging: AtomicBool::new(false),
         })
+    }
+
+    /// Merges the index log once it holds `entries` pending entries (default
+    /// [`MERGE_ENTRIES`]; at least 1). Tests use a few, to merge often.
+    #[must_use]
+    pub fn with_merge_entries(mut self, entries: usize) -> Self {
+        self.merge_entries = entries.max(1);
+        self
+    }
+
+    fn pending(&self) -> MutexGuard<'_, PendingIndex> {
+        // The index is changed only after commits, in steps that cannot panic halfway.
+        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Merges the index log into `history_index` (one writer job) and then drops the merged
+    /// entries from memory; returns the last log row merged.
+    pub async fn merge_index_log(&self) -> Result<Option<i64>> {
+        let mut cycle = self.last_cycle();
+        let last = self
+            .writer
+            .write(move |conn| index_log::merge(conn, &mut cycle))
+            .await?;
+        if let Some(last) = last {
+            self.pending().merged(last);
+        }
+        Ok(last)
     }
 
     /// The cycle for a batch of records committed at `committed_at_ms` (ms since the epoch):
@@ -126,10 +174,6 @@ impl SqliteArchive {
     fn last_cycle(&self) -> DutyCycle {
         DutyCycle::new(f64::from_bits(self.duty.load(Ordering::Relaxed)))
     }
-}
-
-fn bucket(seq: u64) -> i64 {
-    (seq / SEQ_BUCKET_SIZE) as i64
 }
 
 #[async_trait]
@@ -167,29 +211,26 @@ impl Archive for SqliteArchive {
     }
 
     async fn put_index(&self, entries: &[IndexEntry]) -> Result<()> {
-        let entries = entries.to_vec();
+        let owned = entries.to_vec();
         let mut cycle = self.last_cycle();
-        self.writer
-            .write(move |conn| {
-                let mut stmt = conn.prepare_cached(
-                    "INSERT OR IGNORE INTO history_index (tenant, conversation_id, seq_bucket,
-                         conversation_seq, message_id, expires_at)
-                     VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-                )?;
-                for e in &entries {
-                    cycle.step();
-                    stmt.execute(params![
-                        e.tenant,
-                        e.conversation_id,
-                        bucket(e.conversation_seq),
-                        e.conversation_seq as i64,
-                        e.message_id,
-                        e.expires_at_ms
-                    ])?;
-                }
-                Ok(())
-            })
-            .await
+        let ids = self
+            .writer
+            .write(move |conn| index_log::append(conn, &owned, &mut cycle))
+            .await?;
+        let due = {
+            let mut pending = self.pending();
+            pending.insert(entries, &ids);
+            pending.len() >= self.merge_entries
+        };
+        if due && !self.merging.swap(true, Ordering::AcqRel) {
+            // The entries are durable and readable already: a failed merge is retried by the
+            // next batch, never reported as this one's failure.
+            if let Err(error) = self.merge_index_log().await {
+                tracing::warn!(%error, "merging the archive's index log failed; retried later");
+            }
+            self.merging.store(false, Ordering::Release);
+        }
+        Ok(())
     }
 
     async fn index_range(
@@ -200,6 +241,10 @@ impl Archive for SqliteArchive {
         hi: u64,
         now_ms: i64,
     ) -> Result<Vec<IndexEntry>> {
+        // Pending entries first, then the snapshot (see the `index_log` module docs).
+        let pending = self
+            .pending()
+            .range(tenant, conversation_id, lo, hi, now_ms);
         let (tenant, cid) = (tenant.to_owned(), conversation_id.to_owned());
         self.reads
             .read(move |conn| {
@@ -230,7 +275,12 @@ impl Archive for SqliteArchive {
                         })
                     },
                 )?;
-                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+                let mut by_seq = BTreeMap::new();
+                for entry in rows.chain(pending.into_iter().map(Ok)) {
+                    let entry = entry?;
+                    by_seq.insert(entry.conversation_seq, entry);
+                }
+                Ok(by_seq.into_values().collect())
             })
             .await
     }
@@ -241,18 +291,28 @@ impl Archive for SqliteArchive {
         conversation_id: &str,
         seqs: &[u64],
     ) -> Result<Vec<MessageRecord>> {
+        let pending = self.pending().message_ids(tenant, conversation_id, seqs);
         let (tenant, cid, seqs) = (tenant.to_owned(), conversation_id.to_owned(), seqs.to_vec());
         self.reads
             .read(move |conn| {
-                let mut stmt = conn.prepare_cached(&format!(
-                    "SELECT {RECORD_COLUMNS} FROM message_record
-                     WHERE tenant = ?1 AND conversation_id = ?2 AND seq_bucket = ?3
-                       AND conversation_seq = ?4"
+                let mut by_id = conn.prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM message_record WHERE message_id = ?1"
+                ))?;
+                let mut by_key = conn.prepare_cached(&format!(
+                    "SELECT {RECORD_COLUMNS} FROM message_record WHERE message_id = (
+                         SELECT message_id FROM history_index
+                         WHERE tenant = ?1 AND conversation_id = ?2 AND seq_bucket = ?3
+                           AND conversation_seq = ?4)"
                 ))?;
                 let mut out = Vec::with_capacity(seqs.len());
                 for s in seqs {
-                    let mut rows =
-                        stmt.query_map(params![tenant, cid, bucket(s), s as i64], record_from_row)?;
+                    let mut rows = match pending.get(&s) {
+                        Some(id) => by_id.query_map([id], record_from_row)?,
+                        None => by_key.query_map(
+                            params![tenant, cid, bucket(s), s as i64],
+                            record_from_row,
+                        )?,
+                    };
                     if let Some(r) = rows.next() {
                         out.push(r?);
                     }
@@ -268,6 +328,7 @@ impl Archive for SqliteArchive {
         conversation_id: &str,
         now_ms: i64,
     ) -> Result<Option<u64>> {
+        let pending = self.pending().earliest(tenant, conversation_id, now_ms);
         let (tenant, cid) = (tenant.to_owned(), conversation_id.to_owned());
         self.reads
             .read(move |conn| {
@@ -278,21 +339,29 @@ impl Archive for SqliteArchive {
                            AND (expires_at IS NULL OR expires_at > ?3)",
                     )?
                     .query_row(params![tenant, cid, now_ms], |r| r.get(0))?;
-                Ok(v.map(|s| s as u64))
+                Ok(v.map(|s| s as u64).into_iter().chain(pending).min())
             })
             .await
     }
 
     async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize> {
-        self.writer
-            .write(move |conn| {
-                // Index entries first, then records without an index entry: never an index
-                // entry without its record.
+        let purged: usize = self
+            .writer
+            .write(move |conn| -> Result<usize> {
+                // Index entries first (merged and pending), then records no entry points at:
+                // never an index entry without its record. An ephemeral entry expires with its
+                // record (same `expires_at`), which finds a pending one by the log's expiry index.
                 conn.execute(
                     "DELETE FROM history_index
                      WHERE (tenant, conversation_id, seq_bucket, conversation_seq) IN (
                          SELECT tenant, conversation_id, seq_bucket, conversation_seq
                          FROM history_index
+                         WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)",
+                    params![now_ms, batch as i64],
+                )?;
+                conn.execute(
+                    "DELETE FROM history_index_log WHERE id IN (
+                         SELECT id FROM history_index_log
                          WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)",
                     params![now_ms, batch as i64],
                 )?;
@@ -304,11 +373,15 @@ impl Archive for SqliteArchive {
                                WHERE i.tenant = r.tenant AND i.conversation_id = r.conversation_id
                                  AND i.seq_bucket = r.seq_bucket
                                  AND i.conversation_seq = r.conversation_seq)
+                           AND NOT EXISTS (SELECT 1 FROM history_index_log l
+                               WHERE l.expires_at = r.expires_at AND l.message_id = r.message_id)
                          LIMIT ?2)",
                     params![now_ms, batch as i64],
                 )?)
             })
-            .await
+            .await?;
+        self.pending().purged(now_ms);
+        Ok(purged)
     }
 }
 
@@ -349,6 +422,145 @@ mod tests {
             archive.cycle_for([now + 60_000].into_iter()).duty(),
             ARCHIVE_DUTY
         );
+    }
+
+    fn record(cid: &str, seq: u64, class: crate::model::MessageClass) -> MessageRecord {
+        crate::model::SendCommand {
+            tenant: "t".into(),
+            conversation_id: cid.into(),
+            sender: "u1".into(),
+            client_msg_id: format!("k-{cid}-{seq}"),
+            body: format!("body {seq}"),
+            class,
+        }
+        .into_record(seq, T0)
+    }
+
+    const T0: i64 = 1_800_000_000_000;
+
+    async fn archive_seqs(archive: &SqliteArchive, cid: &str, now_ms: i64) -> (Vec<u64>, usize) {
+        let index = archive
+            .index_range("t", cid, 1, 1_000, now_ms)
+            .await
+            .unwrap();
+        let seqs: Vec<u64> = index.iter().map(|e| e.conversation_seq).collect();
+        let records = archive.records("t", cid, &seqs).await.unwrap();
+        (seqs, records.len())
+    }
+
+    fn log_rows(path: &Path) -> (i64, i64) {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        let count = |t: &str| -> i64 {
+            conn.query_row(&format!("SELECT count(*) FROM {t}"), [], |r| r.get(0))
+                .unwrap()
+        };
+        (count("history_index_log"), count("history_index"))
+    }
+
+    #[tokio::test]
+    async fn entries_are_read_the_same_pending_merged_and_after_a_reopen() {
+        use crate::model::MessageClass::Standard;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let archive = SqliteArchive::open(&path).unwrap().with_merge_entries(4);
+        let recs: Vec<MessageRecord> = (1..=3).map(|s| record("c", s, Standard)).collect();
+        archive.put_records(&recs).await.unwrap();
+        let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
+        archive.put_index(&index).await.unwrap();
+        // Three pending entries, below the merge size: all in the log, readable from memory.
+        assert_eq!(log_rows(&path), (3, 0));
+        assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3], 3));
+        assert_eq!(archive.earliest_seq("t", "c", T0).await.unwrap(), Some(1));
+
+        // A reopen reads the log back.
+        drop(archive);
+        let archive = SqliteArchive::open(&path).unwrap().with_merge_entries(4);
+        assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3], 3));
+
+        // The fourth entry makes the batch merge: the log is empty, the keyed index holds all.
+        let more = vec![record("c", 4, Standard), record("d", 1, Standard)];
+        archive.put_records(&more).await.unwrap();
+        let entries: Vec<IndexEntry> = more.iter().map(MessageRecord::index_entry).collect();
+        archive.put_index(&entries).await.unwrap();
+        assert_eq!(log_rows(&path), (0, 5));
+        assert_eq!(archive.pending().len(), 0);
+        assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3, 4], 4));
+        assert_eq!(archive_seqs(&archive, "d", T0).await, (vec![1], 1));
+        assert_eq!(archive.earliest_seq("t", "c", T0).await.unwrap(), Some(1));
+
+        // A replay of merged entries is pending again and read once.
+        archive.put_records(&recs).await.unwrap();
+        archive.put_index(&index).await.unwrap();
+        assert_eq!(log_rows(&path), (3, 5));
+        assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3, 4], 4));
+        assert_eq!(archive.merge_index_log().await.unwrap(), Some(8));
+        assert_eq!(log_rows(&path), (0, 5));
+        assert_eq!(archive.merge_index_log().await.unwrap(), None);
+    }
+
+    #[tokio::test]
+    async fn a_pending_ephemeral_entry_is_purged_before_its_record() {
+        use crate::model::MessageClass::{Ephemeral24h, Standard};
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        let archive = SqliteArchive::open(&path).unwrap();
+        let recs = vec![record("c", 1, Standard), record("c", 2, Ephemeral24h)];
+        archive.put_records(&recs).await.unwrap();
+        let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
+        archive.put_index(&index).await.unwrap();
+        let expiry = recs[1].expires_at_ms.unwrap();
+        assert_eq!(
+            archive_seqs(&archive, "c", expiry - 1).await,
+            (vec![1, 2], 2)
+        );
+        assert_eq!(archive_seqs(&archive, "c", expiry).await, (vec![1], 1));
+        assert_eq!(archive.purge_expired(expiry - 1, 100).await.unwrap(), 0);
+        assert_eq!(archive.purge_expired(expiry, 100).await.unwrap(), 1);
+        assert_eq!(log_rows(&path), (1, 0));
+        assert_eq!(archive.pending().len(), 1);
+        assert!(archive.records("t", "c", &[2]).await.unwrap().is_empty());
+    }
+
+    /// An `archive.db` of the layout before the index log (records unique by their key, no
+    /// log) opens, keeps what it holds, and takes new entries.
+    #[tokio::test]
+    async fn a_file_of_the_older_layout_opens_and_goes_on() {
+        use crate::model::MessageClass::Standard;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("a.db");
+        {
+            let conn = rusqlite::Connection::open(&path).unwrap();
+            conn.execute_batch(
+                "CREATE TABLE message_record (
+                     tenant TEXT NOT NULL, conversation_id TEXT NOT NULL,
+                     seq_bucket INTEGER NOT NULL, conversation_seq INTEGER NOT NULL,
+                     message_id TEXT NOT NULL, sender TEXT NOT NULL,
+                     client_msg_id TEXT NOT NULL, body TEXT NOT NULL, class INTEGER NOT NULL,
+                     committed_at INTEGER NOT NULL, expires_at INTEGER,
+                     UNIQUE (tenant, conversation_id, seq_bucket, conversation_seq));
+                 CREATE TABLE history_index (
+                     tenant TEXT NOT NULL, conversation_id TEXT NOT NULL,
+                     seq_bucket INTEGER NOT NULL, conversation_seq INTEGER NOT NULL,
+                     message_id TEXT NOT NULL, expires_at INTEGER,
+                     PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
+                 ) WITHOUT ROWID;
+                 INSERT INTO message_record VALUES
+                     ('t', 'c', 0, 1, 'old-1', 'u1', 'k1', 'old body', 0, 5, NULL);
+                 INSERT INTO history_index VALUES ('t', 'c', 0, 1, 'old-1', NULL);",
+            )
+            .unwrap();
+        }
+        let archive = SqliteArchive::open(&path).unwrap().with_merge_entries(2);
+        let recs = vec![record("c", 2, Standard), record("c", 3, Standard)];
+        archive.put_records(&recs).await.unwrap();
+        let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
+        archive.put_index(&index).await.unwrap();
+        assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3], 3));
+        assert_eq!(
+            archive.records("t", "c", &[1]).await.unwrap()[0].body,
+            "old body"
+        );
+        assert_eq!(log_rows(&path), (0, 3));
     }
 
     #[test]

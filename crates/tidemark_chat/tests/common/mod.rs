@@ -276,8 +276,12 @@ impl Harness {
                 let hot = Arc::new(
                     SqliteHot::open(&chat.join("hot.db"), cfg.commit_batch_max).expect("hot.db"),
                 );
-                let inner: Arc<dyn Archive> =
-                    Arc::new(SqliteArchive::open(&chat.join("archive.db")).expect("archive.db"));
+                // Merges of the index log every few entries, between and beside the faults.
+                let inner: Arc<dyn Archive> = Arc::new(
+                    SqliteArchive::open(&chat.join("archive.db"))
+                        .expect("archive.db")
+                        .with_merge_entries(7),
+                );
                 let faulty = Arc::new(FaultyArchive::new(inner));
                 let stores = ChatStores {
                     commit_path: CommitPath::Fused {
@@ -539,7 +543,7 @@ impl Harness {
     /// with duplicates kept (so "exactly once" can be checked).
     pub async fn archived_seqs(&self, cid: &str) -> (Vec<u64>, Vec<u64>) {
         let mut out = Vec::new();
-        for table in ["message_record", "history_index"] {
+        for table in ["message_record", self.index_table()] {
             let sql = format!(
                 "SELECT conversation_seq FROM {table}
                  WHERE tenant = ? AND conversation_id = ? ORDER BY conversation_seq"
@@ -556,23 +560,31 @@ impl Harness {
         let records = self
             .archive_ints("SELECT count(*) FROM message_record", &[])
             .await;
-        let index = self
-            .archive_ints("SELECT count(*) FROM history_index", &[])
-            .await;
+        let sql = format!("SELECT count(*) FROM {}", self.index_table());
+        let index = self.archive_ints(&sql, &[]).await;
         (records[0] as u64, index[0] as u64)
     }
 
     /// Index entries whose record is missing from the archive (must always be 0).
     pub async fn orphan_index_entries(&self) -> u64 {
-        self.archive_ints(
-            "SELECT count(*) FROM history_index i WHERE NOT EXISTS (
+        let sql = format!(
+            "SELECT count(*) FROM {} i WHERE NOT EXISTS (
                  SELECT 1 FROM message_record r
                  WHERE r.tenant = i.tenant AND r.conversation_id = i.conversation_id
-                   AND r.seq_bucket = i.seq_bucket AND r.conversation_seq = i.conversation_seq
+                   AND r.conversation_seq = i.conversation_seq
                    AND r.message_id = i.message_id)",
-            &[],
-        )
-        .await[0] as u64
+            self.index_table()
+        );
+        self.archive_ints(&sql, &[]).await[0] as u64
+    }
+
+    /// The whole history index: on SQLite merged and pending entries (`history_index_all`,
+    /// see `tidemark_chat::sqlite`), on MariaDB the one table.
+    fn index_table(&self) -> &'static str {
+        match &self.wiring {
+            ArchiveWiring::Production(_) => "history_index",
+            _ => "history_index_all",
+        }
     }
 
     /// Seqs of the conversation still held in the hot tier (any state), ascending.
