@@ -199,8 +199,9 @@ pub trait Outbox: Send + Sync + std::fmt::Debug {
 }
 
 /// The archive: message records and the history index, keyed
-/// `(tenant, conversation, seq_bucket, conversation_seq)`. All writes are plain idempotent
-/// inserts; re-writing the same record is harmless.
+/// `(tenant, conversation, seq_bucket, conversation_seq)` (the embedded backend keeps records
+/// in time order, unique by their time-ordered `message_id`, which a replay carries unchanged).
+/// All writes are plain idempotent inserts; re-writing the same record is harmless.
 #[async_trait]
 pub trait Archive: Send + Sync + std::fmt::Debug {
     /// Writes message records (idempotent).
@@ -220,6 +221,8 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<IndexEntry>>;
 
     /// The records with these seqs that exist (any order; missing ones are simply absent).
+    /// Callers ask for seqs they read from [`Archive::index_range`]: a backend may find a
+    /// record through its index entry (the embedded one does, by `message_id`).
     async fn records(
         &self,
         tenant: &str,

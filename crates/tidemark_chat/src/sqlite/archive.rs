@@ -14,7 +14,15 @@
 //! of the index log is paced like the batch that started it.
 //!
 //! Files written before the index log (issue 2, session 15) open as they are: their
-//! `message_record` keeps its unique key as well, and gains the `message_id` index at open.
+//! `message_record` keeps its unique key as well (so they keep paying for that randomly
+//! placed index), and gains the `message_id` index at open (built once, over the whole table,
+//! before the server starts). An older build opening a newer file would not see the entries
+//! still pending in `history_index_log`: do not go back to one.
+//!
+//! In `sync-archive` (the commit path writes the archive, unpaced), the SEND whose entry makes
+//! the log reach [`MERGE_ENTRIES`] waits for the merge, and the SENDs behind it for the
+//! archive's writer: a latency spike every 65,536 sends, in the mode kept only to measure
+//! against.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -223,12 +231,14 @@ impl Archive for SqliteArchive {
             pending.len() >= self.merge_entries
         };
         if due && !self.merging.swap(true, Ordering::AcqRel) {
+            // Cleared however this future ends: a SEND's future in `sync-archive` is dropped
+            // when its client goes away.
+            let _merging = ClearOnDrop(&self.merging);
             // The entries are durable and readable already: a failed merge is retried by the
             // next batch, never reported as this one's failure.
             if let Err(error) = self.merge_index_log().await {
                 tracing::warn!(%error, "merging the archive's index log failed; retried later");
             }
-            self.merging.store(false, Ordering::Release);
         }
         Ok(())
     }
@@ -345,9 +355,9 @@ impl Archive for SqliteArchive {
     }
 
     async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize> {
-        let purged: usize = self
+        let (purged, log_ids) = self
             .writer
-            .write(move |conn| -> Result<usize> {
+            .write(move |conn| -> Result<(usize, Vec<i64>)> {
                 // Index entries first (merged and pending), then records no entry points at:
                 // never an index entry without its record. An ephemeral entry expires with its
                 // record (same `expires_at`), which finds a pending one by the log's expiry index.
@@ -359,13 +369,16 @@ impl Archive for SqliteArchive {
                          WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)",
                     params![now_ms, batch as i64],
                 )?;
-                conn.execute(
-                    "DELETE FROM history_index_log WHERE id IN (
-                         SELECT id FROM history_index_log
-                         WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)",
-                    params![now_ms, batch as i64],
-                )?;
-                Ok(conn.execute(
+                let log_ids = conn
+                    .prepare_cached(
+                        "DELETE FROM history_index_log WHERE id IN (
+                             SELECT id FROM history_index_log
+                             WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)
+                         RETURNING id",
+                    )?
+                    .query_map(params![now_ms, batch as i64], |r| r.get(0))?
+                    .collect::<rusqlite::Result<Vec<i64>>>()?;
+                let purged = conn.execute(
                     "DELETE FROM message_record WHERE rowid IN (
                          SELECT r.rowid FROM message_record r
                          WHERE r.expires_at IS NOT NULL AND r.expires_at <= ?1
@@ -377,11 +390,21 @@ impl Archive for SqliteArchive {
                                WHERE l.expires_at = r.expires_at AND l.message_id = r.message_id)
                          LIMIT ?2)",
                     params![now_ms, batch as i64],
-                )?)
+                )?;
+                Ok((purged, log_ids))
             })
             .await?;
-        self.pending().purged(now_ms);
+        self.pending().purged(&log_ids);
         Ok(purged)
+    }
+}
+
+/// Clears its flag when dropped.
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
     }
 }
 

@@ -17,16 +17,19 @@
 //!    the commit the merged entries leave [`PendingIndex`].
 //!
 //! Readers ([`super::SqliteArchive`]) take what they need of [`PendingIndex`] *before* their
-//! database snapshot: an entry leaves it only after its merge committed, so a reader that no
-//! longer finds it there reads a snapshot that has it in `history_index`; one that finds it in
-//! both gets it once. When the archive opens, [`PendingIndex::load`] reads the log (at most
-//! about one merge's worth of rows) back into memory.
+//! database snapshot: an entry leaves it only after its merge committed (or after a purge of
+//! expired entries deleted its row), so a reader that no longer finds it there reads a
+//! snapshot that has it in `history_index`; one that finds it in both gets it once. An append
+//! that committed before a merge but reaches memory after it leaves an entry that is in both
+//! until the next merge: harmless. When the archive opens, [`PendingIndex::load`] reads the
+//! log back into memory: about one merge's worth of rows (twice that in `sync-archive`, where
+//! the commit path and the archiver both append each entry), more only if merges failed.
 //!
 //! Records are not part of this: `message_record` is appended in time order already (a rowid
 //! table, unique by its time-ordered `message_id`), and an index entry points at its record
 //! through that id.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashSet};
 
 use rusqlite::{Connection, params};
 use tidemark_core::sqlite::DutyCycle;
@@ -35,8 +38,8 @@ use crate::error::Result;
 use crate::model::{IndexEntry, SEQ_BUCKET_SIZE};
 
 /// The log's table, its expiry index (ephemeral entries only) and `history_index_all`: the
-/// whole history index as readers see it (for operators and tests; duplicates of an entry
-/// merged but not yet deleted from the log appear once).
+/// whole history index as readers see it (for operators and tests; an entry both merged and
+/// in the log again — a replayed batch, `sync-archive`'s second append — appears once).
 ///
 /// `AUTOINCREMENT`: row ids never go back, also once a merge emptied the log, so "up to row
 /// id n" always names the rows a merge read (one `sqlite_sequence` page per batch: the archive
@@ -63,6 +66,9 @@ CREATE VIEW IF NOT EXISTS history_index_all AS
 /// 5,000 msg/s load; some 250 B of memory each, so ~16 MiB). Larger merges write each
 /// conversation's leaf page for more entries, and take longer (a few hundred ms of the archive
 /// writer's CPU, paced like its batches).
+///
+/// A merge that fails (a full disk, say) is retried after the next batch; meanwhile the log and
+/// the memory grow with the archive's input.
 pub const MERGE_ENTRIES: usize = 65_536;
 
 /// The seq bucket of the keyed tables (`history_index`, `message_record`).
@@ -188,12 +194,12 @@ impl PendingIndex {
         conversation_id: &str,
         seqs: &[u64],
     ) -> BTreeMap<u64, String> {
-        let (Some(&lo), Some(&hi)) = (seqs.iter().min(), seqs.iter().max()) else {
-            return BTreeMap::new();
-        };
-        self.conversation(tenant, conversation_id, lo, hi)
-            .filter(|(seq, _)| seqs.contains(seq))
-            .map(|(seq, p)| (seq, p.message_id.clone()))
+        let mut key = (tenant.to_owned(), conversation_id.to_owned(), 0);
+        seqs.iter()
+            .filter_map(|&seq| {
+                key.2 = seq;
+                self.entries.get(&key).map(|p| (seq, p.message_id.clone()))
+            })
             .collect()
     }
 
@@ -209,10 +215,14 @@ impl PendingIndex {
         self.entries.retain(|_, p| p.log_id > log_id);
     }
 
-    /// Drops the entries expired at `now_ms` (after a purge committed; readers skip them
-    /// anyway).
-    pub(super) fn purged(&mut self, now_ms: i64) {
-        self.entries.retain(|_, p| p.live(now_ms));
+    /// Drops the entries whose log rows a purge deleted (`log_ids`), after its commit: only
+    /// those, so that a reader never misses the entry of a record that is still there.
+    pub(super) fn purged(&mut self, log_ids: &[i64]) {
+        if log_ids.is_empty() {
+            return;
+        }
+        let gone: HashSet<i64> = log_ids.iter().copied().collect();
+        self.entries.retain(|_, p| !gone.contains(&p.log_id));
     }
 }
 
@@ -337,6 +347,23 @@ mod tests {
         );
         p.merged(4);
         assert_eq!(p.len(), 0);
+    }
+
+    #[test]
+    fn a_purge_drops_only_the_entries_whose_rows_it_deleted() {
+        let mut p = PendingIndex::default();
+        let es = [
+            entry("a", 1, Some(10)),
+            entry("a", 2, Some(10)),
+            entry("a", 3, None),
+        ];
+        p.insert(&es, &[1, 2, 3]);
+        // The purge's batch reached row 1 only: seq 2 (expired, its record still there) stays
+        // for a reader that holds it from a read at an earlier time.
+        p.purged(&[1]);
+        assert_eq!(p.message_ids("t", "a", &[1, 2, 3]).len(), 2);
+        p.purged(&[]);
+        assert_eq!(p.len(), 2);
     }
 
     #[test]
