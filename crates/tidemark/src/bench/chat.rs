@@ -130,11 +130,20 @@ pub struct ChatBenchArgs {
     /// created per run and dropped afterwards).
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
     pub mysql: String,
+    /// Rounds: every mode runs this many times, in turn (round 1: tiered, hot-only, …; round 2:
+    /// the same), each on a fresh server. On a noisy machine one run's p99 moves several-fold
+    /// (issue 2: `hot-only` 5k p99 8.5–93 ms from run to run), so with more than one round the
+    /// bars are judged on runs made close in time: bar 1 by the rounds that meet it, bar 2 by
+    /// the median of each round's tiered/hot-only ratio.
+    #[arg(long, default_value_t = 1)]
+    pub rounds: usize,
 }
 
 /// One printed row.
 #[derive(Debug)]
 struct Row {
+    /// The round of the run (1-based, `--rounds`).
+    round: usize,
     mode: BenchMode,
     /// Redis pool of a production run.
     pool: Option<usize>,
@@ -186,6 +195,9 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     }
     if args.pools.is_empty() || args.pools.contains(&0) {
         bail!("--pools must be non-empty, and every pool positive");
+    }
+    if args.rounds == 0 {
+        bail!("--rounds must be at least 1");
     }
     // The embedded engines have no Redis pool: one run per mode.
     let pools: Vec<Option<usize>> = match args.engines {
@@ -251,12 +263,17 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
 
     let mut rows = Vec::new();
     let mut storage = Vec::new();
-    for &mode in &args.modes {
-        for &pool in &pools {
-            let (mode_rows, st) =
-                run_mode(&args, mode, pool, root.path(), &zipf, &body_tail).await?;
-            rows.extend(mode_rows);
-            storage.push(st);
+    for round in 1..=args.rounds {
+        if args.rounds > 1 {
+            print_now(&format!("— round {round} of {}\n", args.rounds));
+        }
+        for &mode in &args.modes {
+            for &pool in &pools {
+                let (mode_rows, st) =
+                    run_mode(&args, mode, pool, root.path(), &zipf, &body_tail).await?;
+                rows.extend(mode_rows.into_iter().map(|r| Row { round, ..r }));
+                storage.push(st);
+            }
         }
     }
 
@@ -264,7 +281,7 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     match args.engines {
         Engines::Embedded => {
             write_sqlite_storage(&mut out, &storage)?;
-            write_bars(&mut out, &rows)?;
+            write_bars(&mut out, &rows, args.rounds)?;
         }
         Engines::Production => {
             write_redis_storage(&mut out, &storage, args.body_bytes)?;
@@ -514,6 +531,7 @@ async fn run_mode(
         let other_cpu = per_core(cpu_before.2, cpu_after.2)
             .and_then(|all| Some((all - server_cpu? - gen_cpu?).max(0.0)));
         let row = Row {
+            round: 1,
             mode,
             pool,
             load: result,
@@ -706,21 +724,12 @@ fn p99_ms(l: &LoadResult) -> Option<f64> {
     quantile_ms(l, 0.99)
 }
 
-fn write_bars(out: &mut String, rows: &[Row]) -> std::fmt::Result {
-    let find = |mode: BenchMode, rate: u64| {
-        rows.iter()
-            .find(|r| r.mode == mode && r.load.cfg.rate == rate)
-            .map(|r| &r.load)
-    };
-    writeln!(
-        out,
-        "\nbars (sustained = achieved ≥ 99 % of offered and errors ≤ 0.1 %):"
-    )?;
-
-    // Bar 1: tiered sustains ≥ 10,000 msg/s with p99 ≤ 20 ms (at any offered rate ≥ 10,000).
+/// Bar 1 in one round: the tiered runs at ≥ [`BAR_RATE`] offered, and the highest-rate one that
+/// met the bar, if any.
+fn bar1_round(rows: &[Row], round: usize) -> (Vec<&LoadResult>, Option<&LoadResult>) {
     let candidates: Vec<&LoadResult> = rows
         .iter()
-        .filter(|r| r.mode == BenchMode::Tiered && r.load.cfg.rate >= BAR_RATE)
+        .filter(|r| r.round == round && r.mode == BenchMode::Tiered && r.load.cfg.rate >= BAR_RATE)
         .map(|r| &r.load)
         .collect();
     let passing = candidates
@@ -732,57 +741,129 @@ fn write_bars(out: &mut String, rows: &[Row]) -> std::fmt::Result {
                 && p99_ms(l).is_some_and(|p| p <= BAR_P99_MS)
         })
         .max_by_key(|l| l.cfg.rate);
-    let verdict1 = if candidates.is_empty() {
+    (candidates, passing)
+}
+
+fn describe_run(l: &LoadResult) -> String {
+    format!(
+        "{} offered → {:.0}/s, p99 {} ms, {} errors",
+        l.cfg.rate,
+        l.achieved(),
+        opt(p99_ms(l), 2),
+        l.errors()
+    )
+}
+
+/// The median of `v` (the mean of the middle two for an even count); `None` if empty.
+fn median(mut v: Vec<f64>) -> Option<f64> {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
+fn write_bars(out: &mut String, rows: &[Row], rounds: usize) -> std::fmt::Result {
+    let find = |round: usize, mode: BenchMode, rate: u64| {
+        rows.iter()
+            .find(|r| r.round == round && r.mode == mode && r.load.cfg.rate == rate)
+            .map(|r| &r.load)
+    };
+    writeln!(
+        out,
+        "\nbars (sustained = achieved ≥ 99 % of offered and errors ≤ 0.1 %{}):",
+        if rounds > 1 {
+            format!("; {rounds} rounds, each mode run once per round")
+        } else {
+            String::new()
+        }
+    )?;
+
+    // Bar 1: tiered sustains ≥ 10,000 msg/s with p99 ≤ 20 ms (at any offered rate ≥ 10,000),
+    // in more than half of the rounds.
+    let per_round: Vec<_> = (1..=rounds).map(|round| bar1_round(rows, round)).collect();
+    let met = per_round.iter().filter(|(_, p)| p.is_some()).count();
+    let detail: Vec<String> = per_round
+        .iter()
+        .enumerate()
+        .map(|(i, (candidates, passing))| {
+            let runs = match passing {
+                Some(l) => describe_run(l),
+                None => candidates
+                    .iter()
+                    .map(|l| describe_run(l))
+                    .collect::<Vec<_>>()
+                    .join("; "),
+            };
+            if rounds > 1 {
+                format!("round {}: {runs}", i + 1)
+            } else {
+                runs
+            }
+        })
+        .collect();
+    let verdict1 = if per_round.iter().all(|(c, _)| c.is_empty()) {
         "NOT MEASURED (tiered was not run at ≥ 10,000 msg/s)".to_string()
-    } else if let Some(l) = passing {
-        format!(
-            "MET — at {} msg/s offered: achieved {:.0}/s, p99 {:.2} ms, {} errors",
-            l.cfg.rate,
-            l.achieved(),
-            p99_ms(l).unwrap_or(f64::NAN),
-            l.errors()
-        )
     } else {
-        let detail: Vec<String> = candidates
-            .iter()
-            .map(|l| {
-                format!(
-                    "{} offered → {:.0}/s, p99 {} ms, {} errors",
-                    l.cfg.rate,
-                    l.achieved(),
-                    opt(p99_ms(l), 2),
-                    l.errors()
-                )
-            })
-            .collect();
-        format!("NOT MET — {}", detail.join("; "))
+        format!(
+            "{}{} — {}",
+            if 2 * met > rounds { "MET" } else { "NOT MET" },
+            if rounds > 1 {
+                format!(" in {met} of {rounds} rounds")
+            } else {
+                String::new()
+            },
+            detail.join(" | ")
+        )
     };
     writeln!(
         out,
         "  1. tiered sustains ≥ {BAR_RATE} msg/s with p99 ≤ {BAR_P99_MS} ms: {verdict1}"
     )?;
 
-    // Bar 2: tiered p99 at 5k within 1.25× of hot-only p99 at 5k.
-    let verdict2 = match (
-        find(BenchMode::Tiered, BAR_RATIO_RATE),
-        find(BenchMode::HotOnly, BAR_RATIO_RATE),
-    ) {
-        (Some(t), Some(h)) => match (p99_ms(t), p99_ms(h)) {
-            (Some(pt), Some(ph)) => {
-                let ratio = pt / ph;
-                format!(
-                    "{} — tiered p99 {pt:.2} ms / hot-only p99 {ph:.2} ms = {ratio:.2}×{}",
-                    if ratio <= BAR_RATIO { "MET" } else { "NOT MET" },
-                    if t.sustained() && h.sustained() {
-                        ""
-                    } else {
-                        " (but a run was not sustained: see its errors)"
-                    }
-                )
+    // Bar 2: tiered p99 at 5k within 1.25× of hot-only p99 at 5k, each round's ratio taken
+    // between the two runs of that round; the median ratio decides.
+    let mut ratios = Vec::new();
+    let mut detail = Vec::new();
+    let mut unsustained = false;
+    for round in 1..=rounds {
+        let (Some(t), Some(h)) = (
+            find(round, BenchMode::Tiered, BAR_RATIO_RATE),
+            find(round, BenchMode::HotOnly, BAR_RATIO_RATE),
+        ) else {
+            continue;
+        };
+        unsustained |= !(t.sustained() && h.sustained());
+        if let (Some(pt), Some(ph)) = (p99_ms(t), p99_ms(h)) {
+            ratios.push(pt / ph);
+            detail.push(format!(
+                "tiered p99 {pt:.2} ms / hot-only p99 {ph:.2} ms = {:.2}×",
+                pt / ph
+            ));
+        }
+    }
+    let verdict2 = match median(ratios.clone()) {
+        None if detail.is_empty() && !unsustained => {
+            format!("NOT MEASURED (needs tiered and hot-only at {BAR_RATIO_RATE} msg/s)")
+        }
+        None => "NOT MET — no successful requests to compare".into(),
+        Some(m) => format!(
+            "{}{} — {}{}",
+            if m <= BAR_RATIO { "MET" } else { "NOT MET" },
+            if rounds > 1 {
+                format!(" (median of {} rounds: {m:.2}×)", ratios.len())
+            } else {
+                String::new()
+            },
+            detail.join(" | "),
+            if unsustained {
+                " (but a run was not sustained: see its errors)"
+            } else {
+                ""
             }
-            _ => "NOT MET — no successful requests to compare".into(),
-        },
-        _ => format!("NOT MEASURED (needs tiered and hot-only at {BAR_RATIO_RATE} msg/s)"),
+        ),
     };
     writeln!(
         out,
@@ -888,4 +969,117 @@ fn write_production_bars(
         out,
         "  2. Redis bytes per message (record + index, body excluded) ≤ {BAR_REDIS_BYTES}: {verdict}"
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use hdrhistogram::Histogram;
+
+    use super::*;
+
+    /// A run at `rate` whose successes all took `p99_ms` (so p99 is that), sustained or with
+    /// 5 % of its requests not sent.
+    fn run(round: usize, mode: BenchMode, rate: u64, p99_ms: f64, sustained: bool) -> Row {
+        let mut latency = Histogram::<u64>::new(3).unwrap();
+        latency.record((p99_ms * 1000.0) as u64).unwrap();
+        let scheduled = rate * 10;
+        let dropped = if sustained { 0 } else { scheduled / 20 };
+        Row {
+            round,
+            mode,
+            pool: None,
+            load: LoadResult {
+                cfg: OpenLoop {
+                    rate,
+                    warmup: Duration::ZERO,
+                    duration: Duration::from_secs(10),
+                    max_in_flight: 512,
+                    drain: Duration::ZERO,
+                },
+                scheduled,
+                ok_in_window: scheduled - dropped,
+                latency,
+                lag: Histogram::<u64>::new(3).unwrap(),
+                dropped,
+                status_errors: 0,
+                transport_errors: 0,
+                timeouts: 0,
+                first_failure: None,
+                peak_in_flight: 0,
+            },
+            server_mean_ms: None,
+            server_cpu: None,
+            gen_cpu: None,
+            other_cpu: None,
+            disk_kib_per_msg: None,
+        }
+    }
+
+    fn bars(rows: &[Row], rounds: usize) -> (String, String) {
+        let mut out = String::new();
+        write_bars(&mut out, rows, rounds).unwrap();
+        let line = |n: &str| {
+            out.lines()
+                .find(|l| l.trim_start().starts_with(n))
+                .unwrap()
+                .to_owned()
+        };
+        (line("1."), line("2."))
+    }
+
+    #[test]
+    fn the_median_takes_the_middle_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(vec![]), None);
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+    }
+
+    #[test]
+    fn one_round_judges_its_runs_as_before() {
+        use BenchMode::{HotOnly, Tiered};
+        let rows = [
+            run(1, Tiered, 5_000, 6.0, true),
+            run(1, Tiered, 10_000, 19.0, true),
+            run(1, HotOnly, 5_000, 5.0, true),
+        ];
+        let (b1, b2) = bars(&rows, 1);
+        assert!(
+            b1.contains(": MET — 10000 offered → 10000/s, p99 19.0"),
+            "{b1}"
+        );
+        assert!(
+            b2.contains(": MET — tiered p99 6.00 ms / hot-only p99 5.00 ms = 1.20×"),
+            "{b2}"
+        );
+    }
+
+    #[test]
+    fn rounds_take_the_majority_for_bar_1_and_the_median_ratio_for_bar_2() {
+        use BenchMode::{HotOnly, Tiered};
+        let rows = [
+            // Round 1: a hot-only stall makes the ratio tiny; bar 1 met.
+            run(1, Tiered, 5_000, 6.0, true),
+            run(1, Tiered, 10_000, 15.0, true),
+            run(1, HotOnly, 5_000, 60.0, true),
+            // Round 2: ratio 2; bar 1 missed on p99.
+            run(2, Tiered, 5_000, 10.0, true),
+            run(2, Tiered, 10_000, 45.0, true),
+            run(2, HotOnly, 5_000, 5.0, true),
+            // Round 3: ratio 1.5; bar 1 missed on errors despite its p99.
+            run(3, Tiered, 5_000, 6.0, true),
+            run(3, Tiered, 10_000, 12.0, false),
+            run(3, HotOnly, 5_000, 4.0, true),
+        ];
+        let (b1, b2) = bars(&rows, 3);
+        assert!(
+            b1.contains(": NOT MET in 1 of 3 rounds — round 1: 10000"),
+            "{b1}"
+        );
+        assert!(b1.contains("round 3: 10000 offered → 9500/s"), "{b1}");
+        assert!(b2.contains(": NOT MET (median of 3 rounds: 1.50×)"), "{b2}");
+        let (b1, b2) = bars(&rows[..6], 2);
+        assert!(b1.contains("NOT MET in 1 of 2 rounds"), "{b1}");
+        assert!(b2.contains("(median of 2 rounds: 1.05×)"), "{b2}");
+        assert!(b2.contains(": MET"), "{b2}");
+    }
 }
