@@ -17,7 +17,7 @@ mod outbox;
 
 pub use archive::{ARCHIVE_DUTY, PACED_LAG, SqliteArchive, archive_duty};
 pub use hot::SqliteHot;
-pub use index_log::MERGE_ENTRIES;
+pub use index_log::{MERGE_CHUNK, MERGE_ENTRIES};
 
 use rusqlite::Row;
 

@@ -35,7 +35,7 @@ use rusqlite::params;
 use tidemark_core::clock::{Clock, SystemClock};
 use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, Writeback, open_rw_with};
 
-use super::index_log::{self, MERGE_ENTRIES, PendingIndex, bucket};
+use super::index_log::{self, MERGE_CHUNK, MERGE_ENTRIES, PendingIndex, bucket};
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
 use crate::model::{IndexEntry, MessageRecord};
@@ -149,18 +149,29 @@ impl SqliteArchive {
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Merges the index log into `history_index` (one writer job) and then drops the merged
-    /// entries from memory; returns the last log row merged.
+    /// Merges the index log into `history_index` (see [`super::index_log`]: a read of the log
+    /// in key order, chunks of [`MERGE_CHUNK`] entries, then the log's delete, each a writer
+    /// job) and then drops the merged entries from memory; returns the last log row merged.
     pub async fn merge_index_log(&self) -> Result<Option<i64>> {
-        let mut cycle = self.last_cycle();
-        let last = self
-            .writer
-            .write(move |conn| index_log::merge(conn, &mut cycle))
-            .await?;
-        if let Some(last) = last {
-            self.pending().merged(last);
+        let Some((last, sorted)) = self.writer.write(index_log::read_sorted).await? else {
+            return Ok(None);
+        };
+        let sorted = Arc::new(sorted);
+        for start in (0..sorted.len()).step_by(MERGE_CHUNK) {
+            let sorted = Arc::clone(&sorted);
+            let mut cycle = self.last_cycle();
+            self.writer
+                .write(move |conn| {
+                    let end = (start + MERGE_CHUNK).min(sorted.len());
+                    index_log::insert_merged(conn, &sorted[start..end], &mut cycle)
+                })
+                .await?;
         }
-        Ok(last)
+        self.writer
+            .write(move |conn| index_log::delete_merged(conn, last))
+            .await?;
+        self.pending().merged(last);
+        Ok(Some(last))
     }
 
     /// The cycle for a batch of records committed at `committed_at_ms` (ms since the epoch):
@@ -225,6 +236,10 @@ impl Archive for SqliteArchive {
             .writer
             .write(move |conn| index_log::append(conn, &owned, &mut cycle))
             .await?;
+        // A call dropped while its job runs (a `sync-archive` SEND whose client went away)
+        // leaves its entries in the log but not in memory until the next open; the archiver,
+        // which every watermark waits for, finishes its calls, so a trimmed message's entry is
+        // always in memory or merged.
         let due = {
             let mut pending = self.pending();
             pending.insert(entries, &ids);

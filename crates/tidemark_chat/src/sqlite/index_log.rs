@@ -10,11 +10,13 @@
 //! 1. [`append`]: each batch's entries are appended to `history_index_log` (rows in commit
 //!    order; a batch fills a few consecutive pages), and after that commit [`PendingIndex`],
 //!    in memory and sorted by key, holds them — readers find them there.
-//! 2. [`merge`]: once [`PendingIndex`] holds [`MERGE_ENTRIES`], one writer job reads the log in
-//!    key order, inserts it into `history_index` (`INSERT OR IGNORE`: a replay or a repeated
-//!    merge is harmless) and deletes the log up to the last row it read, in one transaction.
-//!    A conversation's leaf is then written once per merge instead of once per batch. After
-//!    the commit the merged entries leave [`PendingIndex`].
+//! 2. A merge, once [`PendingIndex`] holds [`MERGE_ENTRIES`]: [`read_sorted`] reads the log in
+//!    key order up to its last row, [`insert_merged`] inserts it into `history_index` in
+//!    chunks of [`MERGE_CHUNK`] (`INSERT OR IGNORE`: a replay or a repeated merge is
+//!    harmless), and [`delete_merged`] deletes the log up to that row — each a writer job and
+//!    a transaction of its own, paced like the archive's batches. A conversation's leaf is then
+//!    written once per merge instead of once per batch. After the delete committed, the merged
+//!    entries leave [`PendingIndex`].
 //!
 //! Readers ([`super::SqliteArchive`]) take what they need of [`PendingIndex`] *before* their
 //! database snapshot: an entry leaves it only after its merge committed (or after a purge of
@@ -70,6 +72,9 @@ CREATE VIEW IF NOT EXISTS history_index_all AS
 /// A merge that fails (a full disk, say) is retried after the next batch; meanwhile the log and
 /// the memory grow with the archive's input.
 pub const MERGE_ENTRIES: usize = 65_536;
+
+/// Entries per transaction of a merge (see [`insert_merged`]).
+pub const MERGE_CHUNK: usize = 2_048;
 
 /// The seq bucket of the keyed tables (`history_index`, `message_record`).
 pub(super) fn bucket(seq: u64) -> i64 {
@@ -252,40 +257,68 @@ pub(super) fn append(
     Ok(ids)
 }
 
-/// Merges the whole log into `history_index` in key order and deletes it (a writer job, one
-/// transaction); returns the last row id merged, `None` if the log was empty.
-pub(super) fn merge(conn: &Connection, cycle: &mut DutyCycle) -> Result<Option<i64>> {
+/// A merge's first step (a writer job, so that it sees every row the writer committed): the
+/// log in key order, and its last row id; `None` if the log is empty.
+pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<IndexEntry>)>> {
     let last: Option<i64> =
         conn.query_row("SELECT max(id) FROM history_index_log", [], |r| r.get(0))?;
     let Some(last) = last else {
         return Ok(None);
     };
-    let mut insert = conn.prepare_cached(
-        "INSERT OR IGNORE INTO history_index (tenant, conversation_id, seq_bucket,
-             conversation_seq, message_id, expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
-    )?;
     let mut select = conn.prepare_cached(
         "SELECT tenant, conversation_id, conversation_seq, message_id, expires_at
          FROM history_index_log WHERE id <= ?1
          ORDER BY tenant, conversation_id, conversation_seq",
     )?;
-    let mut rows = select.query([last])?;
-    while let Some(r) = rows.next()? {
+    let sorted = select
+        .query_map([last], |r| {
+            Ok(IndexEntry {
+                tenant: r.get(0)?,
+                conversation_id: r.get(1)?,
+                conversation_seq: r.get::<_, i64>(2)? as u64,
+                message_id: r.get(3)?,
+                expires_at_ms: r.get(4)?,
+            })
+        })?
+        .collect::<rusqlite::Result<Vec<_>>>()?;
+    Ok(Some((last, sorted)))
+}
+
+/// A merge's middle steps: inserts one chunk of the sorted log into `history_index` (a writer
+/// job). The chunks follow key order, so each leaf page is written in about one of them: the
+/// merge's page writes are those of one sorted pass, in transactions of [`MERGE_CHUNK`]
+/// entries instead of one burst.
+pub(super) fn insert_merged(
+    conn: &Connection,
+    chunk: &[IndexEntry],
+    cycle: &mut DutyCycle,
+) -> Result<()> {
+    let mut insert = conn.prepare_cached(
+        "INSERT OR IGNORE INTO history_index (tenant, conversation_id, seq_bucket,
+             conversation_seq, message_id, expires_at)
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for e in chunk {
         cycle.step();
-        let seq: i64 = r.get(2)?;
         insert.execute(params![
-            r.get::<_, String>(0)?,
-            r.get::<_, String>(1)?,
-            bucket(seq as u64),
-            seq,
-            r.get::<_, String>(3)?,
-            r.get::<_, Option<i64>>(4)?
+            e.tenant,
+            e.conversation_id,
+            bucket(e.conversation_seq),
+            e.conversation_seq as i64,
+            e.message_id,
+            e.expires_at_ms
         ])?;
     }
+    Ok(())
+}
+
+/// A merge's last step, once every chunk is in `history_index`: deletes the log up to `last`
+/// (a writer job). A merge cut short before it leaves the log whole, and the next merge inserts
+/// it again (`INSERT OR IGNORE`).
+pub(super) fn delete_merged(conn: &Connection, last: i64) -> Result<()> {
     conn.prepare_cached("DELETE FROM history_index_log WHERE id <= ?1")?
         .execute([last])?;
-    Ok(Some(last))
+    Ok(())
 }
 
 #[cfg(test)]
@@ -367,7 +400,7 @@ mod tests {
     }
 
     #[test]
-    fn the_merge_moves_the_log_into_the_keyed_index_in_one_step_and_reload_reads_what_is_left() {
+    fn a_merge_moves_its_rows_into_the_keyed_index_in_key_order_and_reload_reads_what_is_left() {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE TABLE history_index (
@@ -379,7 +412,7 @@ mod tests {
         .unwrap();
         conn.execute_batch(SCHEMA).unwrap();
         let mut cycle = DutyCycle::new(1.0);
-        assert_eq!(merge(&conn, &mut cycle).unwrap(), None);
+        assert!(read_sorted(&conn).unwrap().is_none());
         let first = [
             entry("b", 2, None),
             entry("a", 1, None),
@@ -387,27 +420,41 @@ mod tests {
         ];
         assert_eq!(append(&conn, &first, &mut cycle).unwrap(), vec![1, 2, 3]);
         assert_eq!(PendingIndex::load(&conn).unwrap().len(), 3);
-        // Seq a/1 is already merged (a merge that crashed before its delete): ignored.
+        // Seq a/1 is already merged (a merge cut short before its delete): ignored.
         conn.execute(
             "INSERT INTO history_index VALUES ('t', 'a', 0, 1, 'm-a-1', NULL)",
             [],
         )
         .unwrap();
-        assert_eq!(merge(&conn, &mut cycle).unwrap(), Some(3));
+        let (last, sorted) = read_sorted(&conn).unwrap().unwrap();
+        assert_eq!(last, 3);
+        let keys: Vec<(&str, u64)> = sorted
+            .iter()
+            .map(|e| (e.conversation_id.as_str(), e.conversation_seq))
+            .collect();
+        assert_eq!(keys, vec![("a", 1), ("b", 1), ("b", 2)]);
+        // A row appended while the chunks go in is not the merge's: it stays in the log.
+        append(&conn, &[entry("c", 9, None)], &mut cycle).unwrap();
+        for chunk in sorted.chunks(2) {
+            insert_merged(&conn, chunk, &mut cycle).unwrap();
+        }
+        delete_merged(&conn, last).unwrap();
         let count = |table: &str| -> i64 {
             conn.query_row(&format!("SELECT count(*) FROM {table}"), [], |r| r.get(0))
                 .unwrap()
         };
-        assert_eq!((count("history_index"), count("history_index_log")), (3, 0));
-        assert_eq!(count("history_index_all"), 3);
+        assert_eq!((count("history_index"), count("history_index_log")), (3, 1));
+        assert_eq!(count("history_index_all"), 4);
+        let (last, _) = read_sorted(&conn).unwrap().unwrap();
+        assert_eq!(last, 4);
+        delete_merged(&conn, last).unwrap();
         // Row ids go on after the log was emptied: a merge's bound never covers later rows.
         assert_eq!(
             append(&conn, &[entry("c", 1, None)], &mut cycle).unwrap(),
-            vec![4]
+            vec![5]
         );
         let reloaded = PendingIndex::load(&conn).unwrap();
         assert_eq!(reloaded.range("t", "c", 1, 1, 0).len(), 1);
         assert_eq!(reloaded.len(), 1);
-        assert_eq!(count("history_index_all"), 4);
     }
 }
