@@ -98,10 +98,13 @@ pub async fn pull_history(
         }
     }
     messages.extend(slice.records);
+    // The seq the page was cut at: sends committed since (the hot read sees them) lie past the
+    // page, and a client that pages on from `latest_seq` reads them next.
+    let latest_seq = page.latest_seq.min(slice.latest_seq);
     Ok(HistoryPage {
         messages,
-        earliest_available_seq: earliest.unwrap_or(slice.latest_seq + 1),
-        latest_seq: slice.latest_seq,
+        earliest_available_seq: earliest.unwrap_or(latest_seq + 1),
+        latest_seq,
     })
 }
 
@@ -191,7 +194,58 @@ pub async fn archive_range(
 
 #[cfg(test)]
 mod tests {
+    use std::sync::Arc;
+
+    use tidemark_core::clock::{ManualClock, SharedClock};
+
     use super::*;
+    use crate::model::{MessageClass, SendCommand};
+    use crate::ports::{CommitParams, FusedCommit};
+    use crate::sqlite::SqliteHot;
+
+    /// A page is cut at the latest seq read before it (`PageRequest::latest_seq`); sends that
+    /// land between that read and the hot read must not show as a `latest_seq` past the page's
+    /// end (found end to end: a newest page of 12822..12828 said `latest_seq` 12833).
+    #[tokio::test]
+    async fn a_page_reports_the_latest_seq_it_was_cut_at() {
+        let dir = tempfile::tempdir().unwrap();
+        let hot = SqliteHot::open(&dir.path().join("hot.db"), 8).unwrap();
+        let clock: SharedClock = Arc::new(ManualClock::new(1_800_000_000_000));
+        let members = ["u1".to_owned(), "u2".to_owned()];
+        let cid = hot
+            .create_conversation("t", &members, None, clock.now_ms())
+            .await
+            .unwrap();
+        let params = CommitParams {
+            dedup_window_ms: 60_000,
+            hot_window_ms: 60_000,
+        };
+        for i in 1..=8 {
+            let cmd = SendCommand {
+                tenant: "t".into(),
+                conversation_id: cid.clone(),
+                sender: "u1".into(),
+                client_msg_id: format!("k{i}"),
+                body: format!("m{i}"),
+                class: MessageClass::Standard,
+            };
+            hot.commit_fused(cmd, &clock, params, true).await.unwrap();
+        }
+        // The latest seq was 5 when the page was cut; seqs 6..8 came before the hot read.
+        for anchor in [Anchor::Latest, Anchor::After(2), Anchor::Before(10)] {
+            let page = PageRequest {
+                anchor,
+                limit: 7,
+                latest_seq: 5,
+            };
+            let got = pull_history(&hot, None, "t", &cid, page, clock.now_ms())
+                .await
+                .unwrap();
+            let seqs: Vec<u64> = got.messages.iter().map(|m| m.conversation_seq).collect();
+            assert_eq!(seqs.last(), Some(&5), "{anchor:?}");
+            assert_eq!(got.latest_seq, 5, "{anchor:?}");
+        }
+    }
 
     #[test]
     fn windows() {
