@@ -270,8 +270,8 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
         for &mode in &args.modes {
             for &pool in &pools {
                 let (mode_rows, st) =
-                    run_mode(&args, mode, pool, root.path(), &zipf, &body_tail).await?;
-                rows.extend(mode_rows.into_iter().map(|r| Row { round, ..r }));
+                    run_mode(&args, round, mode, pool, root.path(), &zipf, &body_tail).await?;
+                rows.extend(mode_rows);
                 storage.push(st);
             }
         }
@@ -417,10 +417,11 @@ fn body_tail(n: usize) -> Vec<u8> {
     v
 }
 
-/// One run: a fresh server of `mode` (with a Redis pool of `pool` on the production engines)
-/// driven at every rate in turn.
+/// One run of `round`: a fresh server of `mode` (with a Redis pool of `pool` on the production
+/// engines) driven at every rate in turn.
 async fn run_mode(
     args: &ChatBenchArgs,
+    round: usize,
     mode: BenchMode,
     pool: Option<usize>,
     root: &Path,
@@ -531,7 +532,7 @@ async fn run_mode(
         let other_cpu = per_core(cpu_before.2, cpu_after.2)
             .and_then(|all| Some((all - server_cpu? - gen_cpu?).max(0.0)));
         let row = Row {
-            round: 1,
+            round,
             mode,
             pool,
             load: result,
@@ -755,7 +756,8 @@ fn describe_run(l: &LoadResult) -> String {
 }
 
 /// The median of `v` (the mean of the middle two for an even count); `None` if empty.
-fn median(mut v: Vec<f64>) -> Option<f64> {
+fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
     v.sort_by(f64::total_cmp);
     let n = v.len();
     match n {
@@ -844,7 +846,7 @@ fn write_bars(out: &mut String, rows: &[Row], rounds: usize) -> std::fmt::Result
             ));
         }
     }
-    let verdict2 = match median(ratios.clone()) {
+    let verdict2 = match median(&ratios) {
         None if detail.is_empty() && !unsustained => {
             format!("NOT MEASURED (needs tiered and hot-only at {BAR_RATIO_RATE} msg/s)")
         }
@@ -1029,9 +1031,9 @@ mod tests {
 
     #[test]
     fn the_median_takes_the_middle_or_the_mean_of_the_middle_two() {
-        assert_eq!(median(vec![]), None);
-        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(2.5));
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
     }
 
     #[test]
