@@ -193,6 +193,17 @@ impl Archiver {
     /// 10,000 sends/s from 84–92 to 23–26 MB/s and 27 % to 10 %. On disk, though, SEND_ACK p99
     /// at 10,000 sends/s was 49 / 49 / 117 ms with 1 s, 14 / 33 / 25 ms with 250 ms and
     /// 49 / 306 / 24 ms with 50 ms (three rounds): hence the default of 250 ms.
+    ///
+    /// Since the history index is written in time order (`sqlite::index_log` on the embedded
+    /// engine), a larger batch no longer saves index pages, and only its burst is left: the
+    /// default `archive_batch_max` went from 2,500 (one `idle` of sends at 10,000 sends/s) to
+    /// 500, so that from 2,000 sends/s on the archiver runs batch after batch of one short
+    /// archive transaction each. Issue 2, session 16, a trace of one 10,000 sends/s run (each
+    /// request's latency against the archive writer's transactions): the SEND stalls over 20 ms
+    /// came with archive commits of up to 74 ms. Four interleaved pairs, 2,500 → 500, `tiered`
+    /// p99 at 10,000 sends/s 103.6 / 33.1 / 32.6 / 39.7 → 36.9 / 23.1 / 49.9 / 11.5 ms
+    /// (requests not sent 2,938 / 356 / 576 / 0 → 297 / 0 / 451 / 154), at 5,000 sends/s
+    /// 5.8 / 4.4 / 4.0 / 5.4 → 5.4 / 3.1 / 3.8 / 3.1 ms; the archive kept up in both.
     pub async fn run(mut self, idle: Duration, cancel: CancellationToken) {
         let mut backoff = Duration::from_millis(100);
         loop {

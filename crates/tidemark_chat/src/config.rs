@@ -58,10 +58,12 @@ pub struct ChatConfig {
     /// index is rebuilt when the server starts: 4,000,000 keys took 4.9 s and 207 MB of
     /// resident memory on the project's 2-core test machine.
     pub dedup_memory_keys: usize,
-    /// Most records per archiver batch (default 2,500: one [`Self::archive_idle`] of sends at
-    /// 10,000 sends/s). A batch also ends at 16 MiB of message bodies
-    /// ([`crate::archiver::DEFAULT_BATCH_BYTES_MAX`]), which bounds its memory whatever the
-    /// bodies' size.
+    /// Most records per archiver batch (default 500). A batch also ends at 16 MiB of message
+    /// bodies ([`crate::archiver::DEFAULT_BATCH_BYTES_MAX`]), which bounds its memory whatever
+    /// the bodies' size. Each batch is one archive transaction (records, then index entries):
+    /// the smaller it is, the shorter the flush that the SEND commits' fsyncs queue behind on a
+    /// shared disk; a larger one saves nothing per record since the history index is written
+    /// in time order (see [`crate::archiver::Archiver::run`] for the figures).
     pub archive_batch_max: usize,
     /// Most sends sharing one commit (default 512).
     pub commit_batch_max: usize,
@@ -74,9 +76,8 @@ pub struct ChatConfig {
     pub trim_interval: Duration,
     /// How long the archiver sleeps after a batch that was not full, i.e. once it has caught up
     /// (default 250 ms): the archive lags the outbox by about this much plus a batch's write
-    /// under a steady load. A longer pause makes batches larger, and a larger batch writes each
-    /// archive index page it touches once for more records, but commits them in one larger
-    /// burst of disk writes (see [`crate::archiver::Archiver::run`]).
+    /// under a steady load. Above `archive_batch_max` sends per pause the archiver runs batch
+    /// after batch instead (see [`crate::archiver::Archiver::run`]).
     #[serde(with = "humantime_serde")]
     pub archive_idle: Duration,
     /// Outbox records already archived are dropped after this long (default 24 h).
@@ -107,7 +108,7 @@ impl Default for ChatConfig {
             safety_margin: Duration::from_secs(10),
             dedup_window: Duration::from_secs(24 * 3600),
             dedup_memory_keys: DEFAULT_DEDUP_MEMORY_KEYS,
-            archive_batch_max: 2_500,
+            archive_batch_max: 500,
             commit_batch_max: 512,
             max_body_bytes: 64 * 1024,
             trim_batch: 1000,
