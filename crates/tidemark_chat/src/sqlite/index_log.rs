@@ -14,9 +14,10 @@
 //!    key order up to its last row, [`insert_merged`] inserts it into `history_index` in
 //!    chunks of [`MERGE_CHUNK`] (`INSERT OR IGNORE`: a replay or a repeated merge is
 //!    harmless), and [`delete_merged`] deletes the log up to that row — each a writer job and
-//!    a transaction of its own, paced like the archive's batches. A conversation's leaf is then
-//!    written once per merge instead of once per batch. After the delete committed, the merged
-//!    entries leave [`PendingIndex`].
+//!    a transaction of its own, paced like the archive's batches, one chunk per batch (the
+//!    archive's `merge_step`), so that the batches go on between the chunks. A conversation's
+//!    leaf is then written once per merge instead of once per batch. After the delete
+//!    committed, the merged entries leave [`PendingIndex`].
 //!
 //! Readers ([`super::SqliteArchive`]) take what they need of [`PendingIndex`] *before* their
 //! database snapshot: an entry leaves it only after its merge committed (or after a purge of
@@ -64,10 +65,11 @@ CREATE VIEW IF NOT EXISTS history_index_all AS
     FROM history_index_log;
 ";
 
-/// How many pending entries make the next [`append`]er merge them (about 13 s of a
-/// 5,000 msg/s load; some 250 B of memory each, so ~16 MiB). Larger merges write each
-/// conversation's leaf page for more entries, and take longer (a few hundred ms of the archive
-/// writer's CPU, paced like its batches).
+/// How many pending entries make the next [`append`]er start a merge (about 13 s of a
+/// 5,000 msg/s load; some 250 B of memory each, so ~16 MiB, and up to a third more while a
+/// merge goes on at one chunk per batch of 500). Larger merges write each conversation's leaf
+/// page for more entries, and take longer (a few hundred ms of the archive writer's CPU, paced
+/// like its batches).
 ///
 /// A merge that fails (a full disk, say) is retried after the next batch; meanwhile the log and
 /// the memory grow with the archive's input.
