@@ -10,8 +10,8 @@
 //! spread over time with a [`DutyCycle`] ([`archive_duty`]), so that it never keeps a core
 //! from the commit path for long while the archive keeps up. The duty grows with the batch's
 //! lag (the age of its oldest record), up to flat out: an archive that falls behind (more
-//! load than a quarter duty keeps up with, or a backlog after downtime) catches up. A merge
-//! of the index log is paced like the batch that started it.
+//! load than a quarter duty keeps up with, or a backlog after downtime) catches up. Each chunk
+//! of a merge of the index log is paced like the batch that took it.
 //!
 //! Files written before the index log (issue 2, session 15) open as they are: their
 //! `message_record` keeps its unique key as well (so they keep paying for that randomly
@@ -22,8 +22,10 @@
 //! A merge goes one chunk further per `put_index` call ([`SqliteArchive::merge_step`]), so the
 //! archiver's batches go on between its chunks. In `sync-archive` (the commit path writes the
 //! archive, unpaced), the SEND whose entry makes the log reach [`MERGE_ENTRIES`] waits for the
-//! log's sorted read and one chunk, and each of the next SENDs for at most one chunk while the
-//! merge lasts.
+//! log's sorted read and one chunk, each of the next SENDs that takes a step for one chunk
+//! (the last one also for the log's delete), and the others queue behind that chunk on the
+//! archive's writer. A merge goes on only with batches: with no more input it waits, its sorted
+//! copy of the log in memory, until the next batch.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -121,7 +123,7 @@ pub struct SqliteArchive {
 #[derive(Debug)]
 struct MergeCursor {
     last: i64,
-    sorted: Arc<Vec<IndexEntry>>,
+    sorted: Arc<Vec<index_log::LogRow>>,
     next: usize,
 }
 
@@ -243,7 +245,7 @@ impl SqliteArchive {
     }
 
     /// The merge in progress: `(last, sorted, next)`.
-    fn merge_cursor(&self) -> Option<(i64, Arc<Vec<IndexEntry>>, usize)> {
+    fn merge_cursor(&self) -> Option<(i64, Arc<Vec<index_log::LogRow>>, usize)> {
         self.merge_guard()
             .as_ref()
             .map(|c| (c.last, Arc::clone(&c.sorted), c.next))
@@ -320,9 +322,10 @@ impl Archive for SqliteArchive {
             pending.insert(entries, &ids);
             pending.len() >= self.merge_entries
         };
-        let merging = self.merge_guard().is_some();
-        if (due || merging)
+        if (due || self.merge_guard().is_some())
             && let Ok(_merging) = self.merging.try_lock()
+            // Again under the lock: a step that held it may have ended the merge meanwhile.
+            && (self.pending().len() >= self.merge_entries || self.merge_guard().is_some())
         {
             // One chunk per batch, more for a batch larger than a chunk, so that a merge ends
             // while the log grows (see `merge_step`). The entries are durable and readable
