@@ -10,8 +10,8 @@
 //! spread over time with a [`DutyCycle`] ([`archive_duty`]), so that it never keeps a core
 //! from the commit path for long while the archive keeps up. The duty grows with the batch's
 //! lag (the age of its oldest record), up to flat out: an archive that falls behind (more
-//! load than a quarter duty keeps up with, or a backlog after downtime) catches up. Each chunk
-//! of a merge of the index log is paced like the batch that took it.
+//! load than a quarter duty keeps up with, or a backlog after downtime) catches up. A merge
+//! of the index log is paced like the batch that started it.
 //!
 //! Files written before the index log (issue 2, session 15) open as they are: their
 //! `message_record` keeps its unique key as well (so they keep paying for that randomly
@@ -19,17 +19,14 @@
 //! before the server starts). An older build opening a newer file would not see the entries
 //! still pending in `history_index_log`: do not go back to one.
 //!
-//! A merge goes one chunk further per `put_index` call ([`SqliteArchive::merge_step`]), so the
-//! archiver's batches go on between its chunks. In `sync-archive` (the commit path writes the
-//! archive, unpaced), the SEND whose entry makes the log reach [`MERGE_ENTRIES`] waits for the
-//! log's sorted read and one chunk, each of the next SENDs that takes a step for one chunk
-//! (the last one also for the log's delete), and the others queue behind that chunk on the
-//! archive's writer. A merge goes on only with batches: with no more input it waits, its sorted
-//! copy of the log in memory, until the next batch.
+//! In `sync-archive` (the commit path writes the archive, unpaced), the SEND whose entry makes
+//! the log reach [`MERGE_ENTRIES`] waits for the merge, and the SENDs behind it for the
+//! archive's writer: a latency spike every 65,536 sends, in the mode kept only to measure
+//! against.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -105,26 +102,10 @@ pub struct SqliteArchive {
     duty: AtomicU64,
     /// The entries of `history_index_log`, for readers ([`super::index_log`]).
     pending: Arc<Mutex<PendingIndex>>,
-    /// Pending entries that make the next `put_index` start a merge of the log.
+    /// Pending entries that make the next `put_index` merge the log.
     merge_entries: usize,
-    /// Entries per transaction of a merge (default [`MERGE_CHUNK`]).
-    merge_chunk: usize,
-    /// The merge in progress, if any (see [`SqliteArchive::merge_step`]).
-    merge: Mutex<Option<MergeCursor>>,
-    /// Held by the running merge step: `sync-archive` has concurrent `put_index` calls (one
-    /// steps, the others go on), and [`SqliteArchive::merge_index_log`] waits for it. A tokio
-    /// lock, released however the step's future ends (a SEND's future in `sync-archive` is
-    /// dropped when its client goes away).
-    merging: tokio::sync::Mutex<()>,
-}
-
-/// A merge in progress: the log up to row `last` in key order ([`index_log::read_sorted`]),
-/// of which the first `next` entries are in `history_index` already.
-#[derive(Debug)]
-struct MergeCursor {
-    last: i64,
-    sorted: Arc<Vec<index_log::LogRow>>,
-    next: usize,
+    /// A merge is queued or running (`sync-archive` has concurrent `put_index` calls).
+    merging: AtomicBool,
 }
 
 impl SqliteArchive {
@@ -151,9 +132,7 @@ impl SqliteArchive {
             duty: AtomicU64::new(1.0_f64.to_bits()),
             pending,
             merge_entries: MERGE_ENTRIES,
-            merge_chunk: MERGE_CHUNK,
-            merge: Mutex::new(None),
-            merging: tokio::sync::Mutex::new(()),
+            merging: AtomicBool::new(false),
         })
     }
 
@@ -165,90 +144,34 @@ impl SqliteArchive {
         self
     }
 
-    /// Merges in transactions of `entries` index entries (default [`MERGE_CHUNK`]; at least
-    /// 1). Tests use a few, to spread a merge over several batches.
-    #[must_use]
-    pub fn with_merge_chunk(mut self, entries: usize) -> Self {
-        self.merge_chunk = entries.max(1);
-        self
-    }
-
     fn pending(&self) -> MutexGuard<'_, PendingIndex> {
         // The index is changed only after commits, in steps that cannot panic halfway.
         self.pending.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Runs a whole merge of the index log into `history_index`: the one in progress if any,
-    /// else a new one of the whole log (see [`super::index_log`]); returns the last log row
-    /// merged, `None` if the log was empty.
+    /// Merges the index log into `history_index` (see [`super::index_log`]: a read of the log
+    /// in key order, chunks of [`MERGE_CHUNK`] entries, then the log's delete, each a writer
+    /// job) and then drops the merged entries from memory; returns the last log row merged.
     pub async fn merge_index_log(&self) -> Result<Option<i64>> {
-        let _merging = self.merging.lock().await;
-        self.merge_step(usize::MAX).await
-    }
-
-    /// Takes a merge up to `chunks` transactions further, starting one (a read of the log in
-    /// key order, a writer job of its own) if none is in progress; once every chunk is in
-    /// `history_index`, deletes the log up to the merge's last row and drops those entries from
-    /// memory, and returns that row.
-    ///
-    /// The archiver's batches go on between the steps (`put_index` takes one step per batch),
-    /// so a merge never holds the archive back: issue 2, session 16, one merge of 65,536
-    /// entries in one call kept the archiver from its batches for 1.1–1.8 s at 10,000
-    /// sends/s, and the archive then caught up at a higher duty. A step cut short (an error, a
-    /// dropped future) leaves the cursor where its last finished chunk left it; the chunk is
-    /// inserted again (`INSERT OR IGNORE`).
-    /// The caller holds `merging`.
-    async fn merge_step(&self, chunks: usize) -> Result<Option<i64>> {
-        let (last, sorted, mut next) = match self.merge_cursor() {
-            Some(cursor) => cursor,
-            None => {
-                let Some((last, sorted)) = self.writer.write(index_log::read_sorted).await? else {
-                    return Ok(None);
-                };
-                let sorted = Arc::new(sorted);
-                *self.merge_guard() = Some(MergeCursor {
-                    last,
-                    sorted: Arc::clone(&sorted),
-                    next: 0,
-                });
-                (last, sorted, 0)
-            }
-        };
-        for _ in 0..chunks {
-            if next >= sorted.len() {
-                break;
-            }
-            let end = next.saturating_add(self.merge_chunk).min(sorted.len());
-            let (chunk, mut cycle) = (Arc::clone(&sorted), self.last_cycle());
-            self.writer
-                .write(move |conn| index_log::insert_merged(conn, &chunk[next..end], &mut cycle))
-                .await?;
-            next = end;
-            if let Some(cursor) = self.merge_guard().as_mut() {
-                cursor.next = next;
-            }
-        }
-        if next < sorted.len() {
+        let Some((last, sorted)) = self.writer.write(index_log::read_sorted).await? else {
             return Ok(None);
+        };
+        let sorted = Arc::new(sorted);
+        for start in (0..sorted.len()).step_by(MERGE_CHUNK) {
+            let sorted = Arc::clone(&sorted);
+            let mut cycle = self.last_cycle();
+            self.writer
+                .write(move |conn| {
+                    let end = (start + MERGE_CHUNK).min(sorted.len());
+                    index_log::insert_merged(conn, &sorted[start..end], &mut cycle)
+                })
+                .await?;
         }
         self.writer
             .write(move |conn| index_log::delete_merged(conn, last))
             .await?;
-        *self.merge_guard() = None;
         self.pending().merged(last);
         Ok(Some(last))
-    }
-
-    fn merge_guard(&self) -> MutexGuard<'_, Option<MergeCursor>> {
-        // Changed only by whole assignments.
-        self.merge.lock().unwrap_or_else(|e| e.into_inner())
-    }
-
-    /// The merge in progress: `(last, sorted, next)`.
-    fn merge_cursor(&self) -> Option<(i64, Arc<Vec<index_log::LogRow>>, usize)> {
-        self.merge_guard()
-            .as_ref()
-            .map(|c| (c.last, Arc::clone(&c.sorted), c.next))
     }
 
     /// The cycle for a batch of records committed at `committed_at_ms` (ms since the epoch):
@@ -322,17 +245,13 @@ impl Archive for SqliteArchive {
             pending.insert(entries, &ids);
             pending.len() >= self.merge_entries
         };
-        if (due || self.merge_guard().is_some())
-            && let Ok(_merging) = self.merging.try_lock()
-            // Again under the lock: a step that held it may have ended the merge meanwhile.
-            && (self.pending().len() >= self.merge_entries || self.merge_guard().is_some())
-        {
-            // One chunk per batch, more for a batch larger than a chunk, so that a merge ends
-            // while the log grows (see `merge_step`). The entries are durable and readable
-            // already: a failed step is retried by the next batch, never reported as this
-            // one's failure.
-            let chunks = 1 + entries.len() / self.merge_chunk;
-            if let Err(error) = self.merge_step(chunks).await {
+        if due && !self.merging.swap(true, Ordering::AcqRel) {
+            // Cleared however this future ends: a SEND's future in `sync-archive` is dropped
+            // when its client goes away.
+            let _merging = ClearOnDrop(&self.merging);
+            // The entries are durable and readable already: a failed merge is retried by the
+            // next batch, never reported as this one's failure.
+            if let Err(error) = self.merge_index_log().await {
                 tracing::warn!(%error, "merging the archive's index log failed; retried later");
             }
         }
@@ -495,6 +414,15 @@ impl Archive for SqliteArchive {
     }
 }
 
+/// Clears its flag when dropped.
+struct ClearOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for ClearOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -606,62 +534,6 @@ mod tests {
         assert_eq!(archive.merge_index_log().await.unwrap(), Some(8));
         assert_eq!(log_rows(&path), (0, 5));
         assert_eq!(archive.merge_index_log().await.unwrap(), None);
-    }
-
-    /// A merge goes one chunk further per batch: the batches go on between its chunks, every
-    /// entry is read once throughout, and the log is deleted only once the last chunk is in.
-    #[tokio::test]
-    async fn a_merge_goes_one_chunk_per_batch_and_readers_see_every_entry_once() {
-        use crate::model::MessageClass::Standard;
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("a.db");
-        let archive = SqliteArchive::open(&path)
-            .unwrap()
-            .with_merge_entries(4)
-            .with_merge_chunk(2);
-        let put = |seqs: std::ops::RangeInclusive<u64>| {
-            let recs: Vec<MessageRecord> = seqs.map(|s| record("c", s, Standard)).collect();
-            let archive = &archive;
-            async move {
-                archive.put_records(&recs).await.unwrap();
-                let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
-                archive.put_index(&index).await.unwrap();
-            }
-        };
-        // The batch that makes 4 pending starts a merge of rows 1..=4: one chunk of 2 is in.
-        put(1..=3).await;
-        assert_eq!(log_rows(&path), (3, 0));
-        put(4..=4).await;
-        assert_eq!(log_rows(&path), (4, 2));
-        assert_eq!(archive.pending().len(), 4);
-        assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3, 4], 4));
-        // The next batch is appended (row 5) and takes the merge one chunk further, to its end:
-        // rows 1..=4 leave the log and memory, row 5 stays pending.
-        put(5..=5).await;
-        assert_eq!(log_rows(&path), (1, 4));
-        assert_eq!(archive.pending().len(), 1);
-        assert_eq!(
-            archive_seqs(&archive, "c", T0).await,
-            (vec![1, 2, 3, 4, 5], 5)
-        );
-        // A batch larger than a chunk takes as many more chunks as it holds (here 1 + 5 / 2):
-        // the merge that it starts (rows 5..=10, 6 entries) ends in the same call.
-        put(6..=10).await;
-        assert_eq!(log_rows(&path), (0, 10));
-        assert_eq!(archive.pending().len(), 0);
-        // A merge cut short is finished by `merge_index_log`, also after a reopen (which reads
-        // the log back and starts over: the chunk already in is inserted again, ignored).
-        put(11..=13).await;
-        put(14..=14).await;
-        assert_eq!(log_rows(&path), (4, 12));
-        drop(archive);
-        let archive = SqliteArchive::open(&path).unwrap().with_merge_chunk(2);
-        assert_eq!(archive.merge_index_log().await.unwrap(), Some(14));
-        assert_eq!(log_rows(&path), (0, 14));
-        assert_eq!(
-            archive_seqs(&archive, "c", T0).await,
-            ((1..=14).collect::<Vec<u64>>(), 14)
-        );
     }
 
     #[tokio::test]

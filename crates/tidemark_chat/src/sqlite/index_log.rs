@@ -14,10 +14,9 @@
 //!    key order up to its last row, [`insert_merged`] inserts it into `history_index` in
 //!    chunks of [`MERGE_CHUNK`] (`INSERT OR IGNORE`: a replay or a repeated merge is
 //!    harmless), and [`delete_merged`] deletes the log up to that row — each a writer job and
-//!    a transaction of its own, paced like the archive's batches, one chunk per batch (the
-//!    archive's `merge_step`), so that the batches go on between the chunks. A conversation's
-//!    leaf is then written once per merge instead of once per batch. After the delete
-//!    committed, the merged entries leave [`PendingIndex`].
+//!    a transaction of its own, paced like the archive's batches. A conversation's leaf is then
+//!    written once per merge instead of once per batch. After the delete committed, the merged
+//!    entries leave [`PendingIndex`].
 //!
 //! Readers ([`super::SqliteArchive`]) take what they need of [`PendingIndex`] *before* their
 //! database snapshot: an entry leaves it only after its merge committed (or after a purge of
@@ -25,9 +24,8 @@
 //! snapshot that has it in `history_index`; one that finds it in both gets it once. An append
 //! that committed before a merge but reaches memory after it leaves an entry that is in both
 //! until the next merge: harmless. When the archive opens, [`PendingIndex::load`] reads the
-//! log back into memory: up to about one merge's worth of rows and what came while it went on
-//! (twice that in `sync-archive`, where the commit path and the archiver both append each
-//! entry), more only if merges failed.
+//! log back into memory: about one merge's worth of rows (twice that in `sync-archive`, where
+//! the commit path and the archiver both append each entry), more only if merges failed.
 //!
 //! Records are not part of this: `message_record` is appended in time order already (a rowid
 //! table, unique by its time-ordered `message_id`), and an index entry points at its record
@@ -66,13 +64,10 @@ CREATE VIEW IF NOT EXISTS history_index_all AS
     FROM history_index_log;
 ";
 
-/// How many pending entries make the next [`append`]er start a merge (about 13 s of a
-/// 5,000 msg/s load; some 250 B of memory each, so ~16 MiB, up to a third more while a merge
-/// goes on at one chunk per batch of 500, and the merge's sorted copy of the log besides, held
-/// until it ends — with no more batches, until the next one). Larger merges write each
-/// conversation's leaf
-/// page for more entries, and take longer (a few hundred ms of the archive writer's CPU, paced
-/// like its batches).
+/// How many pending entries make the next [`append`]er merge them (about 13 s of a
+/// 5,000 msg/s load; some 250 B of memory each, so ~16 MiB). Larger merges write each
+/// conversation's leaf page for more entries, and take longer (a few hundred ms of the archive
+/// writer's CPU, paced like its batches).
 ///
 /// A merge that fails (a full disk, say) is retried after the next batch; meanwhile the log and
 /// the memory grow with the archive's input.
@@ -262,34 +257,28 @@ pub(super) fn append(
     Ok(ids)
 }
 
-/// A log row: its id and its entry.
-pub(super) type LogRow = (i64, IndexEntry);
-
 /// A merge's first step (a writer job, so that it sees every row the writer committed): the
-/// log's rows in key order, and its last row id; `None` if the log is empty.
-pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<LogRow>)>> {
+/// log in key order, and its last row id; `None` if the log is empty.
+pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<IndexEntry>)>> {
     let last: Option<i64> =
         conn.query_row("SELECT max(id) FROM history_index_log", [], |r| r.get(0))?;
     let Some(last) = last else {
         return Ok(None);
     };
     let mut select = conn.prepare_cached(
-        "SELECT id, tenant, conversation_id, conversation_seq, message_id, expires_at
+        "SELECT tenant, conversation_id, conversation_seq, message_id, expires_at
          FROM history_index_log WHERE id <= ?1
          ORDER BY tenant, conversation_id, conversation_seq",
     )?;
     let sorted = select
         .query_map([last], |r| {
-            Ok((
-                r.get(0)?,
-                IndexEntry {
-                    tenant: r.get(1)?,
-                    conversation_id: r.get(2)?,
-                    conversation_seq: r.get::<_, i64>(3)? as u64,
-                    message_id: r.get(4)?,
-                    expires_at_ms: r.get(5)?,
-                },
-            ))
+            Ok(IndexEntry {
+                tenant: r.get(0)?,
+                conversation_id: r.get(1)?,
+                conversation_seq: r.get::<_, i64>(2)? as u64,
+                message_id: r.get(3)?,
+                expires_at_ms: r.get(4)?,
+            })
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(Some((last, sorted)))
@@ -299,22 +288,17 @@ pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<LogRow>)
 /// job). The chunks follow key order, so each leaf page is written in about one of them: the
 /// merge's page writes are those of one sorted pass, in transactions of [`MERGE_CHUNK`]
 /// entries instead of one burst.
-///
-/// Only rows still in the log go in: a purge of expired entries between the merge's read and
-/// this chunk deleted the row, and then the record it points at, so inserting it would leave
-/// an index entry without its record (issue 2, session 16: a merge now spans many batches).
 pub(super) fn insert_merged(
     conn: &Connection,
-    chunk: &[LogRow],
+    chunk: &[IndexEntry],
     cycle: &mut DutyCycle,
 ) -> Result<()> {
     let mut insert = conn.prepare_cached(
         "INSERT OR IGNORE INTO history_index (tenant, conversation_id, seq_bucket,
              conversation_seq, message_id, expires_at)
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6
-         WHERE EXISTS (SELECT 1 FROM history_index_log WHERE id = ?7)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    for (id, e) in chunk {
+    for e in chunk {
         cycle.step();
         insert.execute(params![
             e.tenant,
@@ -322,16 +306,15 @@ pub(super) fn insert_merged(
             bucket(e.conversation_seq),
             e.conversation_seq as i64,
             e.message_id,
-            e.expires_at_ms,
-            id
+            e.expires_at_ms
         ])?;
     }
     Ok(())
 }
 
 /// A merge's last step, once every chunk is in `history_index`: deletes the log up to `last`
-/// (a writer job). A merge cut short before it leaves the log whole: the same process goes on
-/// from its last chunk, a restarted one inserts it all again (`INSERT OR IGNORE`).
+/// (a writer job). A merge cut short before it leaves the log whole, and the next merge inserts
+/// it again (`INSERT OR IGNORE`).
 pub(super) fn delete_merged(conn: &Connection, last: i64) -> Result<()> {
     conn.prepare_cached("DELETE FROM history_index_log WHERE id <= ?1")?
         .execute([last])?;
@@ -445,11 +428,11 @@ mod tests {
         .unwrap();
         let (last, sorted) = read_sorted(&conn).unwrap().unwrap();
         assert_eq!(last, 3);
-        let keys: Vec<(i64, &str, u64)> = sorted
+        let keys: Vec<(&str, u64)> = sorted
             .iter()
-            .map(|(id, e)| (*id, e.conversation_id.as_str(), e.conversation_seq))
+            .map(|e| (e.conversation_id.as_str(), e.conversation_seq))
             .collect();
-        assert_eq!(keys, vec![(2, "a", 1), (3, "b", 1), (1, "b", 2)]);
+        assert_eq!(keys, vec![("a", 1), ("b", 1), ("b", 2)]);
         // A row appended while the chunks go in is not the merge's: it stays in the log.
         append(&conn, &[entry("c", 9, None)], &mut cycle).unwrap();
         for chunk in sorted.chunks(2) {
@@ -473,40 +456,5 @@ mod tests {
         let reloaded = PendingIndex::load(&conn).unwrap();
         assert_eq!(reloaded.range("t", "c", 1, 1, 0).len(), 1);
         assert_eq!(reloaded.len(), 1);
-    }
-
-    /// A row a purge deleted after the merge read the log (its record is gone with it) does
-    /// not go into the keyed index with a later chunk.
-    #[test]
-    fn a_chunk_skips_rows_purged_since_the_merge_read_the_log() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE history_index (
-                 tenant TEXT NOT NULL, conversation_id TEXT NOT NULL, seq_bucket INTEGER NOT NULL,
-                 conversation_seq INTEGER NOT NULL, message_id TEXT NOT NULL, expires_at INTEGER,
-                 PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
-             ) WITHOUT ROWID;",
-        )
-        .unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
-        let mut cycle = DutyCycle::new(1.0);
-        let rows = [
-            entry("a", 1, None),
-            entry("a", 2, Some(50)),
-            entry("a", 3, None),
-        ];
-        append(&conn, &rows, &mut cycle).unwrap();
-        let (_, sorted) = read_sorted(&conn).unwrap().unwrap();
-        conn.execute("DELETE FROM history_index_log WHERE id = 2", [])
-            .unwrap();
-        insert_merged(&conn, &sorted, &mut cycle).unwrap();
-        let merged: Vec<i64> = conn
-            .prepare("SELECT conversation_seq FROM history_index ORDER BY conversation_seq")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert_eq!(merged, vec![1, 3]);
     }
 }
