@@ -257,28 +257,34 @@ pub(super) fn append(
     Ok(ids)
 }
 
+/// A log row: its id and its entry.
+pub(super) type LogRow = (i64, IndexEntry);
+
 /// A merge's first step (a writer job, so that it sees every row the writer committed): the
-/// log in key order, and its last row id; `None` if the log is empty.
-pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<IndexEntry>)>> {
+/// log's rows in key order, and its last row id; `None` if the log is empty.
+pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<LogRow>)>> {
     let last: Option<i64> =
         conn.query_row("SELECT max(id) FROM history_index_log", [], |r| r.get(0))?;
     let Some(last) = last else {
         return Ok(None);
     };
     let mut select = conn.prepare_cached(
-        "SELECT tenant, conversation_id, conversation_seq, message_id, expires_at
+        "SELECT id, tenant, conversation_id, conversation_seq, message_id, expires_at
          FROM history_index_log WHERE id <= ?1
          ORDER BY tenant, conversation_id, conversation_seq",
     )?;
     let sorted = select
         .query_map([last], |r| {
-            Ok(IndexEntry {
-                tenant: r.get(0)?,
-                conversation_id: r.get(1)?,
-                conversation_seq: r.get::<_, i64>(2)? as u64,
-                message_id: r.get(3)?,
-                expires_at_ms: r.get(4)?,
-            })
+            Ok((
+                r.get(0)?,
+                IndexEntry {
+                    tenant: r.get(1)?,
+                    conversation_id: r.get(2)?,
+                    conversation_seq: r.get::<_, i64>(3)? as u64,
+                    message_id: r.get(4)?,
+                    expires_at_ms: r.get(5)?,
+                },
+            ))
         })?
         .collect::<rusqlite::Result<Vec<_>>>()?;
     Ok(Some((last, sorted)))
@@ -288,17 +294,23 @@ pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<IndexEnt
 /// job). The chunks follow key order, so each leaf page is written in about one of them: the
 /// merge's page writes are those of one sorted pass, in transactions of [`MERGE_CHUNK`]
 /// entries instead of one burst.
+///
+/// Only rows still in the log go in. The trimmer's purge of expired entries may run between
+/// the merge's read and a chunk (writer jobs of their own): it deletes the row, then the record
+/// no entry points at any more, and inserting the row after that would leave an index entry
+/// without its record (issue 2, session 16, found by review).
 pub(super) fn insert_merged(
     conn: &Connection,
-    chunk: &[IndexEntry],
+    chunk: &[LogRow],
     cycle: &mut DutyCycle,
 ) -> Result<()> {
     let mut insert = conn.prepare_cached(
         "INSERT OR IGNORE INTO history_index (tenant, conversation_id, seq_bucket,
              conversation_seq, message_id, expires_at)
-         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+         SELECT ?1, ?2, ?3, ?4, ?5, ?6
+         WHERE EXISTS (SELECT 1 FROM history_index_log WHERE id = ?7)",
     )?;
-    for e in chunk {
+    for (id, e) in chunk {
         cycle.step();
         insert.execute(params![
             e.tenant,
@@ -306,7 +318,8 @@ pub(super) fn insert_merged(
             bucket(e.conversation_seq),
             e.conversation_seq as i64,
             e.message_id,
-            e.expires_at_ms
+            e.expires_at_ms,
+            id
         ])?;
     }
     Ok(())
@@ -428,11 +441,11 @@ mod tests {
         .unwrap();
         let (last, sorted) = read_sorted(&conn).unwrap().unwrap();
         assert_eq!(last, 3);
-        let keys: Vec<(&str, u64)> = sorted
+        let keys: Vec<(i64, &str, u64)> = sorted
             .iter()
-            .map(|e| (e.conversation_id.as_str(), e.conversation_seq))
+            .map(|(id, e)| (*id, e.conversation_id.as_str(), e.conversation_seq))
             .collect();
-        assert_eq!(keys, vec![("a", 1), ("b", 1), ("b", 2)]);
+        assert_eq!(keys, vec![(2, "a", 1), (3, "b", 1), (1, "b", 2)]);
         // A row appended while the chunks go in is not the merge's: it stays in the log.
         append(&conn, &[entry("c", 9, None)], &mut cycle).unwrap();
         for chunk in sorted.chunks(2) {
@@ -456,5 +469,40 @@ mod tests {
         let reloaded = PendingIndex::load(&conn).unwrap();
         assert_eq!(reloaded.range("t", "c", 1, 1, 0).len(), 1);
         assert_eq!(reloaded.len(), 1);
+    }
+
+    /// A row a purge deleted after the merge read the log (its record is gone with it) does
+    /// not go into the keyed index with a later chunk.
+    #[test]
+    fn a_chunk_skips_rows_purged_since_the_merge_read_the_log() {
+        let conn = Connection::open_in_memory().unwrap();
+        conn.execute_batch(
+            "CREATE TABLE history_index (
+                 tenant TEXT NOT NULL, conversation_id TEXT NOT NULL, seq_bucket INTEGER NOT NULL,
+                 conversation_seq INTEGER NOT NULL, message_id TEXT NOT NULL, expires_at INTEGER,
+                 PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
+             ) WITHOUT ROWID;",
+        )
+        .unwrap();
+        conn.execute_batch(SCHEMA).unwrap();
+        let mut cycle = DutyCycle::new(1.0);
+        let rows = [
+            entry("a", 1, None),
+            entry("a", 2, Some(50)),
+            entry("a", 3, None),
+        ];
+        append(&conn, &rows, &mut cycle).unwrap();
+        let (_, sorted) = read_sorted(&conn).unwrap().unwrap();
+        conn.execute("DELETE FROM history_index_log WHERE id = 2", [])
+            .unwrap();
+        insert_merged(&conn, &sorted, &mut cycle).unwrap();
+        let merged: Vec<i64> = conn
+            .prepare("SELECT conversation_seq FROM history_index ORDER BY conversation_seq")
+            .unwrap()
+            .query_map([], |r| r.get(0))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(merged, vec![1, 3]);
     }
 }
