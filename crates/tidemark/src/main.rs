@@ -23,7 +23,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [chat] safety_margin         TIDEMARK_CHAT__SAFETY_MARGIN    default 10s
   [chat] dedup_window          TIDEMARK_CHAT__DEDUP_WINDOW     default 24h
   [chat] dedup_memory_keys     TIDEMARK_CHAT__DEDUP_MEMORY_KEYS  default 4000000 (SQLite hot store)
-  [chat] archive_batch_max     TIDEMARK_CHAT__ARCHIVE_BATCH_MAX  default 500 
+  [chat] archive_batch_max     TIDEMARK_CHAT__ARCHIVE_BATCH_MAX  default 500
   [chat] commit_batch_max      TIDEMARK_CHAT__COMMIT_BATCH_MAX   default 512
   [chat] max_body_bytes        TIDEMARK_CHAT__MAX_BODY_BYTES   default 65536
   [chat] trim_batch            TIDEMARK_CHAT__TRIM_BATCH       default 1000

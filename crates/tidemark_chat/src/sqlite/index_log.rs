@@ -412,8 +412,8 @@ mod tests {
         assert_eq!(p.len(), 2);
     }
 
-    #[test]
-    fn a_merge_moves_its_rows_into_the_keyed_index_in_key_order_and_reload_reads_what_is_left() {
+    /// An in-memory database with the keyed `history_index` and the log's tables.
+    fn merge_db() -> Connection {
         let conn = Connection::open_in_memory().unwrap();
         conn.execute_batch(
             "CREATE TABLE history_index (
@@ -424,6 +424,12 @@ mod tests {
         )
         .unwrap();
         conn.execute_batch(SCHEMA).unwrap();
+        conn
+    }
+
+    #[test]
+    fn a_merge_moves_its_rows_into_the_keyed_index_in_key_order_and_reload_reads_what_is_left() {
+        let conn = merge_db();
         let mut cycle = DutyCycle::new(1.0);
         assert!(read_sorted(&conn).unwrap().is_none());
         let first = [
@@ -475,16 +481,7 @@ mod tests {
     /// not go into the keyed index with a later chunk.
     #[test]
     fn a_chunk_skips_rows_purged_since_the_merge_read_the_log() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE history_index (
-                 tenant TEXT NOT NULL, conversation_id TEXT NOT NULL, seq_bucket INTEGER NOT NULL,
-                 conversation_seq INTEGER NOT NULL, message_id TEXT NOT NULL, expires_at INTEGER,
-                 PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
-             ) WITHOUT ROWID;",
-        )
-        .unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
+        let conn = merge_db();
         let mut cycle = DutyCycle::new(1.0);
         let rows = [
             entry("a", 1, None),
