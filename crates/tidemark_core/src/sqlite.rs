@@ -22,10 +22,12 @@
 //! Background work (checkpoints; a writer or reader that may lag, such as the archive's) runs at
 //! a lower CPU priority than the commit path: see [`background`]; a long background job can
 //! also spread its work over time with a [`DutyCycle`] (see [`pacing`]), and writes its files
-//! through the [`PACED_VFS`], which sends them to the disk in small steps.
+//! through the [`PACED_VFS`], which sends them to the disk in small steps. Every writer's WAL
+//! appends reach the kernel in one call per commit instead of two per page ([`coalesce`]).
 
 mod background;
 mod cache;
+mod coalesce;
 mod job_thread;
 mod pacing;
 #[allow(unsafe_code)] // SQLite's VFS interface is C: see the module docs.
@@ -33,9 +35,10 @@ mod writeback;
 
 pub use background::{BACKGROUND_NICE, Priority, ReadThread};
 pub use cache::{RESIZE_EVERY_GROUPS, SMALL_FILE_CACHE_KIB, WRITER_CACHE_KIB, writer_cache_kib};
+pub use coalesce::COALESCE_BYTES;
 use job_thread::JobThread;
 pub use pacing::{BURST, DutyCycle};
-pub use writeback::{PACED_VFS, WRITEBACK_CHUNK};
+pub use writeback::{COALESCED_VFS, PACED_VFS, WRITEBACK_CHUNK};
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;
@@ -78,7 +81,8 @@ pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
 /// How a connection's writes reach the disk.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Writeback {
-    /// All at the next fsync, as SQLite does: for the commit path.
+    /// All at the next fsync, as SQLite does (through the [`COALESCED_VFS`]: a commit's log
+    /// appends in one write): for the commit path.
     #[default]
     Direct,
     /// In [`WRITEBACK_CHUNK`] steps as they are written, through the [`PACED_VFS`]: for
@@ -103,15 +107,21 @@ impl Writeback {
 /// asks for; without pragmas.
 ///
 /// # Errors
-/// SQLite's, or [`SqliteError::Task`] if the paced VFS could not be registered.
+/// SQLite's, or [`SqliteError::Task`] if our VFSes could not be registered.
+///
+/// Both VFSes coalesce a WAL's appends until the next sync, so every connection opened here
+/// must sync each commit: [`open_rw_with`] sets `synchronous = FULL` (see [`coalesce`]).
 fn open_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
-    Ok(match writeback {
-        Writeback::Direct => Connection::open(path)?,
-        Writeback::Paced => {
-            writeback::register().map_err(SqliteError::Task)?;
-            Connection::open_with_flags_and_vfs(path, OpenFlags::default(), PACED_VFS)?
-        }
-    })
+    writeback::register().map_err(SqliteError::Task)?;
+    let vfs = match writeback {
+        Writeback::Direct => COALESCED_VFS,
+        Writeback::Paced => PACED_VFS,
+    };
+    Ok(Connection::open_with_flags_and_vfs(
+        path,
+        OpenFlags::default(),
+        vfs,
+    )?)
 }
 
 /// [`open_rw`], its writes reaching the disk as `writeback` says.

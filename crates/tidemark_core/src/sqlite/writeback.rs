@@ -1,24 +1,29 @@
-//! Paced writeback: a SQLite VFS for the connections of background work, whose writes reach the
-//! disk in small steps instead of one burst at the next fsync.
+//! How Tidemark's writers reach the disk: a SQLite VFS that wraps the default one (`unix`) and
+//! passes every call through, with two changes.
 //!
-//! Why: a buffered `write` only dirties the page cache; the pages go to the device when the
-//! file is fsynced. A background writer that copies megabytes at once — a checkpoint copying
+//! 1. Coalesced log appends, on every writer connection ([`COALESCED_VFS`] and [`PACED_VFS`]):
+//!    a WAL file's contiguous writes are held in a [`LogBuffer`] and reach the kernel in one
+//!    call per commit (see [`super::coalesce`]).
+//! 2. Paced writeback, for the connections of background work ([`PACED_VFS`]), whose writes
+//!    reach the disk in small steps instead of one burst at the next fsync.
+//!
+//! Why pacing: a buffered `write` only dirties the page cache; the pages go to the device when
+//! the file is fsynced. A background writer that copies megabytes at once — a checkpoint copying
 //! the log into the database file, the archive's commit of a batch — so puts megabytes in the
 //! device's queue in one go, and every commit's fsync issued meanwhile waits behind them (issue
 //! 2: `tiered` against `hot-only`, and the stalls at 10,000 sends/s, where the hot writer was
 //! seen waiting in the block layer behind a checkpoint's fsync).
 //!
-//! What: the VFS [`PACED_VFS`] wraps the default one (`unix`) and passes every call through;
-//! after each [`WRITEBACK_CHUNK`] bytes written to one file it waits until the write-out it
-//! started last has reached the device, and starts the write-out of what was written since
-//! (`sync_file_range(SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE)`), the way RocksDB's
-//! `bytes_per_sync` smooths its flushes. So at most about one chunk of a background writer's
-//! data is queued at the device at any time, and the writer goes at the device's pace. The
-//! fsync SQLite issues at the end is unchanged and is what makes the data durable:
-//! `sync_file_range` only starts and waits for write-out early, it promises nothing.
+//! How: after each [`WRITEBACK_CHUNK`] bytes written to one file a paced file waits until the
+//! write-out it started last has reached the device, and starts the write-out of what was
+//! written since (`sync_file_range(SYNC_FILE_RANGE_WAIT_BEFORE | SYNC_FILE_RANGE_WRITE)`), the
+//! way RocksDB's `bytes_per_sync` smooths its flushes. So at most about one chunk of a
+//! background writer's data is queued at the device at any time, and the writer goes at the
+//! device's pace. The fsync SQLite issues at the end is unchanged and is what makes the data
+//! durable: `sync_file_range` only starts and waits for write-out early, it promises nothing.
 //!
-//! Only connections nobody waits on to answer a request use it (the checkpointers, and the
-//! archive's writer in `tiered` mode): the commit path's writer keeps the plain VFS, so its
+//! Only connections nobody waits on to answer a request are paced (the checkpointers, and the
+//! archive's writer in `tiered` mode): the commit path's writer uses [`COALESCED_VFS`], so its
 //! commits are never held back.
 //!
 //! The file descriptor of an open file is read from the `unix` VFS's file object (its fourth
@@ -31,10 +36,17 @@ use std::sync::OnceLock;
 
 use rusqlite::ffi;
 
+use super::coalesce::LogBuffer;
+
 /// The name of the paced VFS, for [`rusqlite::Connection::open_with_flags_and_vfs`]; call
 /// [`register`] first.
 pub const PACED_VFS: &str = "tidemark-paced";
 const PACED_VFS_NAME: &CStr = c"tidemark-paced";
+
+/// The name of the VFS of writers someone waits on (log appends coalesced, not paced); call
+/// [`register`] first.
+pub const COALESCED_VFS: &str = "tidemark-coalesced";
+const COALESCED_VFS_NAME: &CStr = c"tidemark-coalesced";
 
 /// Bytes written to one file between two write-out steps (see the module docs): about the most
 /// a paced writer has queued at the device at once. Issue 2, a side test on the 2-core test
@@ -44,7 +56,8 @@ const PACED_VFS_NAME: &CStr = c"tidemark-paced";
 /// at 16 KiB, where the 6 MiB took 19, 28 and 51 ms to write (18 ms unpaced).
 pub const WRITEBACK_CHUNK: u64 = 64 * 1024;
 
-/// Registers [`PACED_VFS`] once per process (later calls return the first outcome).
+/// Registers [`PACED_VFS`] and [`COALESCED_VFS`] once per process (later calls return the first
+/// outcome).
 ///
 /// # Errors
 /// A message when SQLite has no default VFS or refuses the registration.
@@ -53,12 +66,18 @@ pub(super) fn register() -> Result<(), String> {
     REGISTERED.get_or_init(register_once).clone()
 }
 
-/// The VFS as registered; it lives for the rest of the process (SQLite keeps the pointer).
-struct PacedVfs {
+/// A VFS as registered; it lives for the rest of the process (SQLite keeps the pointer).
+struct WrappingVfs {
     vfs: ffi::sqlite3_vfs,
 }
 
 fn register_once() -> Result<(), String> {
+    register_vfs(PACED_VFS_NAME, true)?;
+    register_vfs(COALESCED_VFS_NAME, false)
+}
+
+/// Registers the VFS `name` over the default one; `pace`: its files are paced.
+fn register_vfs(name: &'static CStr, pace: bool) -> Result<(), String> {
     // SAFETY: sqlite3_vfs_find(NULL) returns the default VFS, valid for the process.
     let base = unsafe { ffi::sqlite3_vfs_find(std::ptr::null()) };
     if base.is_null() {
@@ -77,11 +96,16 @@ fn register_once() -> Result<(), String> {
     let vfs = ffi::sqlite3_vfs {
         // Version 2 at most (no system-call overrides), and no more than the base has.
         iVersion: base_version.min(2),
-        szOsFile: (std::mem::size_of::<PacedFile>() as c_int) + base_size,
+        szOsFile: (std::mem::size_of::<WrappedFile>() as c_int) + base_size,
         mxPathname: max_path,
         pNext: std::ptr::null_mut(),
-        zName: PACED_VFS_NAME.as_ptr(),
-        pAppData: Box::into_raw(Box::new(Base { vfs: base, unix })).cast(),
+        zName: name.as_ptr(),
+        pAppData: Box::into_raw(Box::new(Base {
+            vfs: base,
+            unix,
+            pace,
+        }))
+        .cast(),
         xOpen: Some(x_open),
         xDelete: Some(x_delete),
         xAccess: Some(x_access),
@@ -103,32 +127,36 @@ fn register_once() -> Result<(), String> {
         xGetSystemCall: None,
         xNextSystemCall: None,
     };
-    let registered: &'static mut PacedVfs = Box::leak(Box::new(PacedVfs { vfs }));
+    let registered: &'static mut WrappingVfs = Box::leak(Box::new(WrappingVfs { vfs }));
     // SAFETY: the VFS and everything it points to live for the rest of the process.
     let rc = unsafe { ffi::sqlite3_vfs_register(&mut registered.vfs, 0) };
     if rc == ffi::SQLITE_OK {
         Ok(())
     } else {
         Err(format!(
-            "sqlite refused to register the paced vfs: code {rc}"
+            "sqlite refused to register the vfs {name:?}: code {rc}"
         ))
     }
 }
 
-/// What the paced VFS wraps (its `pAppData`).
+/// What one of our VFSes wraps, and how (its `pAppData`).
 struct Base {
     vfs: *mut ffi::sqlite3_vfs,
     /// The base is SQLite's `unix` VFS, whose file objects hold their descriptor (see
     /// [`unix_fd`]); any other base is passed through unpaced.
     unix: bool,
+    /// Its files are paced ([`PACED_VFS`]).
+    pace: bool,
 }
 
-/// An open file of the paced VFS: SQLite's `sqlite3_file` header first (our methods), then the
+/// An open file of our VFSes: SQLite's `sqlite3_file` header first (our methods), then the
 /// base VFS's own file object in the same allocation, right after this struct.
 #[repr(C)]
-struct PacedFile {
+struct WrappedFile {
     header: ffi::sqlite3_file,
     real: *mut ffi::sqlite3_file,
+    /// A WAL file's buffered appends (see [`super::coalesce`]); `None` for other files.
+    log: Option<LogBuffer>,
     /// The descriptor to start and wait for write-out on; -1: unpaced.
     fd: c_int,
     /// Bytes written since the last write-out step.
@@ -140,7 +168,7 @@ struct PacedFile {
 
 /// The base VFS of `vfs` (one of ours).
 unsafe fn base_of(vfs: *mut ffi::sqlite3_vfs) -> &'static Base {
-    // SAFETY: pAppData of the paced VFS is the leaked `Base`.
+    // SAFETY: pAppData of our VFSes is the leaked `Base`.
     unsafe { &*((*vfs).pAppData as *const Base) }
 }
 
@@ -154,13 +182,15 @@ unsafe extern "C" fn x_open(
     // SAFETY: SQLite hands us `szOsFile` bytes at `file`; the base's object goes after ours.
     unsafe {
         let base = base_of(vfs);
-        let paced = file.cast::<PacedFile>();
-        let real = paced.add(1).cast::<ffi::sqlite3_file>();
-        (*paced).header.pMethods = std::ptr::null();
-        (*paced).real = real;
-        (*paced).fd = -1;
-        (*paced).unsynced = 0;
-        (*paced).failed = None;
+        let wrapped = file.cast::<WrappedFile>();
+        let real = wrapped.add(1).cast::<ffi::sqlite3_file>();
+        // The memory is uninitialised: each field is written without dropping what was there.
+        std::ptr::addr_of_mut!((*wrapped).header.pMethods).write(std::ptr::null());
+        std::ptr::addr_of_mut!((*wrapped).real).write(real);
+        std::ptr::addr_of_mut!((*wrapped).log).write(None);
+        std::ptr::addr_of_mut!((*wrapped).fd).write(-1);
+        std::ptr::addr_of_mut!((*wrapped).unsynced).write(0);
+        std::ptr::addr_of_mut!((*wrapped).failed).write(None);
         (*real).pMethods = std::ptr::null();
         let Some(open) = (*base.vfs).xOpen else {
             return ffi::SQLITE_CANTOPEN;
@@ -173,14 +203,17 @@ unsafe extern "C" fn x_open(
         // Open (even if it failed, SQLite then closes it through us), with our methods of
         // the base's version: SQLite tells from them whether the file has shared memory (WAL)
         // and memory-mapped pages.
-        (*paced).header.pMethods = match (*(*real).pMethods).iVersion {
-            ..=1 => &PACED_IO_METHODS_V1,
-            2 => &PACED_IO_METHODS_V2,
-            _ => &PACED_IO_METHODS_V3,
+        (*wrapped).header.pMethods = match (*(*real).pMethods).iVersion {
+            ..=1 => &IO_METHODS_V1,
+            2 => &IO_METHODS_V2,
+            _ => &IO_METHODS_V3,
         };
+        if flags & ffi::SQLITE_OPEN_WAL != 0 {
+            (*wrapped).log = Some(LogBuffer::default());
+        }
         let durable = flags & (ffi::SQLITE_OPEN_MAIN_DB | ffi::SQLITE_OPEN_WAL) != 0;
-        if rc == ffi::SQLITE_OK && base.unix && durable && !name.is_null() {
-            (*paced).fd = unix_fd(real, CStr::from_ptr(name));
+        if rc == ffi::SQLITE_OK && base.pace && base.unix && durable && !name.is_null() {
+            (*wrapped).fd = unix_fd(real, CStr::from_ptr(name));
         }
         rc
     }
@@ -229,8 +262,8 @@ fn same_file(fd: c_int, path: &CStr) -> bool {
 /// `EOPNOTSUPP`) leaves the file unpaced. Any other failure is a write-out error (`EIO`,
 /// `ENOSPC`, …), and the kernel reports such an error once per open file: to this call, not
 /// again to SQLite's next fsync of the same descriptor, which would then succeed over pages
-/// that never reached the disk. So the error sticks to the file ([`PacedFile::failed`]).
-fn pace(file: &mut PacedFile, written: u64) {
+/// that never reached the disk. So the error sticks to the file ([`WrappedFile::failed`]).
+fn pace(file: &mut WrappedFile, written: u64) {
     if file.fd < 0 {
         return;
     }
@@ -272,7 +305,7 @@ unsafe fn real_methods(
 ) -> (*mut ffi::sqlite3_file, &'static ffi::sqlite3_io_methods) {
     // SAFETY: only called on files our x_open opened, whose base file is open.
     unsafe {
-        let real = (*file.cast::<PacedFile>()).real;
+        let real = (*file.cast::<WrappedFile>()).real;
         (real, &*(*real).pMethods)
     }
 }
@@ -291,14 +324,80 @@ macro_rules! forward {
     }};
 }
 
+/// Sends `file`'s buffered log appends to the base file (see [`super::coalesce`]): before
+/// anything that must see the file as written. An SQLite code.
+fn send_log(file: *mut ffi::sqlite3_file) -> c_int {
+    // SAFETY: our own file object, used by one connection (one thread) at a time.
+    let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
+    let Some(mut log) = wrapped.log.take() else {
+        return ffi::SQLITE_OK;
+    };
+    let outcome = log.flush(|data, offset| send_run(file, data, offset));
+    // SAFETY: as above; `write_through` is done with it.
+    unsafe { (*file.cast::<WrappedFile>()).log = Some(log) };
+    outcome.err().unwrap_or(ffi::SQLITE_OK)
+}
+
+/// Sends a run of buffered log appends (see [`write_through`]).
+fn send_run(file: *mut ffi::sqlite3_file, data: &[u8], offset: u64) -> Result<(), c_int> {
+    #[cfg(test)]
+    tests::LOG_SENDS.with(|n| n.set(n.get() + 1));
+    write_through(file, data, offset)
+}
+
+/// Writes `data` at `offset` to the base file, then paces it: `Err` with an SQLite code.
+fn write_through(file: *mut ffi::sqlite3_file, data: &[u8], offset: u64) -> Result<(), c_int> {
+    // SAFETY: as in `send_log`.
+    let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
+    if wrapped.failed.is_some() {
+        return Err(ffi::SQLITE_IOERR_WRITE);
+    }
+    let Ok(amount) = c_int::try_from(data.len()) else {
+        return Err(ffi::SQLITE_IOERR_WRITE);
+    };
+    let rc = forward!(
+        file,
+        xWrite,
+        ffi::SQLITE_IOERR_WRITE,
+        data.as_ptr().cast(),
+        amount,
+        offset as ffi::sqlite3_int64
+    );
+    if rc != ffi::SQLITE_OK {
+        return Err(rc);
+    }
+    // SAFETY: as above (the base's method did not touch our part).
+    let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
+    pace(wrapped, data.len() as u64);
+    match wrapped.failed {
+        Some(_) => Err(ffi::SQLITE_IOERR_WRITE),
+        None => Ok(()),
+    }
+}
+
+/// Sends the buffered log appends, then calls the base's method (see [`forward!`]); a failed
+/// send answers its own code instead.
+macro_rules! forward_sent {
+    ($file:expr, $m:ident, $missing:expr $(, $arg:expr)*) => {{
+        match send_log($file) {
+            ffi::SQLITE_OK => forward!($file, $m, $missing $(, $arg)*),
+            rc => rc,
+        }
+    }};
+}
+
 unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
+    let sent = send_log(file);
     let rc = forward!(file, xClose, ffi::SQLITE_OK);
-    // SAFETY: our own header; the descriptor was the base file's and is closed with it.
+    // SAFETY: our own header; the descriptor was the base file's and is closed with it. The
+    // buffer was initialised by x_open and is dropped here, once (SQLite closes a file once).
     unsafe {
-        (*file.cast::<PacedFile>()).fd = -1;
+        let wrapped = file.cast::<WrappedFile>();
+        (*wrapped).fd = -1;
+        (*wrapped).log = None;
         (*file).pMethods = std::ptr::null();
     }
-    rc
+    if sent == ffi::SQLITE_OK { rc } else { sent }
 }
 
 unsafe extern "C" fn x_read(
@@ -307,7 +406,16 @@ unsafe extern "C" fn x_read(
     amount: c_int,
     offset: ffi::sqlite3_int64,
 ) -> c_int {
-    forward!(file, xRead, ffi::SQLITE_IOERR_READ, buf, amount, offset)
+    // SAFETY: as in `send_log`.
+    let buffered = unsafe { &*file.cast::<WrappedFile>() }
+        .log
+        .as_ref()
+        .is_some_and(|log| log.overlaps(offset as u64, amount.max(0) as u64));
+    if buffered {
+        forward_sent!(file, xRead, ffi::SQLITE_IOERR_READ, buf, amount, offset)
+    } else {
+        forward!(file, xRead, ffi::SQLITE_IOERR_READ, buf, amount, offset)
+    }
 }
 
 unsafe extern "C" fn x_write(
@@ -316,35 +424,42 @@ unsafe extern "C" fn x_write(
     amount: c_int,
     offset: ffi::sqlite3_int64,
 ) -> c_int {
-    // SAFETY: our own file object, used by one connection (one thread) at a time.
-    let paced = unsafe { &mut *file.cast::<PacedFile>() };
-    if paced.failed.is_some() {
+    // SAFETY: SQLite hands us `amount` readable bytes at `buf` for the length of this call.
+    let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), amount.max(0) as usize) };
+    // SAFETY: as in `send_log`.
+    let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
+    if wrapped.failed.is_some() {
         return ffi::SQLITE_IOERR_WRITE;
     }
-    let rc = forward!(file, xWrite, ffi::SQLITE_IOERR_WRITE, buf, amount, offset);
-    if rc != ffi::SQLITE_OK {
-        return rc;
-    }
-    pace(paced, amount.max(0) as u64);
-    match paced.failed {
-        Some(_) => ffi::SQLITE_IOERR_WRITE,
-        None => rc,
-    }
+    let outcome = match wrapped.log.take() {
+        Some(mut log) => {
+            let outcome = log.write(data, offset as u64, |d, o| send_run(file, d, o));
+            // SAFETY: as above; `write_through` is done with it.
+            unsafe { (*file.cast::<WrappedFile>()).log = Some(log) };
+            outcome
+        }
+        None => write_through(file, data, offset as u64),
+    };
+    outcome.err().unwrap_or(ffi::SQLITE_OK)
 }
 
 unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlite3_int64) -> c_int {
-    forward!(file, xTruncate, ffi::SQLITE_IOERR_TRUNCATE, size)
+    forward_sent!(file, xTruncate, ffi::SQLITE_IOERR_TRUNCATE, size)
 }
 
 unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int {
-    // SAFETY: as in x_write.
-    let paced = unsafe { &mut *file.cast::<PacedFile>() };
-    if paced.failed.is_some() {
+    let sent = send_log(file);
+    if sent != ffi::SQLITE_OK {
+        return sent;
+    }
+    // SAFETY: as in `send_log`.
+    let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
+    if wrapped.failed.is_some() {
         return ffi::SQLITE_IOERR_FSYNC;
     }
     let rc = forward!(file, xSync, ffi::SQLITE_IOERR_FSYNC, flags);
     if rc == ffi::SQLITE_OK {
-        paced.unsynced = 0;
+        wrapped.unsynced = 0;
     }
     rc
 }
@@ -353,7 +468,7 @@ unsafe extern "C" fn x_file_size(
     file: *mut ffi::sqlite3_file,
     size: *mut ffi::sqlite3_int64,
 ) -> c_int {
-    forward!(file, xFileSize, ffi::SQLITE_IOERR_FSTAT, size)
+    forward_sent!(file, xFileSize, ffi::SQLITE_IOERR_FSTAT, size)
 }
 
 unsafe extern "C" fn x_lock(file: *mut ffi::sqlite3_file, lock: c_int) -> c_int {
@@ -378,7 +493,7 @@ unsafe extern "C" fn x_file_control(
     op: c_int,
     arg: *mut c_void,
 ) -> c_int {
-    forward!(file, xFileControl, ffi::SQLITE_NOTFOUND, op, arg)
+    forward_sent!(file, xFileControl, ffi::SQLITE_NOTFOUND, op, arg)
 }
 
 unsafe extern "C" fn x_sector_size(file: *mut ffi::sqlite3_file) -> c_int {
@@ -432,7 +547,7 @@ unsafe extern "C" fn x_fetch(
 ) -> c_int {
     // SAFETY: `out` is SQLite's; a null page means "not mapped, read it".
     unsafe { *out = std::ptr::null_mut() };
-    forward!(file, xFetch, ffi::SQLITE_OK, offset, amount, out)
+    forward_sent!(file, xFetch, ffi::SQLITE_OK, offset, amount, out)
 }
 
 unsafe extern "C" fn x_unfetch(
@@ -445,7 +560,7 @@ unsafe extern "C" fn x_unfetch(
 
 /// Our methods of `version` (1: no shared memory, 2: no memory-mapped pages, 3: all): a file
 /// gets those of its base file's version, so that we forward only what the base has.
-const fn paced_io_methods(version: c_int) -> ffi::sqlite3_io_methods {
+const fn io_methods(version: c_int) -> ffi::sqlite3_io_methods {
     ffi::sqlite3_io_methods {
         iVersion: version,
         xClose: Some(x_close),
@@ -477,9 +592,9 @@ const fn paced_io_methods(version: c_int) -> ffi::sqlite3_io_methods {
     }
 }
 
-static PACED_IO_METHODS_V1: ffi::sqlite3_io_methods = paced_io_methods(1);
-static PACED_IO_METHODS_V2: ffi::sqlite3_io_methods = paced_io_methods(2);
-static PACED_IO_METHODS_V3: ffi::sqlite3_io_methods = paced_io_methods(3);
+static IO_METHODS_V1: ffi::sqlite3_io_methods = io_methods(1);
+static IO_METHODS_V2: ffi::sqlite3_io_methods = io_methods(2);
+static IO_METHODS_V3: ffi::sqlite3_io_methods = io_methods(3);
 
 // The VFS-level methods: the base's, called with the base.
 
@@ -585,6 +700,8 @@ mod tests {
         pub(super) static STEPS: Cell<u64> = const { Cell::new(0) };
         /// An `errno` the next write-out step on this thread reports instead of its own.
         pub(super) static INJECTED: Cell<Option<c_int>> = const { Cell::new(None) };
+        /// Writes of buffered log appends sent to a base file on this thread.
+        pub(super) static LOG_SENDS: Cell<u64> = const { Cell::new(0) };
     }
 
     fn steps() -> u64 {
@@ -720,6 +837,168 @@ mod tests {
             .unwrap();
         drop((plain, paced));
         assert_filled(&path, 33, 32 * 1024);
+    }
+}
+
+#[cfg(test)]
+mod coalesce_tests {
+    use std::cell::Cell;
+    use std::path::Path;
+
+    use rusqlite::{Connection, OpenFlags};
+
+    use super::tests::LOG_SENDS;
+    use super::*;
+
+    /// A writer as `open_rw_with` makes one: through `vfs`, WAL, a sync per commit, no automatic
+    /// checkpoint (the log keeps every frame, as between two checkpoints).
+    fn writer(path: &Path, vfs: &str) -> Connection {
+        register().unwrap();
+        let conn = Connection::open_with_flags_and_vfs(path, OpenFlags::default(), vfs).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.pragma_update(None, "synchronous", "FULL").unwrap();
+        conn.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        conn.execute_batch("CREATE TABLE t (i INTEGER PRIMARY KEY, b BLOB NOT NULL)")
+            .unwrap();
+        conn
+    }
+
+    fn sends() -> u64 {
+        LOG_SENDS.with(Cell::get)
+    }
+
+    fn count(conn: &Connection) -> i64 {
+        conn.query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// Rows `from..to`, 1 KiB each (row number in every byte), in one transaction.
+    fn commit_rows(conn: &Connection, from: i64, to: i64) {
+        conn.execute_batch("BEGIN").unwrap();
+        for i in from..to {
+            conn.execute(
+                "INSERT INTO t (i, b) VALUES (?1, ?2)",
+                rusqlite::params![i, vec![i as u8; 1024]],
+            )
+            .unwrap();
+        }
+        conn.execute_batch("COMMIT").unwrap();
+    }
+
+    fn assert_rows(conn: &Connection, rows: i64) {
+        let check: String = conn
+            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(check, "ok");
+        let mut stmt = conn.prepare("SELECT i, b FROM t ORDER BY i").unwrap();
+        let got: Vec<(i64, Vec<u8>)> = stmt
+            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+            .unwrap()
+            .collect::<Result<_, _>>()
+            .unwrap();
+        assert_eq!(got.len() as i64, rows);
+        for (i, (n, b)) in got.into_iter().enumerate() {
+            assert_eq!(n, i as i64);
+            assert_eq!(b, vec![i as u8; 1024], "row {i}");
+        }
+    }
+
+    /// Frames in the log so far (a 32-byte header, then frames of a header and a 4 KiB page).
+    fn frames(path: &Path) -> i64 {
+        let wal = std::fs::metadata(path.with_extension("db-wal")).unwrap();
+        (wal.len() as i64 - 32) / (24 + 4096)
+    }
+
+    #[test]
+    fn a_commit_sends_its_log_appends_in_one_write() {
+        for vfs in [COALESCED_VFS, PACED_VFS] {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join("c.db");
+            let conn = writer(&path, vfs);
+            let before_frames = frames(&path);
+            let before = sends();
+            for k in 0..10 {
+                commit_rows(&conn, k * 8, k * 8 + 8);
+            }
+            let commits_frames = frames(&path) - before_frames;
+            // Ten commits of 8 KiB of rows: at least three pages each (two leaves, the root),
+            // so 60 or more calls uncoalesced (header and page of each frame).
+            assert!(commits_frames >= 30, "{vfs}: {commits_frames} frames");
+            assert_eq!(sends() - before, 10, "{vfs}: one write per commit");
+            assert_rows(&conn, 80);
+        }
+    }
+
+    #[test]
+    fn every_commit_is_on_disk_for_other_connections_and_after_a_crash() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("v.db");
+        let conn = writer(&path, COALESCED_VFS);
+        let reader = Connection::open(&path).unwrap();
+        for k in 0..20 {
+            commit_rows(&conn, k * 5, k * 5 + 5);
+            assert_eq!(count(&reader), k * 5 + 5, "a reader sees commit {k}");
+        }
+        // A crash: the files as they are now, the writer still open and nothing checkpointed.
+        let copy = dir.path().join("copy");
+        std::fs::create_dir(&copy).unwrap();
+        for name in ["v.db", "v.db-wal"] {
+            std::fs::copy(dir.path().join(name), copy.join(name)).unwrap();
+        }
+        assert_rows(&Connection::open(copy.join("v.db")).unwrap(), 100);
+        drop(conn);
+        assert_rows(&reader, 100);
+    }
+
+    #[test]
+    fn a_transaction_that_spilled_and_rolled_back_leaves_every_commit_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("s.db");
+        let conn = writer(&path, COALESCED_VFS);
+        commit_rows(&conn, 0, 50);
+        // A cache of ten pages: the transaction writes frames to the log before its commit,
+        // rewrites some of them in place, reads them back, then rolls them all back.
+        conn.pragma_update(None, "cache_size", 10).unwrap();
+        conn.execute_batch("BEGIN").unwrap();
+        for i in 50..400 {
+            conn.execute(
+                "INSERT INTO t (i, b) VALUES (?1, ?2)",
+                rusqlite::params![i, vec![0xEEu8; 1024]],
+            )
+            .unwrap();
+        }
+        // Newest first: the pages spilled last are read back while still buffered.
+        let newest_first = |conn: &Connection| -> Vec<(i64, Vec<u8>)> {
+            let mut stmt = conn
+                .prepare("SELECT i, b FROM t WHERE i >= 50 ORDER BY i DESC")
+                .unwrap();
+            stmt.query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
+                .unwrap()
+                .collect::<Result<_, _>>()
+                .unwrap()
+        };
+        let want = |i: i64, zeroed: bool| {
+            let byte = if zeroed && i % 7 == 0 { 0 } else { 0xEE };
+            (i, vec![byte; 1024])
+        };
+        let read = newest_first(&conn);
+        assert_eq!(
+            read,
+            (50..400).rev().map(|i| want(i, false)).collect::<Vec<_>>()
+        );
+        conn.execute("UPDATE t SET b = zeroblob(1024) WHERE i % 7 = 0", [])
+            .unwrap();
+        let read = newest_first(&conn);
+        assert_eq!(
+            read,
+            (50..400).rev().map(|i| want(i, true)).collect::<Vec<_>>()
+        );
+        conn.execute_batch("ROLLBACK").unwrap();
+        commit_rows(&conn, 50, 120);
+        let reader = Connection::open(&path).unwrap();
+        assert_rows(&reader, 120);
+        drop(conn);
+        assert_rows(&Connection::open(&path).unwrap(), 120);
     }
 }
 
