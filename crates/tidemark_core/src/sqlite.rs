@@ -372,6 +372,8 @@ fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
     Priority::Background.apply_to_current_thread();
     let opened = open_with(path, Writeback::for_priority(Priority::Background)).and_then(|c| {
         c.busy_timeout(Duration::from_millis(50))?;
+        // It writes no log frames; should it ever, they are synced at commit (see `open_with`).
+        c.pragma_update(None, "synchronous", "FULL")?;
         Ok(c)
     });
     let conn = match opened {

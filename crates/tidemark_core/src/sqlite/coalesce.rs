@@ -12,11 +12,14 @@
 //! receives the same bytes at the same offsets in the same order, only in fewer calls. The run
 //! is sent when it reaches [`COALESCE_BYTES`] and before anything that must see the file as
 //! written: a sync, a read of a buffered range, a size query, a truncation, a file control, the
-//! close. The caller ([`super::writeback`]) keeps this for WAL files of connections that sync
-//! every commit (`synchronous = FULL`, which [`super::open_rw_with`] sets): every committed
-//! frame was then synced — so sent — before SQLite publishes it in the WAL index, and other
-//! connections only ever read published frames. What sits in the buffer belongs to the open
-//! transaction, so losing it (a crash, a failed send) loses only what SQLite had not committed.
+//! close, and before the connection releases the WAL write lock. The caller
+//! ([`super::writeback`]) keeps this for WAL files of connections that sync every commit
+//! (`synchronous = FULL`, which [`super::open_rw_with`] sets): every committed frame was then
+//! synced — so sent — before SQLite publishes it in the WAL index, and other connections only
+//! ever read published frames. What sits in the buffer belongs to the open transaction (or to
+//! one rolled back, sent before the lock goes), so losing it (a crash, a failed send) loses
+//! only what SQLite had not committed. Not for a log SQLite pads (see
+//! [`super::writeback`]'s `link_log`).
 
 /// Most bytes a [`LogBuffer`] holds before it sends them (one [`super::WRITEBACK_CHUNK`], so
 /// a paced file is still written in steps of that size).

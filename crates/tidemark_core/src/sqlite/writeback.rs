@@ -155,8 +155,14 @@ struct Base {
 struct WrappedFile {
     header: ffi::sqlite3_file,
     real: *mut ffi::sqlite3_file,
-    /// A WAL file's buffered appends (see [`super::coalesce`]); `None` for other files.
+    /// A WAL file's buffered appends (see [`super::coalesce`]); `None` for other files, and
+    /// for a WAL whose database file is not ours or that SQLite pads (see [`x_open`]).
     log: Option<LogBuffer>,
+    /// A database file's open WAL file with a `log` (null if none): sent before the database
+    /// file releases the WAL write lock (see [`x_shm_lock`]).
+    wal: *mut WrappedFile,
+    /// A WAL file's database file, while it points back here through `wal` (else null).
+    db: *mut WrappedFile,
     /// The descriptor to start and wait for write-out on; -1: unpaced.
     fd: c_int,
     /// Bytes written since the last write-out step.
@@ -188,6 +194,8 @@ unsafe extern "C" fn x_open(
         std::ptr::addr_of_mut!((*wrapped).header.pMethods).write(std::ptr::null());
         std::ptr::addr_of_mut!((*wrapped).real).write(real);
         std::ptr::addr_of_mut!((*wrapped).log).write(None);
+        std::ptr::addr_of_mut!((*wrapped).wal).write(std::ptr::null_mut());
+        std::ptr::addr_of_mut!((*wrapped).db).write(std::ptr::null_mut());
         std::ptr::addr_of_mut!((*wrapped).fd).write(-1);
         std::ptr::addr_of_mut!((*wrapped).unsynced).write(0);
         std::ptr::addr_of_mut!((*wrapped).failed).write(None);
@@ -208,8 +216,8 @@ unsafe extern "C" fn x_open(
             2 => &IO_METHODS_V2,
             _ => &IO_METHODS_V3,
         };
-        if flags & ffi::SQLITE_OPEN_WAL != 0 {
-            (*wrapped).log = Some(LogBuffer::default());
+        if rc == ffi::SQLITE_OK && flags & ffi::SQLITE_OPEN_WAL != 0 && !name.is_null() {
+            link_log(wrapped, name);
         }
         let durable = flags & (ffi::SQLITE_OPEN_MAIN_DB | ffi::SQLITE_OPEN_WAL) != 0;
         if rc == ffi::SQLITE_OK && base.pace && base.unix && durable && !name.is_null() {
@@ -217,6 +225,44 @@ unsafe extern "C" fn x_open(
         }
         rc
     }
+}
+
+/// Gives the just opened WAL file `wal` (opened as `name`) a log buffer, if
+/// two things hold. Its database file is ours, so that the buffer is sent before that file
+/// releases the WAL write lock (a transaction that spilled frames and rolled back leaves them
+/// buffered, and another connection's commit may write the same offsets next: they must not
+/// land over it). And SQLite does not pad its commits: without powersafe overwrite (`psow=0`)
+/// it syncs the log at a sector boundary in the middle of the commit's last frame and writes
+/// the rest after the sync, which a buffer would hold past the commit.
+unsafe fn link_log(wal: *mut WrappedFile, name: *const c_char) {
+    // SAFETY: `name` is the WAL name SQLite passed to xOpen, for which
+    // sqlite3_database_file_object answers the database's open file object.
+    unsafe {
+        let db = ffi::sqlite3_database_file_object(name);
+        if db.is_null() || !is_ours(db) {
+            return;
+        }
+        // SQLite pads by the database file's characteristics (wal.c, sqlite3WalOpen).
+        let caps = (*(*db).pMethods)
+            .xDeviceCharacteristics
+            .map_or(0, |f| f(db));
+        if caps & ffi::SQLITE_IOCAP_POWERSAFE_OVERWRITE == 0 {
+            return;
+        }
+        let db = db.cast::<WrappedFile>();
+        (*wal).log = Some(LogBuffer::default());
+        (*wal).db = db;
+        (*db).wal = wal;
+    }
+}
+
+/// Whether the open file `file` was opened by one of our VFSes.
+unsafe fn is_ours(file: *mut ffi::sqlite3_file) -> bool {
+    // SAFETY: an open file object has its methods set.
+    let methods = unsafe { (*file).pMethods };
+    [&IO_METHODS_V1, &IO_METHODS_V2, &IO_METHODS_V3]
+        .iter()
+        .any(|m| std::ptr::eq(methods, *m))
 }
 
 /// The descriptor of the `unix` VFS's open file `real` (the head of its `unixFile`: three
@@ -395,6 +441,14 @@ unsafe extern "C" fn x_close(file: *mut ffi::sqlite3_file) -> c_int {
         let wrapped = file.cast::<WrappedFile>();
         (*wrapped).fd = -1;
         (*wrapped).log = None;
+        // Unlink a WAL from its database file and the other way round (SQLite closes the WAL
+        // first; either order leaves no pointer to a closed file).
+        if !(*wrapped).db.is_null() {
+            (*(*wrapped).db).wal = std::ptr::null_mut();
+        }
+        if !(*wrapped).wal.is_null() {
+            (*(*wrapped).wal).db = std::ptr::null_mut();
+        }
         (*file).pMethods = std::ptr::null();
     }
     if sent == ffi::SQLITE_OK { rc } else { sent }
@@ -528,6 +582,16 @@ unsafe extern "C" fn x_shm_lock(
     n: c_int,
     flags: c_int,
 ) -> c_int {
+    // The WAL write lock is lock 0 (wal.c's WAL_WRITE_LOCK): its holder's buffered log goes
+    // out while it still holds it (see `link_log`).
+    if flags & ffi::SQLITE_SHM_UNLOCK != 0 && offset == 0 && n > 0 {
+        // SAFETY: our own file object; `wal` is an open WAL of the same connection or null.
+        let wal = unsafe { (*file.cast::<WrappedFile>()).wal };
+        if !wal.is_null() && send_log(wal.cast()) != ffi::SQLITE_OK {
+            // The bytes were past the last commit (see `coalesce`): nothing committed is lost.
+            tracing::warn!("could not write rolled-back log frames before releasing the lock");
+        }
+    }
     forward!(file, xShmLock, ffi::SQLITE_IOERR_SHMLOCK, offset, n, flags)
 }
 
@@ -948,6 +1012,44 @@ mod coalesce_tests {
         assert_rows(&Connection::open(copy.join("v.db")).unwrap(), 100);
         drop(conn);
         assert_rows(&reader, 100);
+    }
+
+    #[test]
+    fn a_rolled_back_spill_goes_out_before_another_connection_writes_the_log() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("r.db");
+        let ours = writer(&path, COALESCED_VFS);
+        commit_rows(&ours, 0, 10);
+        // Frames spilled to the log and rolled back: the last of them still buffered.
+        ours.pragma_update(None, "cache_size", 10).unwrap();
+        ours.execute_batch("BEGIN").unwrap();
+        for i in 10..300 {
+            ours.execute(
+                "INSERT INTO t (i, b) VALUES (?1, ?2)",
+                rusqlite::params![i, vec![0xEEu8; 1024]],
+            )
+            .unwrap();
+        }
+        ours.execute_batch("ROLLBACK").unwrap();
+        // Another writer commits over the same offsets of the log, then ours closes (which
+        // sends whatever it still holds).
+        let other = Connection::open(&path).unwrap();
+        other.pragma_update(None, "synchronous", "FULL").unwrap();
+        commit_rows(&other, 10, 400);
+        drop(ours);
+        assert_rows(&Connection::open(&path).unwrap(), 400);
+        assert_rows(&other, 400);
+    }
+
+    #[test]
+    fn a_log_that_sqlite_pads_is_not_buffered() {
+        let dir = tempfile::tempdir().unwrap();
+        let uri = format!("file:{}?psow=0", dir.path().join("p.db").display());
+        let conn = writer(Path::new(&uri), COALESCED_VFS);
+        let before = sends();
+        commit_rows(&conn, 0, 40);
+        assert_eq!(sends(), before, "written through, frame by frame");
+        assert_rows(&conn, 40);
     }
 
     #[test]
