@@ -373,15 +373,22 @@ macro_rules! forward {
 /// Sends `file`'s buffered log appends to the base file (see [`super::coalesce`]): before
 /// anything that must see the file as written. An SQLite code.
 fn send_log(file: *mut ffi::sqlite3_file) -> c_int {
+    with_log(file, |log| {
+        log.flush(|data, offset| send_run(file, data, offset))
+    })
+    .and_then(Result::err)
+    .unwrap_or(ffi::SQLITE_OK)
+}
+
+/// Runs `f` on `file`'s log buffer, if it has one (`None` otherwise). The buffer is out of the
+/// file object meanwhile, so that `f` may send through the file (see [`send_run`]).
+fn with_log<R>(file: *mut ffi::sqlite3_file, f: impl FnOnce(&mut LogBuffer) -> R) -> Option<R> {
     // SAFETY: our own file object, used by one connection (one thread) at a time.
-    let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
-    let Some(mut log) = wrapped.log.take() else {
-        return ffi::SQLITE_OK;
-    };
-    let outcome = log.flush(|data, offset| send_run(file, data, offset));
-    // SAFETY: as above; `write_through` is done with it.
+    let mut log = unsafe { (*file.cast::<WrappedFile>()).log.take() }?;
+    let outcome = f(&mut log);
+    // SAFETY: as above; `f` is done with the file object.
     unsafe { (*file.cast::<WrappedFile>()).log = Some(log) };
-    outcome.err().unwrap_or(ffi::SQLITE_OK)
+    Some(outcome)
 }
 
 /// Sends a run of buffered log appends (see [`write_through`]).
@@ -393,7 +400,7 @@ fn send_run(file: *mut ffi::sqlite3_file, data: &[u8], offset: u64) -> Result<()
 
 /// Writes `data` at `offset` to the base file, then paces it: `Err` with an SQLite code.
 fn write_through(file: *mut ffi::sqlite3_file, data: &[u8], offset: u64) -> Result<(), c_int> {
-    // SAFETY: as in `send_log`.
+    // SAFETY: as in `with_log`.
     let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
     if wrapped.failed.is_some() {
         return Err(ffi::SQLITE_IOERR_WRITE);
@@ -460,7 +467,7 @@ unsafe extern "C" fn x_read(
     amount: c_int,
     offset: ffi::sqlite3_int64,
 ) -> c_int {
-    // SAFETY: as in `send_log`.
+    // SAFETY: as in `with_log`.
     let buffered = unsafe { &*file.cast::<WrappedFile>() }
         .log
         .as_ref()
@@ -480,21 +487,17 @@ unsafe extern "C" fn x_write(
 ) -> c_int {
     // SAFETY: SQLite hands us `amount` readable bytes at `buf` for the length of this call.
     let data = unsafe { std::slice::from_raw_parts(buf.cast::<u8>(), amount.max(0) as usize) };
-    // SAFETY: as in `send_log`.
-    let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
-    if wrapped.failed.is_some() {
+    // SAFETY: as in `with_log`.
+    if unsafe { (*file.cast::<WrappedFile>()).failed.is_some() } {
         return ffi::SQLITE_IOERR_WRITE;
     }
-    let outcome = match wrapped.log.take() {
-        Some(mut log) => {
-            let outcome = log.write(data, offset as u64, |d, o| send_run(file, d, o));
-            // SAFETY: as above; `write_through` is done with it.
-            unsafe { (*file.cast::<WrappedFile>()).log = Some(log) };
-            outcome
-        }
-        None => write_through(file, data, offset as u64),
-    };
-    outcome.err().unwrap_or(ffi::SQLITE_OK)
+    let offset = offset as u64;
+    with_log(file, |log| {
+        log.write(data, offset, |d, o| send_run(file, d, o))
+    })
+    .unwrap_or_else(|| write_through(file, data, offset))
+    .err()
+    .unwrap_or(ffi::SQLITE_OK)
 }
 
 unsafe extern "C" fn x_truncate(file: *mut ffi::sqlite3_file, size: ffi::sqlite3_int64) -> c_int {
@@ -506,7 +509,7 @@ unsafe extern "C" fn x_sync(file: *mut ffi::sqlite3_file, flags: c_int) -> c_int
     if sent != ffi::SQLITE_OK {
         return sent;
     }
-    // SAFETY: as in `send_log`.
+    // SAFETY: as in `with_log`.
     let wrapped = unsafe { &mut *file.cast::<WrappedFile>() };
     if wrapped.failed.is_some() {
         return ffi::SQLITE_IOERR_FSYNC;
@@ -793,7 +796,12 @@ mod tests {
 
     /// Every row as `fill` wrote it, read through the default VFS, and the file intact.
     fn assert_filled(path: &Path, rows: usize, size: usize) {
-        let conn = Connection::open(path).unwrap();
+        assert_rows_of(&Connection::open(path).unwrap(), rows, size);
+    }
+
+    /// Every row as `fill` wrote it (`rows` of `size` bytes), read through `conn`, and the file
+    /// intact.
+    pub(super) fn assert_rows_of(conn: &Connection, rows: usize, size: usize) {
         let check: String = conn
             .query_row("PRAGMA integrity_check", [], |r| r.get(0))
             .unwrap();
@@ -949,21 +957,22 @@ mod coalesce_tests {
         conn.execute_batch("COMMIT").unwrap();
     }
 
-    fn assert_rows(conn: &Connection, rows: i64) {
-        let check: String = conn
-            .query_row("PRAGMA integrity_check", [], |r| r.get(0))
+    /// Rows `0..rows` as `commit_rows` wrote them, read through `conn`, and the file intact.
+    fn assert_rows(conn: &Connection, rows: usize) {
+        super::tests::assert_rows_of(conn, rows, 1024);
+    }
+
+    /// Opens a transaction on `conn` with a cache of ten pages and inserts rows `from..to` of
+    /// 1 KiB (0xEE each) in it: it writes (spills) frames to the log before any commit.
+    fn spill(conn: &Connection, from: i64, to: i64) {
+        conn.pragma_update(None, "cache_size", 10).unwrap();
+        conn.execute_batch("BEGIN").unwrap();
+        for i in from..to {
+            conn.execute(
+                "INSERT INTO t (i, b) VALUES (?1, ?2)",
+                rusqlite::params![i, vec![0xEEu8; 1024]],
+            )
             .unwrap();
-        assert_eq!(check, "ok");
-        let mut stmt = conn.prepare("SELECT i, b FROM t ORDER BY i").unwrap();
-        let got: Vec<(i64, Vec<u8>)> = stmt
-            .query_map([], |r| Ok((r.get(0)?, r.get(1)?)))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert_eq!(got.len() as i64, rows);
-        for (i, (n, b)) in got.into_iter().enumerate() {
-            assert_eq!(n, i as i64);
-            assert_eq!(b, vec![i as u8; 1024], "row {i}");
         }
     }
 
@@ -1021,15 +1030,7 @@ mod coalesce_tests {
         let ours = writer(&path, COALESCED_VFS);
         commit_rows(&ours, 0, 10);
         // Frames spilled to the log and rolled back: the last of them still buffered.
-        ours.pragma_update(None, "cache_size", 10).unwrap();
-        ours.execute_batch("BEGIN").unwrap();
-        for i in 10..300 {
-            ours.execute(
-                "INSERT INTO t (i, b) VALUES (?1, ?2)",
-                rusqlite::params![i, vec![0xEEu8; 1024]],
-            )
-            .unwrap();
-        }
+        spill(&ours, 10, 300);
         ours.execute_batch("ROLLBACK").unwrap();
         // Another writer commits over the same offsets of the log, then ours closes (which
         // sends whatever it still holds).
@@ -1058,17 +1059,9 @@ mod coalesce_tests {
         let path = dir.path().join("s.db");
         let conn = writer(&path, COALESCED_VFS);
         commit_rows(&conn, 0, 50);
-        // A cache of ten pages: the transaction writes frames to the log before its commit,
-        // rewrites some of them in place, reads them back, then rolls them all back.
-        conn.pragma_update(None, "cache_size", 10).unwrap();
-        conn.execute_batch("BEGIN").unwrap();
-        for i in 50..400 {
-            conn.execute(
-                "INSERT INTO t (i, b) VALUES (?1, ?2)",
-                rusqlite::params![i, vec![0xEEu8; 1024]],
-            )
-            .unwrap();
-        }
+        // The transaction writes frames to the log before its commit, rewrites some of them in
+        // place, reads them back, then rolls them all back.
+        spill(&conn, 50, 400);
         // Newest first: the pages spilled last are read back while still buffered.
         let newest_first = |conn: &Connection| -> Vec<(i64, Vec<u8>)> {
             let mut stmt = conn
