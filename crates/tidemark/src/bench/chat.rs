@@ -27,7 +27,7 @@ use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
 use hyper::{Request, StatusCode, Uri};
 use rand::{Rng, SeedableRng};
 
-use super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, call};
+use super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, TimelineEntry, call};
 use super::process::{
     ServerProcess, clock_ticks_per_sec, cpu_ticks, disk_written_bytes, machine_busy_ticks,
     scrape_metrics,
@@ -137,6 +137,12 @@ pub struct ChatBenchArgs {
     /// the median of each round's tiered/hot-only ratio.
     #[arg(long, default_value_t = 1)]
     pub rounds: usize,
+    /// Append every measured request of every run to this CSV file (`run,round,rate,
+    /// intended_unix_s,latency_ms,outcome`; outcome `ok`, `failed` or `not_sent`), to lay
+    /// the stalls beside what was sampled on the machine meanwhile (disk and CPU counters,
+    /// `perf record -k CLOCK_REALTIME`).
+    #[arg(long)]
+    pub timeline: Option<PathBuf>,
 }
 
 /// One printed row.
@@ -252,10 +258,11 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     )?;
     writeln!(
         out,
-        "latency = intended send time → response read (includes any queueing); errors = not \
-         sent on time + failed; lag = intended → handed to the client; srv ms = mean in-server \
-         SEND time;\ncpu in cores (machine: {}) of the server, this generator, and all other \
-         processes; disk KiB = bytes written to the data disk in the run per message (embedded)\n",
+        "latency = intended send time → response read (includes any queueing); stall = the \
+         longest time with requests outstanding and none answered; errors = not sent on time + \
+         failed;\nlag = intended → handed to the client; srv ms = mean in-server SEND time; \
+         cpu in cores (machine: {}) of the server, this generator, and all other processes; \
+         disk KiB = bytes written to the data disk in the run per message (embedded)\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     )?;
     writeln!(out, "{}", row_header())?;
@@ -471,6 +478,7 @@ async fn run_mode(
             duration: Duration::from_secs_f64(args.duration),
             max_in_flight: args.max_in_flight,
             drain: Duration::from_secs(10),
+            timeline: args.timeline.is_some(),
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0x7117_e3a4 ^ rate ^ ((ri as u64) << 40));
         let auth = HeaderValue::from_static(BEARER);
@@ -503,6 +511,11 @@ async fn run_mode(
         })
         .await?;
         let wall = wall.elapsed().as_secs_f64();
+        if let Some(path) = &args.timeline {
+            let label = run_label(mode, pool);
+            append_timeline(path, &label, round, rate, &result.timeline)
+                .with_context(|| format!("writing the timeline to {}", path.display()))?;
+        }
         let cpu_after = (
             server_pid.and_then(cpu_ticks),
             cpu_ticks(std::process::id()),
@@ -646,9 +659,41 @@ async fn scrape(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<Scrape>
     })
 }
 
+/// Appends `entries` of one run to the CSV file at `path` (with its header if the file is new).
+fn append_timeline(
+    path: &std::path::Path,
+    label: &str,
+    round: usize,
+    rate: u64,
+    entries: &[TimelineEntry],
+) -> std::io::Result<()> {
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)?;
+    let mut out = std::io::BufWriter::new(file);
+    if out.get_ref().metadata()?.len() == 0 {
+        writeln!(out, "run,round,rate,intended_unix_s,latency_ms,outcome")?;
+    }
+    for e in entries {
+        let at = e
+            .intended
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default()
+            .as_secs_f64();
+        let (latency, outcome) = match (e.sent, e.latency) {
+            (false, _) => (String::new(), "not_sent"),
+            (true, None) => (String::new(), "failed"),
+            (true, Some(l)) => (format!("{:.3}", l.as_secs_f64() * 1000.0), "ok"),
+        };
+        writeln!(out, "{label},{round},{rate},{at:.6},{latency},{outcome}")?;
+    }
+    out.flush()
+}
+
 fn row_header() -> String {
     format!(
-        "{:<16} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8}",
+        "{:<16} {:>8} {:>9} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8} {:>7} {:>7} {:>7} {:>7} {:>8}",
         "run",
         "offered",
         "achieved",
@@ -656,6 +701,7 @@ fn row_header() -> String {
         "p99 ms",
         "p99.9 ms",
         "max ms",
+        "stall ms",
         "errors",
         "lag p99",
         "srv ms",
@@ -674,7 +720,7 @@ fn format_row(r: &Row) -> String {
     let l = &r.load;
     let q = |p: f64| opt(quantile_ms(l, p), 2);
     let mut s = format!(
-        "{:<16} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8} {:>8.2} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
+        "{:<16} {:>8} {:>9.0} {:>8} {:>8} {:>8} {:>8} {:>8.1} {:>8} {:>8.2} {:>7} {:>7} {:>7} {:>7} {:>8}\n",
         run_label(r.mode, r.pool),
         l.cfg.rate,
         l.achieved(),
@@ -686,6 +732,7 @@ fn format_row(r: &Row) -> String {
         } else {
             format!("{:.1}", ms(l.latency.max()))
         },
+        l.longest_stall.as_secs_f64() * 1000.0,
         l.errors(),
         ms(l.lag.value_at_quantile(0.99)),
         opt(r.server_mean_ms, 2),
@@ -747,11 +794,12 @@ fn bar1_round(rows: &[Row], round: usize) -> (Vec<&LoadResult>, Option<&LoadResu
 
 fn describe_run(l: &LoadResult) -> String {
     format!(
-        "{} offered → {:.0}/s, p99 {} ms, {} errors",
+        "{} offered → {:.0}/s, p99 {} ms, {} errors, longest stall {:.0} ms",
         l.cfg.rate,
         l.achieved(),
         opt(p99_ms(l), 2),
-        l.errors()
+        l.errors(),
+        l.longest_stall.as_secs_f64() * 1000.0
     )
 }
 
@@ -997,6 +1045,7 @@ mod tests {
                     duration: Duration::from_secs(10),
                     max_in_flight: 512,
                     drain: Duration::ZERO,
+                    timeline: false,
                 },
                 scheduled,
                 ok_in_window: scheduled - dropped,
@@ -1008,6 +1057,8 @@ mod tests {
                 timeouts: 0,
                 first_failure: None,
                 peak_in_flight: 0,
+                longest_stall: Duration::ZERO,
+                timeline: Vec::new(),
             },
             server_mean_ms: None,
             server_cpu: None,

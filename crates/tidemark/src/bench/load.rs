@@ -10,13 +10,20 @@
 //! every 500 µs for a batch. Any lateness of a send is in its latency, and is also reported on
 //! its own as "send lag".
 //!
+//! A run also reports its longest stall: the longest time in the measured window during which
+//! requests were outstanding and none completed. Every request outstanding through a stall
+//! waited at least that long, so one stall of 200 ms at 10,000 requests/s puts 2,000 requests
+//! (2 %) past it, whatever the server does the rest of the time. With
+//! [`OpenLoop::timeline`] the run keeps each recorded request's intended time and latency, to
+//! lay beside what was sampled on the machine meanwhile (`bench chat --timeline`).
+//!
 //! Nothing here is chat-specific: the caller passes a closure that builds request `i`.
 
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
-use std::time::Instant;
+use std::time::{Instant, SystemTime};
 
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -101,6 +108,8 @@ pub(super) struct OpenLoop {
     /// How long to wait for stragglers after the last request was sent; those still
     /// outstanding then count as errors.
     pub(super) drain: Duration,
+    /// Keep every recorded request's intended time and outcome ([`LoadResult::timeline`]).
+    pub(super) timeline: bool,
 }
 
 /// The figures of one run. Only requests whose intended time lies in the measured window are
@@ -129,6 +138,23 @@ pub(super) struct LoadResult {
     pub(super) first_failure: Option<Failure>,
     /// Most requests outstanding at once.
     pub(super) peak_in_flight: usize,
+    /// The longest time inside the measured window during which requests were outstanding and
+    /// none completed (see the module docs).
+    pub(super) longest_stall: Duration,
+    /// With [`OpenLoop::timeline`]: every recorded request, in intended order, except the
+    /// stragglers still unanswered when the drain time ran out (counted in `timeouts`).
+    pub(super) timeline: Vec<TimelineEntry>,
+}
+
+/// One recorded request of a run with [`OpenLoop::timeline`].
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(super) struct TimelineEntry {
+    /// Its intended send time, wall clock (to line up with samples taken outside the process).
+    pub(super) intended: SystemTime,
+    /// Intended send time → response read, if it succeeded.
+    pub(super) latency: Option<Duration>,
+    /// `false` if it was never sent (the in-flight cap was reached).
+    pub(super) sent: bool,
 }
 
 impl LoadResult {
@@ -154,6 +180,34 @@ fn new_hist() -> Histogram<u64> {
 }
 
 type Completion = (Instant, bool, Outcome, Instant);
+
+/// Finds the longest stall: the longest interval, clipped to the measured window, that began
+/// when a request was sent with none outstanding or when one completed with others still
+/// outstanding, and ended at the next completion.
+#[derive(Debug, Default)]
+struct StallWatch {
+    /// Start of the current interval, while requests are outstanding.
+    since: Option<Instant>,
+    longest: Duration,
+}
+
+impl StallWatch {
+    /// A request was sent at `at`.
+    fn sent(&mut self, at: Instant) {
+        self.since.get_or_insert(at);
+    }
+
+    /// A request completed at `at`, leaving `outstanding` requests.
+    fn completed(&mut self, at: Instant, outstanding: usize, window: (Instant, Instant)) {
+        if let Some(since) = self.since {
+            let (from, to) = (since.max(window.0), at.min(window.1));
+            if to > from {
+                self.longest = self.longest.max(to - from);
+            }
+        }
+        self.since = (outstanding > 0).then_some(at);
+    }
+}
 
 async fn timed<F: Future<Output = Outcome>>(
     intended: Instant,
@@ -221,10 +275,41 @@ fn intended(start: Instant, rate: u64, i: u64) -> Instant {
     start + Duration::from_nanos((u128::from(i) * 1_000_000_000 / u128::from(rate)) as u64)
 }
 
-fn record(res: &mut LoadResult, window: (Instant, Instant), c: Completion) {
+/// Where a run's clock is on the wall clock, for [`TimelineEntry::intended`].
+#[derive(Debug, Clone, Copy)]
+struct WallClock {
+    instant: Instant,
+    wall: SystemTime,
+}
+
+impl WallClock {
+    fn now() -> Self {
+        Self {
+            instant: Instant::now(),
+            wall: SystemTime::now(),
+        }
+    }
+
+    fn at(self, t: Instant) -> SystemTime {
+        if t >= self.instant {
+            self.wall + (t - self.instant)
+        } else {
+            self.wall - (self.instant - t)
+        }
+    }
+}
+
+fn record(res: &mut LoadResult, window: (Instant, Instant), clock: WallClock, c: Completion) {
     let (t, recorded, outcome, done) = c;
     if outcome.is_ok() && done >= window.0 && done <= window.1 {
         res.ok_in_window += 1;
+    }
+    if recorded && res.cfg.timeline {
+        res.timeline.push(TimelineEntry {
+            intended: clock.at(t),
+            latency: outcome.is_ok().then(|| done - t),
+            sent: true,
+        });
     }
     if recorded {
         match outcome {
@@ -262,7 +347,11 @@ where
         timeouts: 0,
         first_failure: None,
         peak_in_flight: 0,
+        longest_stall: Duration::ZERO,
+        timeline: Vec::new(),
     };
+    let clock = WallClock::now();
+    let mut stalls = StallWatch::default();
     let total = ((cfg.warmup + cfg.duration).as_secs_f64() * cfg.rate as f64).round() as u64;
     let start = Instant::now() + Duration::from_millis(5);
     let window_start = start + cfg.warmup;
@@ -286,12 +375,20 @@ where
             if in_flight.len() >= cfg.max_in_flight {
                 if recorded {
                     res.dropped += 1;
+                    if cfg.timeline {
+                        res.timeline.push(TimelineEntry {
+                            intended: clock.at(t),
+                            latency: None,
+                            sent: false,
+                        });
+                    }
                 }
             } else {
                 if recorded {
                     res.lag
                         .saturating_record((now - t).as_micros().max(1) as u64);
                 }
+                stalls.sent(now);
                 in_flight.push(timed(t, recorded, make(next)));
                 res.peak_in_flight = res.peak_in_flight.max(in_flight.len());
             }
@@ -300,7 +397,10 @@ where
         if next < total {
             tokio::select! {
                 biased;
-                Some(c) = in_flight.next(), if !in_flight.is_empty() => record(&mut res, window, c),
+                Some(c) = in_flight.next(), if !in_flight.is_empty() => {
+                    stalls.completed(c.3, in_flight.len(), window);
+                    record(&mut res, window, clock, c);
+                }
                 _ = pacer.notify.notified() => {}
             }
         } else {
@@ -310,10 +410,14 @@ where
             let deadline = *drain_deadline.get_or_insert(now + cfg.drain);
             tokio::select! {
                 biased;
-                Some(c) = in_flight.next() => record(&mut res, window, c),
+                Some(c) = in_flight.next() => {
+                    stalls.completed(c.3, in_flight.len(), window);
+                    record(&mut res, window, clock, c);
+                }
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
                     // Stragglers (all intended near the end, so in the window) count as
                     // errors; dropping their futures closes their connections.
+                    stalls.completed(deadline, 0, window);
                     res.timeouts += in_flight.len() as u64;
                     res.first_failure.get_or_insert(Failure::Transport(format!(
                         "{} requests still unanswered {:?} after the last was sent",
@@ -326,6 +430,9 @@ where
         }
     }
     drop(pacer);
+    res.longest_stall = stalls.longest;
+    // Completions arrive out of order; the not-sent ones were pushed as they came due.
+    res.timeline.sort_by_key(|e| e.intended);
     Ok(res)
 }
 
@@ -340,6 +447,7 @@ mod tests {
             duration: Duration::from_millis(400),
             max_in_flight,
             drain: Duration::from_secs(2),
+            timeline: false,
         }
     }
 
@@ -357,6 +465,77 @@ mod tests {
         assert!(res.latency.min() >= 3000, "latency includes the 3 ms");
         let achieved = res.achieved();
         assert!((900.0..=1100.0).contains(&achieved), "achieved {achieved}");
+    }
+
+    fn at(base: Instant, ms: u64) -> Instant {
+        base + Duration::from_millis(ms)
+    }
+
+    #[test]
+    fn the_longest_stall_is_the_longest_wait_for_a_completion_while_requests_are_outstanding() {
+        let b = Instant::now();
+        let window = (b, at(b, 1000));
+        let mut w = StallWatch::default();
+        w.sent(at(b, 0));
+        w.sent(at(b, 2));
+        w.completed(at(b, 10), 1, window);
+        // 10 → 30 ms with one request outstanding and nothing answered.
+        w.completed(at(b, 30), 0, window);
+        // Nothing outstanding from 30 to 500 ms: idle, not a stall.
+        w.sent(at(b, 500));
+        w.completed(at(b, 505), 0, window);
+        assert_eq!(w.longest, Duration::from_millis(20));
+    }
+
+    #[test]
+    fn a_stall_counts_only_inside_the_measured_window() {
+        let b = Instant::now();
+        let mut w = StallWatch::default();
+        w.sent(at(b, 0));
+        w.completed(at(b, 120), 0, (at(b, 50), at(b, 100)));
+        assert_eq!(w.longest, Duration::from_millis(50));
+        let mut w = StallWatch::default();
+        w.sent(at(b, 0));
+        w.completed(at(b, 40), 0, (at(b, 50), at(b, 100)));
+        assert_eq!(w.longest, Duration::ZERO);
+    }
+
+    #[tokio::test]
+    async fn a_server_that_answers_nothing_for_a_while_shows_as_the_longest_stall() {
+        // From request 200 on (intended 200 ms into the run, in the window) every request is
+        // held until 150 ms after the first of them was made; the earlier ones take 2 ms. No
+        // request completes from about 202 ms to the release, so the stall is about 148 ms.
+        let release: std::sync::OnceLock<tokio::time::Instant> = std::sync::OnceLock::new();
+        let release = &release;
+        let mut cfg = cfg(1000, 512);
+        cfg.timeline = true;
+        let res = run(cfg, |i| async move {
+            if i >= 200 {
+                let until = *release
+                    .get_or_init(|| tokio::time::Instant::now() + Duration::from_millis(150));
+                tokio::time::sleep_until(until).await;
+            } else {
+                tokio::time::sleep(Duration::from_millis(2)).await;
+            }
+            Ok(())
+        })
+        .await
+        .unwrap();
+        let stall = res.longest_stall;
+        assert!(
+            (Duration::from_millis(100)..=Duration::from_millis(400)).contains(&stall),
+            "stall {stall:?}"
+        );
+        // The timeline holds each recorded request once, in intended order, all answered.
+        assert_eq!(res.timeline.len(), 400);
+        assert!(
+            res.timeline
+                .windows(2)
+                .all(|w| w[0].intended <= w[1].intended)
+        );
+        assert!(res.timeline.iter().all(|e| e.sent && e.latency.is_some()));
+        let held = res.timeline[100].latency.unwrap();
+        assert!(held >= Duration::from_millis(100), "held request {held:?}");
     }
 
     #[tokio::test]
@@ -377,5 +556,6 @@ mod tests {
         assert!(res.status_errors > 0);
         assert_eq!(res.errors(), res.scheduled - res.latency.len());
         assert!(res.peak_in_flight <= 5);
+        assert!(res.timeline.is_empty(), "no timeline unless asked for");
     }
 }

@@ -428,6 +428,7 @@ pub(super) async fn bench_redirect(
         duration: Duration::from_secs_f64(seconds),
         max_in_flight: args.max_in_flight,
         drain: Duration::from_secs(10),
+        timeline: false,
     };
     let mut rng = rand::rngs::SmallRng::seed_from_u64(0x11c5_0c11);
     let client_ref = &client;
