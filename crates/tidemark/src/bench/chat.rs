@@ -661,20 +661,31 @@ async fn scrape(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<Scrape>
 
 /// Appends `entries` of one run to the CSV file at `path` (with its header if the file is new).
 fn append_timeline(
-    path: &std::path::Path,
+    path: &Path,
     label: &str,
     round: usize,
     rate: u64,
     entries: &[TimelineEntry],
-) -> std::io::Result<()> {
+) -> anyhow::Result<()> {
     let file = std::fs::OpenOptions::new()
         .create(true)
         .append(true)
         .open(path)?;
-    let mut out = std::io::BufWriter::new(file);
-    if out.get_ref().metadata()?.len() == 0 {
-        writeln!(out, "run,round,rate,intended_unix_s,latency_ms,outcome")?;
+    let new_file = file.metadata()?.len() == 0;
+    let mut out = csv::WriterBuilder::new()
+        .has_headers(false)
+        .from_writer(file);
+    if new_file {
+        out.write_record([
+            "run",
+            "round",
+            "rate",
+            "intended_unix_s",
+            "latency_ms",
+            "outcome",
+        ])?;
     }
+    let (round, rate) = (round.to_string(), rate.to_string());
     for e in entries {
         let at = e
             .intended
@@ -686,9 +697,11 @@ fn append_timeline(
             (true, None) => (String::new(), "failed"),
             (true, Some(l)) => (format!("{:.3}", l.as_secs_f64() * 1000.0), "ok"),
         };
-        writeln!(out, "{label},{round},{rate},{at:.6},{latency},{outcome}")?;
+        let at = format!("{at:.6}");
+        out.write_record([label, &round, &rate, &at, &latency, outcome])?;
     }
-    out.flush()
+    out.flush()?;
+    Ok(())
 }
 
 fn row_header() -> String {

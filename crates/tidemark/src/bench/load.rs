@@ -275,7 +275,8 @@ fn intended(start: Instant, rate: u64, i: u64) -> Instant {
     start + Duration::from_nanos((u128::from(i) * 1_000_000_000 / u128::from(rate)) as u64)
 }
 
-/// Where a run's clock is on the wall clock, for [`TimelineEntry::intended`].
+/// Where a run's clock is on the wall clock, for [`TimelineEntry::intended`]. Read before the
+/// run's start, so every intended time is at or after it.
 #[derive(Debug, Clone, Copy)]
 struct WallClock {
     instant: Instant,
@@ -291,16 +292,21 @@ impl WallClock {
     }
 
     fn at(self, t: Instant) -> SystemTime {
-        if t >= self.instant {
-            self.wall + (t - self.instant)
-        } else {
-            self.wall - (self.instant - t)
-        }
+        self.wall + t.saturating_duration_since(self.instant)
     }
 }
 
-fn record(res: &mut LoadResult, window: (Instant, Instant), clock: WallClock, c: Completion) {
+/// Counts completion `c`, after which `outstanding` requests remain.
+fn record(
+    res: &mut LoadResult,
+    stalls: &mut StallWatch,
+    outstanding: usize,
+    window: (Instant, Instant),
+    clock: WallClock,
+    c: Completion,
+) {
     let (t, recorded, outcome, done) = c;
+    stalls.completed(done, outstanding, window);
     if outcome.is_ok() && done >= window.0 && done <= window.1 {
         res.ok_in_window += 1;
     }
@@ -398,8 +404,7 @@ where
             tokio::select! {
                 biased;
                 Some(c) = in_flight.next(), if !in_flight.is_empty() => {
-                    stalls.completed(c.3, in_flight.len(), window);
-                    record(&mut res, window, clock, c);
+                    record(&mut res, &mut stalls, in_flight.len(), window, clock, c);
                 }
                 _ = pacer.notify.notified() => {}
             }
@@ -411,8 +416,7 @@ where
             tokio::select! {
                 biased;
                 Some(c) = in_flight.next() => {
-                    stalls.completed(c.3, in_flight.len(), window);
-                    record(&mut res, window, clock, c);
+                    record(&mut res, &mut stalls, in_flight.len(), window, clock, c);
                 }
                 _ = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
                     // Stragglers (all intended near the end, so in the window) count as
