@@ -143,6 +143,11 @@ pub struct ChatBenchArgs {
     /// `perf record -k CLOCK_REALTIME`).
     #[arg(long)]
     pub timeline: Option<PathBuf>,
+    /// Keep every server's log in this directory (`round<N>-<mode>.log`), written at `info`
+    /// (the archive's index merges, with their entries and duration) instead of `warn`, to lay
+    /// beside `--timeline`.
+    #[arg(long)]
+    pub server_logs: Option<PathBuf>,
 }
 
 /// One printed row.
@@ -439,10 +444,19 @@ async fn run_mode(
     let client = load::http_client(args.max_in_flight);
     let dir_name = label.replace('/', "-");
     let data_dir = root.join(&dir_name);
-    let log = root.join(format!("{dir_name}-server.log"));
     let t = Instant::now();
     let engines = RunEngines::start(args.engines, mode, pool.unwrap_or(1), &args.mysql).await?;
-    let server = ServerProcess::start(&client, &data_dir, &log, &engines.env()).await?;
+    let mut env = engines.env();
+    let log = match &args.server_logs {
+        Some(dir) => {
+            std::fs::create_dir_all(dir)
+                .with_context(|| format!("creating the server log dir {}", dir.display()))?;
+            env.push(("RUST_LOG", Some("info")));
+            dir.join(format!("round{round}-{dir_name}.log"))
+        }
+        None => root.join(format!("{dir_name}-server.log")),
+    };
+    let server = ServerProcess::start(&client, &data_dir, &log, &env).await?;
     eprintln!(
         "{label}: server on {} ready in {:.1} s; creating {} conversations …",
         server.addr,

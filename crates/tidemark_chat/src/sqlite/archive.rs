@@ -28,7 +28,7 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use rusqlite::params;
@@ -152,10 +152,16 @@ impl SqliteArchive {
     /// Merges the index log into `history_index` (see [`super::index_log`]: a read of the log
     /// in key order, chunks of [`MERGE_CHUNK`] entries, then the log's delete, each a writer
     /// job) and then drops the merged entries from memory; returns the last log row merged.
+    /// Logs each merge at `info`: its entries, its wall time and that of its unpaced steps
+    /// (the sorted read, the log's delete, the memory's update), all in ms, to lay beside
+    /// latency (`bench chat --server-logs`).
     pub async fn merge_index_log(&self) -> Result<Option<i64>> {
+        let started = Instant::now();
         let Some((last, sorted)) = self.writer.write(index_log::read_sorted).await? else {
             return Ok(None);
         };
+        let entries = sorted.len();
+        let read_ms = started.elapsed().as_millis() as u64;
         let sorted = Arc::new(sorted);
         for start in (0..sorted.len()).step_by(MERGE_CHUNK) {
             let sorted = Arc::clone(&sorted);
@@ -167,10 +173,20 @@ impl SqliteArchive {
                 })
                 .await?;
         }
+        let inserted = Instant::now();
         self.writer
             .write(move |conn| index_log::delete_merged(conn, last))
             .await?;
+        let deleted = Instant::now();
         self.pending().merged(last);
+        tracing::info!(
+            entries,
+            ms = started.elapsed().as_millis() as u64,
+            read_ms,
+            delete_ms = (deleted - inserted).as_millis() as u64,
+            memory_ms = deleted.elapsed().as_millis() as u64,
+            "merged the archive's index log"
+        );
         Ok(Some(last))
     }
 
