@@ -16,7 +16,7 @@ mod index_log;
 mod outbox;
 
 pub use archive::{ARCHIVE_DUTY, PACED_LAG, SqliteArchive, archive_duty};
-pub use hot::SqliteHot;
+pub use hot::{HOT_PAGE_SIZE, SqliteHot};
 pub use index_log::{MERGE_CHUNK, MERGE_ENTRIES};
 
 use rusqlite::Row;

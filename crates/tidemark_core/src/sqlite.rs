@@ -126,8 +126,31 @@ fn open_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteErro
 
 /// [`open_rw`], its writes reaching the disk as `writeback` says.
 pub fn open_rw_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
+    open_rw_inner(path, writeback, None)
+}
+
+/// [`open_rw`] of a file whose pages are `page_size` bytes (a power of two from 512 to
+/// 65,536) if this call creates it. A file that exists keeps its page size: in WAL mode
+/// SQLite ignores the pragma (only a `VACUUM` outside WAL would change it).
+///
+/// Smaller pages cost a WAL less for a small row in a randomly placed B-tree leaf: each commit
+/// writes every page it touched whole, as one frame (see `tidemark_chat`'s `hot.db`, which
+/// uses this for its (conversation, seq) index).
+pub fn open_rw_paged(path: &Path, page_size: u32) -> Result<Connection, SqliteError> {
+    open_rw_inner(path, Writeback::Direct, Some(page_size))
+}
+
+fn open_rw_inner(
+    path: &Path,
+    writeback: Writeback,
+    page_size: Option<u32>,
+) -> Result<Connection, SqliteError> {
     let conn = open_with(path, writeback)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
+    if let Some(size) = page_size {
+        // Before the switch to WAL, which fixes the size of a new file.
+        conn.pragma_update(None, "page_size", size)?;
+    }
     conn.pragma_update(None, "journal_mode", "WAL")?;
     conn.pragma_update(None, "synchronous", "FULL")?;
     conn.pragma_update(None, "foreign_keys", "ON")?;
@@ -621,6 +644,33 @@ mod tests {
             .await
             .unwrap();
         assert_eq!((count, refused), (180, 0));
+    }
+
+    #[test]
+    fn a_paged_open_sizes_new_files_and_keeps_existing_ones() {
+        let dir = tempfile::tempdir().unwrap();
+        let page_size = |c: &Connection| -> i64 {
+            c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap()
+        };
+        let journal = |c: &Connection| -> String {
+            c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap()
+        };
+        let new = dir.path().join("new.db");
+        let conn = open_rw_paged(&new, 1024).unwrap();
+        conn.execute_batch("CREATE TABLE t (v BLOB); INSERT INTO t VALUES (zeroblob(3000));")
+            .unwrap();
+        assert_eq!((page_size(&conn), journal(&conn).as_str()), (1024, "wal"));
+        drop(conn);
+        let conn = open_rw_paged(&new, 4096).unwrap();
+        assert_eq!(page_size(&conn), 1024);
+        let old = dir.path().join("old.db");
+        let conn = open_rw(&old).unwrap();
+        conn.execute_batch("CREATE TABLE t (v INTEGER); INSERT INTO t VALUES (7);")
+            .unwrap();
+        drop(conn);
+        let conn = open_rw_paged(&old, 1024).unwrap();
+        let v: i64 = conn.query_row("SELECT v FROM t", [], |r| r.get(0)).unwrap();
+        assert_eq!((page_size(&conn), v), (4096, 7));
     }
 
     /// A fresh database file (kept while the returned dir lives) with table `t (v INTEGER)`, and
