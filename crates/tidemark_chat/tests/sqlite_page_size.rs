@@ -82,7 +82,8 @@ async fn a_hot_file_made_with_4_kib_pages_keeps_them() {
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "page_size", 4096).unwrap();
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();
-    conn.execute_batch("CREATE TABLE earlier (v INTEGER)").unwrap();
+    conn.execute_batch("CREATE TABLE earlier (v INTEGER)")
+        .unwrap();
     drop(conn);
     bodies_round_trip(&path).await;
     assert_eq!(page_size(&path), 4096);

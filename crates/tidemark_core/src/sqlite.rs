@@ -649,11 +649,11 @@ mod tests {
     #[test]
     fn a_paged_open_sizes_new_files_and_keeps_existing_ones() {
         let dir = tempfile::tempdir().unwrap();
-        let page_size = |c: &Connection| -> i64 {
-            c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap()
-        };
+        let page_size =
+            |c: &Connection| -> i64 { c.query_row("PRAGMA page_size", [], |r| r.get(0)).unwrap() };
         let journal = |c: &Connection| -> String {
-            c.query_row("PRAGMA journal_mode", [], |r| r.get(0)).unwrap()
+            c.query_row("PRAGMA journal_mode", [], |r| r.get(0))
+                .unwrap()
         };
         let new = dir.path().join("new.db");
         let conn = open_rw_paged(&new, 1024).unwrap();

@@ -37,7 +37,7 @@ use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, Writebac
 
 use super::index_log::{self, MERGE_CHUNK, MERGE_ENTRIES, PendingIndex, bucket};
 use super::{RECORD_COLUMNS, record_from_row};
-use crate::error::Result;
+use crate::error::{ChatError, Result};
 use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::Archive;
 
@@ -145,8 +145,7 @@ impl SqliteArchive {
     }
 
     fn pending(&self) -> MutexGuard<'_, PendingIndex> {
-        // The index is changed only after commits, in steps that cannot panic halfway.
-        self.pending.lock().unwrap_or_else(|e| e.into_inner())
+        lock(&self.pending)
     }
 
     /// Merges the index log into `history_index` (see [`super::index_log`]: a read of the log
@@ -178,7 +177,25 @@ impl SqliteArchive {
             .write(move |conn| index_log::delete_merged(conn, last))
             .await?;
         let deleted = Instant::now();
-        self.pending().merged(last);
+        // Dropping ~65,000 entries from memory (and the sorted copy) takes tens of ms of CPU:
+        // on the archive's writer thread, at its priority, not on an async worker that also
+        // answers SENDs (issue 2, session 19: 56–76 ms at 10,000 sends/s, where the slow
+        // episodes of `tiered` came at merges' ends). A job of its own, after the delete's
+        // commit: an entry leaves memory only once its merge committed (module docs).
+        let pending = Arc::clone(&self.pending);
+        let forgotten = self
+            .writer
+            .write(move |_| {
+                lock(&pending).merged(last);
+                drop(sorted);
+                Ok::<_, ChatError>(())
+            })
+            .await;
+        if forgotten.is_err() {
+            // The writer did not run the job (it stopped): the merged entries would stay in
+            // memory for good, their log rows deleted.
+            self.pending().merged(last);
+        }
         tracing::info!(
             entries,
             ms = started.elapsed().as_millis() as u64,
@@ -209,6 +226,11 @@ impl SqliteArchive {
     fn last_cycle(&self) -> DutyCycle {
         DutyCycle::new(f64::from_bits(self.duty.load(Ordering::Relaxed)))
     }
+}
+
+fn lock(pending: &Mutex<PendingIndex>) -> MutexGuard<'_, PendingIndex> {
+    // The index is changed only after commits, in steps that cannot panic halfway.
+    pending.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 #[async_trait]
