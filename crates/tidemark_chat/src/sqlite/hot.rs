@@ -92,9 +92,10 @@ const WATERMARK_KEY: &str = "archive_watermark";
 /// leaves of that index (87,535 of 143,731 in one WAL, ~1,000 distinct leaves each written
 /// ~86 times), i.e. some 4 KiB of log per ~60-byte key. At 1 KiB those frames shrink fourfold:
 /// the data disk took 12.1–13.9 instead of 16.8–18.2 KiB per message (`hot-only`, 10k, four
-/// runs each) and `hot.db` 1,361 instead of 1,563 B per message (1 KiB bodies: a row then
-/// fills a page and spills its tail into an overflow page instead of sharing 4 KiB pages
-/// with three others), at no CPU cost beyond the noise (on tmpfs the server took 1.07–1.10
+/// runs each) and `hot.db` 1,361 instead of 1,563 B per message (1 KiB bodies: SQLite keeps
+/// ~110 bytes of such a row in its leaf, eight to a leaf, and fills one overflow page with the
+/// rest, where three rows shared a 4 KiB page with ~600 bytes to spare), at no CPU cost
+/// beyond the noise (on tmpfs the server took 1.07–1.10
 /// against 1.04–1.10 cores). The archive keeps 4 KiB pages: its index is written in time
 /// order ([`super::index_log`]), and at 1 KiB its writer took more CPU.
 pub const HOT_PAGE_SIZE: u32 = 1024;
