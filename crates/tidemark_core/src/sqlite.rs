@@ -186,7 +186,7 @@ impl GroupWriter {
     /// [`Priority::Background`]) runs a PASSIVE
     /// checkpoint on its own connection every [`CHECKPOINT_EVERY`], or every
     /// [`CHECKPOINT_BUSY_EVERY`] while the log grows fast ([`checkpoint_pause`]); the writer's
-    /// automatic checkpoint, which rewinds the log, only triggers past [`AUTOCHECKPOINT_PAGES`];
+    /// automatic checkpoint, which rewinds the log, only triggers past [`AUTOCHECKPOINT_BYTES`];
     /// and the writer truncates the WAL when it stops.
     pub fn start(name: &str, conn: Connection, max_batch: usize) -> Self {
         Self::spawn(name, conn, max_batch, Box::new(|_| {}), Priority::Normal)
@@ -223,7 +223,12 @@ impl GroupWriter {
         on_rollback: RollbackHook,
         priority: Priority,
     ) -> Self {
-        if let Err(e) = conn.pragma_update(None, "wal_autocheckpoint", AUTOCHECKPOINT_PAGES) {
+        let raised = conn
+            .query_row("PRAGMA page_size", [], |r| r.get(0))
+            .and_then(|page_size| {
+                conn.pragma_update(None, "wal_autocheckpoint", autocheckpoint_pages(page_size))
+            });
+        if let Err(e) = raised {
             tracing::warn!(error = %e, "could not raise wal_autocheckpoint");
         }
         let path = conn
@@ -361,19 +366,27 @@ pub const CHECKPOINT_BUSY_EVERY: Duration = Duration::from_millis(5);
 
 /// Log growth (frames per second, measured between two passes) above which the companion
 /// thread counts the writer as busy and checkpoints again after [`CHECKPOINT_BUSY_EVERY`]:
-/// 1,024 frames/s is 4 MiB/s of 4 KiB pages.
+/// 1,024 frames/s is 4 MiB/s of 4 KiB pages (1 MiB/s of `hot.db`'s 1 KiB pages: a writer that
+/// busy is checkpointed closely either way).
 pub const CHECKPOINT_BUSY_FRAMES_PER_SEC: f64 = 1024.0;
 
-/// WAL size (pages) past which the writer checkpoints by itself (SQLite's default is 1,000).
+/// WAL size (bytes of pages) past which the writer checkpoints by itself (SQLite's default is
+/// 1,000 pages); SQLite counts it in pages: [`autocheckpoint_pages`].
 ///
 /// Under a steady write load the log is never fully copied when the writer starts a
 /// transaction, so it only rewinds at this size, with the writer's own checkpoint; each rewind
 /// stalled commits 30–80 ms on this project's test machine, whatever was left to copy (issue 2:
-/// at 50,000 pages that was once a second at 10,000 sends/s, and p99 followed the stalls). At
-/// 250,000 pages (≈ 1 GiB of WAL at most) it is once in about five seconds. The log is copied
-/// into the database continuously all the same, so readers and crash recovery see a log that
-/// is mostly checkpointed.
-pub const AUTOCHECKPOINT_PAGES: i64 = 250_000;
+/// at 50,000 pages of 4 KiB that was once a second at 10,000 sends/s, and p99 followed the
+/// stalls). At 250,000 pages of 4 KiB (≈ 1 GiB of WAL at most) it is once in about five
+/// seconds; in bytes, so that a file of smaller pages (`hot.db`'s 1 KiB) rewinds as seldom.
+/// The log is copied into the database continuously all the same, so readers and crash
+/// recovery see a log that is mostly checkpointed.
+pub const AUTOCHECKPOINT_BYTES: i64 = 250_000 * 4096;
+
+/// [`AUTOCHECKPOINT_BYTES`] in pages of `page_size` bytes (`wal_autocheckpoint`'s unit).
+pub fn autocheckpoint_pages(page_size: i64) -> i64 {
+    AUTOCHECKPOINT_BYTES / page_size.max(512)
+}
 
 /// The pause before the companion thread's next PASSIVE checkpoint, given that the log grew by
 /// `grew_frames` in `elapsed` since the previous one: [`CHECKPOINT_BUSY_EVERY`] while the
@@ -391,7 +404,7 @@ pub fn checkpoint_pause(grew_frames: i64, elapsed: Duration) -> Duration {
 
 fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
     // Copying the log into the database may lag; the writer rewinds it past
-    // AUTOCHECKPOINT_PAGES whatever happens here.
+    // AUTOCHECKPOINT_BYTES whatever happens here.
     Priority::Background.apply_to_current_thread();
     let opened = open_with(path, Writeback::for_priority(Priority::Background)).and_then(|c| {
         c.busy_timeout(Duration::from_millis(50))?;
@@ -671,6 +684,25 @@ mod tests {
         let conn = open_rw_paged(&old, 1024).unwrap();
         let v: i64 = conn.query_row("SELECT v FROM t", [], |r| r.get(0)).unwrap();
         assert_eq!((page_size(&conn), v), (4096, 7));
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_rewinds_its_log_at_the_same_bytes_whatever_the_page_size() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut rewinds = Vec::new();
+        for size in [1024_u32, 4096] {
+            let conn = open_rw_paged(&dir.path().join(format!("p{size}.db")), size).unwrap();
+            let writer = GroupWriter::start("pages", conn, 8);
+            let pages: i64 = writer
+                .write(|c: &Connection| -> Result<i64, TestError> {
+                    Ok(c.query_row("PRAGMA wal_autocheckpoint", [], |r| r.get(0))?)
+                })
+                .await
+                .unwrap();
+            rewinds.push((pages, pages * i64::from(size)));
+        }
+        let bytes = AUTOCHECKPOINT_BYTES;
+        assert_eq!(rewinds, [(1_000_000, bytes), (250_000, bytes)]);
     }
 
     /// A fresh database file (kept while the returned dir lives) with table `t (v INTEGER)`, and

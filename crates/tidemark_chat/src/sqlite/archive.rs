@@ -37,7 +37,7 @@ use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, Writebac
 
 use super::index_log::{self, MERGE_CHUNK, MERGE_ENTRIES, PendingIndex, bucket};
 use super::{RECORD_COLUMNS, record_from_row};
-use crate::error::{ChatError, Result};
+use crate::error::Result;
 use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::Archive;
 
@@ -177,24 +177,21 @@ impl SqliteArchive {
             .write(move |conn| index_log::delete_merged(conn, last))
             .await?;
         let deleted = Instant::now();
-        // Dropping ~65,000 entries from memory (and the sorted copy) takes tens of ms of CPU:
-        // on the archive's writer thread, at its priority, not on an async worker that also
-        // answers SENDs (issue 2, session 19: 56–76 ms at 10,000 sends/s, where the slow
-        // episodes of `tiered` came at merges' ends). A job of its own, after the delete's
-        // commit: an entry leaves memory only once its merge committed (module docs).
+        // Dropping ~65,000 entries from memory (and the sorted copy) takes tens of ms of CPU
+        // (26–169 ms per merge at 10,000 sends/s, issue 2, session 19): on a blocking thread
+        // at normal priority, not on an async worker that also answers SENDs, and not on the
+        // archive's background writer, where a reader waiting for the lock would wait for a
+        // low-priority thread. After the delete's commit: an entry leaves memory only once its
+        // merge committed (module docs).
         let pending = Arc::clone(&self.pending);
-        let forgotten = self
-            .writer
-            .write(move |_| {
-                lock(&pending).merged(last);
-                drop(sorted);
-                Ok::<_, ChatError>(())
-            })
-            .await;
-        if forgotten.is_err() {
-            // The writer did not run the job (it stopped): the merged entries would stay in
-            // memory for good, their log rows deleted.
-            self.pending().merged(last);
+        let forget = move || {
+            lock(&pending).merged(last);
+            drop(sorted);
+        };
+        if let Err(error) = tokio::task::spawn_blocking(forget).await {
+            // The merged entries stay in memory: readers find them in both places, harmlessly,
+            // and the next merge drops them (it removes every entry up to its own last row).
+            tracing::warn!(%error, "dropping the merged index entries from memory failed");
         }
         tracing::info!(
             entries,

@@ -91,8 +91,9 @@ const WATERMARK_KEY: &str = "archive_watermark";
 /// chat` (`hot-only`, 10,000 sends/s, 10,000 conversations) 61 % of the WAL's frames were
 /// leaves of that index (87,535 of 143,731 in one WAL, ~1,000 distinct leaves each written
 /// ~86 times), i.e. some 4 KiB of log per ~60-byte key. At 1 KiB those frames shrink fourfold:
-/// the data disk took 12.1–13.9 instead of 16.8–18.2 KiB per message (`hot-only`, 10k, four
-/// runs each) and `hot.db` 1,361 instead of 1,563 B per message (1 KiB bodies: SQLite keeps
+/// the data disk took 13.0–14.7 instead of 18.4–19.6 KiB per message (`hot-only`, 10k, three
+/// interleaved pairs; `tiered` 17.3–18.2 instead of 21.2–23.1) and `hot.db` 1,361 instead of
+/// 1,563 B per message (1 KiB bodies: SQLite keeps
 /// ~110 bytes of such a row in its leaf, eight to a leaf, and fills one overflow page with the
 /// rest, where three rows shared a 4 KiB page with ~600 bytes to spare), at no CPU cost
 /// beyond the noise (on tmpfs the server took 1.07–1.10
