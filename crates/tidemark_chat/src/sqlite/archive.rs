@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rusqlite::params;
+use rusqlite::{Connection, params};
 use tidemark_core::clock::{Clock, SystemClock};
 use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, Writeback, open_rw_with};
 
@@ -151,11 +151,13 @@ impl SqliteArchive {
     /// Merges the index log into `history_index` (see [`super::index_log`]: a read of the log
     /// in key order, chunks of [`MERGE_CHUNK`] entries, then the log's delete, each a writer
     /// job) and then drops the merged entries from memory; returns the last log row merged.
-    /// Logs each merge at `info`: its entries, its wall time and that of its unpaced steps
-    /// (the sorted read, the log's delete, the memory's update), all in ms, to lay beside
-    /// latency (`bench chat --server-logs`).
+    /// Logs each merge at `info`: its entries, its wall time and that of the steps around its
+    /// chunks (the sorted read, the log's delete, freeing the merged entries), all in ms, to
+    /// lay beside latency (`bench chat --server-logs`).
     pub async fn merge_index_log(&self) -> Result<Option<i64>> {
         let started = Instant::now();
+        // Before the read: every entry in memory now has its row among those it reads.
+        self.pending().begin_merge();
         let Some((last, sorted)) = self.writer.write(index_log::read_sorted).await? else {
             return Ok(None);
         };
@@ -177,28 +179,28 @@ impl SqliteArchive {
             .write(move |conn| index_log::delete_merged(conn, last))
             .await?;
         let deleted = Instant::now();
-        // Dropping ~65,000 entries from memory (and the sorted copy) takes tens of ms of CPU
-        // (26–169 ms per merge at 10,000 sends/s, issue 2, session 19): on a blocking thread
-        // at normal priority, not on an async worker that also answers SENDs, and not on the
-        // archive's background writer, where a reader waiting for the lock would wait for a
-        // low-priority thread. After the delete's commit: an entry leaves memory only once its
-        // merge committed (module docs).
-        let pending = Arc::clone(&self.pending);
-        let forget = move || {
-            lock(&pending).merged(last);
-            drop(sorted);
+        // After the delete's commit (an entry leaves memory only once its merge committed,
+        // module docs), the merge's generation leaves the index at once, and is freed on the
+        // archive's writer, paced like its batches (see `Merged::free`).
+        let merged = self.pending().merged(last);
+        let dropped = merged.len();
+        let sorted = Arc::try_unwrap(sorted).unwrap_or_default();
+        let mut cycle = self.last_cycle();
+        let free = move |_: &Connection| -> Result<()> {
+            merged.free(sorted, &mut cycle);
+            Ok(())
         };
-        if let Err(error) = tokio::task::spawn_blocking(forget).await {
-            // The merged entries stay in memory: readers find them in both places, harmlessly,
-            // and the next merge drops them (it removes every entry up to its own last row).
-            tracing::warn!(%error, "dropping the merged index entries from memory failed");
+        if let Err(error) = self.writer.write_unguarded(free).await {
+            // The entries were freed wherever the job was dropped; nothing else depends on it.
+            tracing::warn!(%error, "the archive's writer did not run the merge's cleanup");
         }
         tracing::info!(
             entries,
+            dropped,
             ms = started.elapsed().as_millis() as u64,
             read_ms,
             delete_ms = (deleted - inserted).as_millis() as u64,
-            memory_ms = deleted.elapsed().as_millis() as u64,
+            free_ms = deleted.elapsed().as_millis() as u64,
             "merged the archive's index log"
         );
         Ok(Some(last))
