@@ -389,3 +389,44 @@ async fn ops_endpoints() {
     assert!(text.contains("tidemark_chat_sends_total 1"), "{text}");
     assert!(text.contains("tidemark_chat_archive_lag_seconds"));
 }
+
+/// The request limit follows `chat.max_body_bytes` (found by a new user: above 2 MiB it had
+/// no effect), and leaves room for a body that JSON spells six bytes per byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_body_limit_is_the_configured_one_whatever_its_size() {
+    let c = client();
+    let send_len = async |server: &TestServer, cid: &str, id: &str, body: String| {
+        let url = server.url(&format!("/v1/conversations/{cid}/messages"));
+        let body = json!({"client_msg_id": id, "sender": "u1", "body": body});
+        call(&c, Method::POST, &url, Some(body)).await
+    };
+
+    let server = TestServer::start(&[("TIDEMARK_CHAT__MAX_BODY_BYTES", "3000000")]).await;
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let (st, ack) = send_len(&server, &cid, "big", "y".repeat(2_500_000)).await;
+    assert_eq!(st, 201, "{ack}");
+    let (st, err) = send_len(&server, &cid, "over", "y".repeat(3_000_001)).await;
+    assert_eq!((st, error_code(&err)), (413, "payload_too_large"));
+    let (_, page) = call(
+        &c,
+        Method::GET,
+        &server.url(&format!("/v1/conversations/{cid}/messages")),
+        None,
+    )
+    .await;
+    let bodies: Vec<usize> = page["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|m| m["body"].as_str().unwrap().len())
+        .collect();
+    assert_eq!(bodies, vec![2_500_000], "the one accepted message, whole");
+
+    // The default 64 KiB: a body of control characters is 384 KiB of JSON, and fits.
+    let server = TestServer::start(&[]).await;
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let (st, ack) = send_len(&server, &cid, "ctl", "\u{1}".repeat(64 * 1024)).await;
+    assert_eq!(st, 201, "{ack}");
+    let (st, err) = send_len(&server, &cid, "fat", "\u{1}".repeat(64 * 1024 + 1)).await;
+    assert_eq!((st, error_code(&err)), (413, "payload_too_large"));
+}

@@ -11,7 +11,7 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{Path, State};
+use axum::extract::{DefaultBodyLimit, Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
@@ -42,6 +42,7 @@ pub struct ChatApi;
 /// The chat routes, with `service` as their state (shared: one reference count per request,
 /// not a copy of the service's config and metrics handles).
 pub fn router(service: ChatService) -> Router {
+    let limit = request_limit(service.config().max_body_bytes);
     let service = Arc::new(service);
     Router::new()
         .route("/v1/conversations", post(create_conversation))
@@ -51,7 +52,17 @@ pub fn router(service: ChatService) -> Router {
         )
         .route("/v1/conversations/{cid}/read", put(mark_read))
         .route("/v1/users/{user}/conversations", get(user_conversations))
+        .layer(DefaultBodyLimit::max(limit))
         .with_state(service)
+}
+
+/// The largest chat request accepted, in bytes, for a body limit of `max_body_bytes`
+/// (`chat.max_body_bytes`): JSON may spell a body byte in six (`\u0001`), and the other fields
+/// (ids of at most 128 bytes, escaped too) fit in 64 KiB. Without it axum's default of 2 MiB
+/// would silently cap a larger configured limit; with it a request that cannot hold a valid
+/// SEND is refused (413) before it is read whole.
+pub fn request_limit(max_body_bytes: usize) -> usize {
+    max_body_bytes.saturating_mul(6).saturating_add(64 * 1024)
 }
 
 /// The schema of a user id in `CreateConversation::members`: not blank, at most 128 bytes.
