@@ -180,19 +180,28 @@ impl SqliteArchive {
             .await?;
         let deleted = Instant::now();
         // After the delete's commit (an entry leaves memory only once its merge committed,
-        // module docs), the merge's generation leaves the index at once, and is freed on the
-        // archive's writer, paced like its batches (see `Merged::free`).
+        // module docs), the merge's generation leaves the index at once, and is freed paced
+        // (see `Merged::free`): on the archive's writer when it is a background one (`tiered`),
+        // else on a blocking thread, off the writer the SENDs wait on (`sync-archive`).
         let merged = self.pending().merged(last);
         let dropped = merged.len();
         let sorted = Arc::try_unwrap(sorted).unwrap_or_default();
         let mut cycle = self.last_cycle();
-        let free = move |_: &Connection| -> Result<()> {
-            merged.free(sorted, &mut cycle);
-            Ok(())
-        };
-        if let Err(error) = self.writer.write_unguarded(free).await {
-            // The entries were freed wherever the job was dropped; nothing else depends on it.
-            tracing::warn!(%error, "the archive's writer did not run the merge's cleanup");
+        if self.paced {
+            let free = move |_: &Connection| -> Result<()> {
+                merged.free(sorted, &mut cycle);
+                Ok(())
+            };
+            if let Err(error) = self.writer.write_unguarded(free).await {
+                // The entries were freed (by the job, or where it was dropped); the error is
+                // its group's, e.g. a neighbouring job's failed commit.
+                tracing::warn!(%error, "the archive's writer reported an error after the merge's cleanup");
+            }
+        } else {
+            let free = move || merged.free(sorted, &mut cycle);
+            if let Err(error) = tokio::task::spawn_blocking(free).await {
+                tracing::warn!(%error, "freeing the merged index entries failed");
+            }
         }
         tracing::info!(
             entries,

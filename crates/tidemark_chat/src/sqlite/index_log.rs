@@ -17,7 +17,8 @@
 //!    a transaction of its own, paced like the archive's batches. A conversation's leaf is then
 //!    written once per merge instead of once per batch. After the delete committed, the merged
 //!    entries leave [`PendingIndex`] as one generation, set aside when the merge began, and are
-//!    freed on the archive's writer thread at its background priority.
+//!    freed paced on the archive's background writer (`tiered`; in `sync-archive`, whose
+//!    writer the SENDs wait on, on a blocking thread instead).
 //!
 //! Readers ([`super::SqliteArchive`]) take what they need of [`PendingIndex`] *before* their
 //! database snapshot: an entry leaves it only after its merge committed (or after a purge of
@@ -32,7 +33,9 @@
 //! table, unique by its time-ordered `message_id`), and an index entry points at its record
 //! through that id.
 
+use std::collections::btree_map::Range;
 use std::collections::{BTreeMap, HashSet};
+use std::iter::{Map, Peekable};
 
 use rusqlite::{Connection, params};
 use tidemark_core::sqlite::DutyCycle;
@@ -84,6 +87,9 @@ pub(super) fn bucket(seq: u64) -> i64 {
 
 type Key = (String, String, u64);
 
+/// A generation's entries of one conversation as `(seq, entry)`.
+type BySeq<'a> = Map<Range<'a, Key, Pending>, fn((&'a Key, &'a Pending)) -> (u64, &'a Pending)>;
+
 #[derive(Debug, Clone, PartialEq)]
 struct Pending {
     /// The log row that holds the entry.
@@ -101,7 +107,7 @@ impl Pending {
 /// The log's entries in memory, sorted by `(tenant, conversation, seq)` (see the module docs).
 ///
 /// Two generations, so that a merge's entries leave memory without a pass over the map under
-/// the lock: [`PendingIndex::begin_merge`] moves every entry into `merging` before the merge
+/// the lock (as a rule; see [`PendingIndex::merged`]): [`PendingIndex::begin_merge`] moves every entry into `merging` before the merge
 /// reads the log, and [`PendingIndex::merged`] hands that generation back whole once the
 /// merge's delete committed, for the caller to free paced ([`Merged::free`]). Issue 2,
 /// session 20: at 10,000 sends/s, 97 % of the SENDs over 10 ms came at merges' ends, while
@@ -110,8 +116,10 @@ impl Pending {
 pub(super) struct PendingIndex {
     /// Entries added since the last merge began.
     entries: BTreeMap<Key, Pending>,
-    /// The entries of the merge under way, each at or below the log row the merge reads up to
-    /// (they were committed before its read), until that merge commits.
+    /// The entries taken by the last [`PendingIndex::begin_merge`] (committed before that
+    /// merge read the log, so at or below the row it reads up to, unless a purge removed the
+    /// log's last rows first), until a merge commits them; a failed merge leaves them to the
+    /// next.
     merging: BTreeMap<Key, Pending>,
     /// The lowest and highest log rows in `entries` (or a wider range; `None` when empty):
     /// an entry at or below a merge's last row reaches `entries` only through an append that
@@ -230,6 +238,9 @@ impl PendingIndex {
         }
     }
 
+    /// The conversation's entries with `lo ≤ seq ≤ hi`, ascending: the two generations'
+    /// ranges merged as they are walked (a reader stops early; nothing is copied under the
+    /// lock), the later row where both hold a seq.
     fn conversation(
         &self,
         tenant: &str,
@@ -237,26 +248,34 @@ impl PendingIndex {
         lo: u64,
         hi: u64,
     ) -> impl Iterator<Item = (u64, &Pending)> {
-        let mut by_seq: BTreeMap<u64, &Pending> = BTreeMap::new();
-        if lo <= hi {
+        fn seq_of<'a>((key, pending): (&'a Key, &'a Pending)) -> (u64, &'a Pending) {
+            (key.2, pending)
+        }
+        fn by_seq(range: Range<'_, Key, Pending>) -> Peekable<BySeq<'_>> {
+            range.map(seq_of as fn(_) -> _).peekable()
+        }
+        let mut ranges = (lo <= hi).then(|| {
             let bounds = (tenant.to_owned(), conversation_id.to_owned(), lo)
                 ..=(tenant.to_owned(), conversation_id.to_owned(), hi);
-            let both = self
-                .merging
-                .range(bounds.clone())
-                .chain(self.entries.range(bounds));
-            for (k, p) in both {
-                by_seq
-                    .entry(k.2)
-                    .and_modify(|q| {
-                        if p.log_id > q.log_id {
-                            *q = p;
-                        }
-                    })
-                    .or_insert(p);
+            (
+                by_seq(self.merging.range(bounds.clone())),
+                by_seq(self.entries.range(bounds)),
+            )
+        });
+        std::iter::from_fn(move || {
+            let (older, newer) = ranges.as_mut()?;
+            match (older.peek(), newer.peek()) {
+                (Some(&(a, _)), Some(&(b, _))) if a < b => older.next(),
+                (Some(&(a, _)), Some(&(b, _))) if a > b => newer.next(),
+                (Some(_), Some(_)) => {
+                    let (seq, p) = older.next()?;
+                    let (_, q) = newer.next()?;
+                    Some((seq, if q.log_id >= p.log_id { q } else { p }))
+                }
+                (Some(_), None) => older.next(),
+                (None, _) => newer.next(),
             }
-        }
-        by_seq.into_iter()
+        })
     }
 
     /// The unexpired pending entries with `lo ≤ seq ≤ hi`, ascending.
@@ -308,22 +327,26 @@ impl PendingIndex {
     /// was committed before that read, so its row is among those the merge reads). A merge
     /// that failed left its generation here; the next one takes it over with the new entries.
     pub(super) fn begin_merge(&mut self) {
-        let mut entries = std::mem::take(&mut self.entries);
+        let entries = std::mem::take(&mut self.entries);
         if let Some((_, hi)) = self.entries_rows.take() {
             self.merging_last = self.merging_last.max(hi);
         }
         if self.merging.is_empty() {
             self.merging = entries;
         } else {
-            // `put` kept each key's later row in `entries`: it replaces the merging one.
-            self.merging.append(&mut entries);
+            // After a failed merge. `put` kept each key's later row in `entries`, so it
+            // replaces the merging one; one insert each (`append` would rebuild both trees).
+            for (key, pending) in entries {
+                self.merging.insert(key, pending);
+            }
         }
     }
 
     /// After the commit of a merge's delete of the log up to row `last`: the merged entries
     /// leave memory, returned whole for the caller to drop (freeing ~65,000 entries is tens
-    /// of ms of CPU: not under the lock, not at the SENDs' priority). No pass over either map
-    /// unless one holds entries on both sides of `last` (a late append, or no merge begun).
+    /// of ms of CPU: not under the lock, not at the SENDs' priority). No pass over `merging`
+    /// unless it may hold a row above `last`, none over `entries` unless it may hold one at
+    /// or below (a late append in `sync-archive`, or no merge begun).
     pub(super) fn merged(&mut self, last: i64) -> Merged {
         let mut merged = std::mem::take(&mut self.merging);
         if self.merging_last > last {
@@ -553,6 +576,8 @@ mod tests {
         assert_eq!(ids(&p), during);
         assert_eq!(p.message_ids("t", "a", &[1, 2])[&1], "replay");
         assert_eq!(p.earliest("t", "a", 0), Some(1));
+        assert_eq!(p.range("t", "a", 2, 3, 0).len(), 2);
+        assert_eq!(p.range("t", "a", 3, 2, 0).len(), 0);
         assert_eq!(
             p.len(),
             5,
@@ -586,6 +611,21 @@ mod tests {
         assert_eq!(p.range("t", "a", 0, 9, 0).len(), 1);
         assert_eq!(p.merged(4).len(), 1);
         assert_eq!(p.len(), 0);
+    }
+
+    #[test]
+    fn the_earliest_live_seq_is_found_across_generations() {
+        let mut p = PendingIndex::default();
+        p.insert(&[entry("a", 1, Some(10)), entry("a", 4, None)], &[1, 2]);
+        p.begin_merge();
+        p.insert(&[entry("a", 2, Some(10)), entry("a", 3, None)], &[3, 4]);
+        assert_eq!(p.earliest("t", "a", 0), Some(1));
+        assert_eq!(
+            p.earliest("t", "a", 10),
+            Some(3),
+            "seqs 1 and 2 expired at 10"
+        );
+        assert_eq!(p.earliest("t", "b", 0), None);
     }
 
     #[test]
