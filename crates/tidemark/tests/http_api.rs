@@ -407,16 +407,8 @@ async fn the_body_limit_is_the_configured_one_whatever_its_size() {
     assert_eq!(st, 201, "{ack}");
     let (st, err) = send_len(&server, &cid, "over", "y".repeat(3_000_001)).await;
     assert_eq!((st, error_code(&err)), (413, "payload_too_large"));
-    let (_, page) = call(
-        &c,
-        Method::GET,
-        &server.url(&format!("/v1/conversations/{cid}/messages")),
-        None,
-    )
-    .await;
-    let bodies: Vec<usize> = page["messages"]
-        .as_array()
-        .unwrap()
+    let (_, messages) = all_messages(&c, &server, &cid).await;
+    let bodies: Vec<usize> = messages
         .iter()
         .map(|m| m["body"].as_str().unwrap().len())
         .collect();

@@ -603,9 +603,9 @@ async fn run_mode(
     };
     // The data of a mode is no longer needed; free the disk for the next one, and let the
     // file system finish with it now (`sync`: its journal commit, and on a disk mounted with
-    // `discard` the discards of the freed blocks) rather than inside the next run, whose
-    // first seconds it held up once for ~200 ms (issue 2, session 20: the first `hot-only`
-    // run after a `tiered` one, in every run of the bench).
+    // `discard` the discards of the freed blocks) rather than inside the next run, which it
+    // held up once for ~200 ms a few seconds in (issue 2, session 20: the first `hot-only`
+    // run after a `tiered` one, in 4 of 5 benches).
     let _ = std::fs::remove_dir_all(&data_dir);
     settle_disk().await;
     Ok((rows, st))

@@ -102,14 +102,31 @@ impl Pending {
     fn live(&self, now_ms: i64) -> bool {
         self.expires_at_ms.is_none_or(|e| e > now_ms)
     }
+
+    /// Of two entries of one key, the one whose log row is later: a replayed entry's later
+    /// row stands for it (the merge deletes up to a row id).
+    fn later<'a>(&'a self, other: &'a Self) -> &'a Self {
+        if other.log_id > self.log_id {
+            other
+        } else {
+            self
+        }
+    }
+}
+
+/// `rows` widened to hold `log_id` (the bounds of [`PendingIndex`]'s `entries`).
+fn widen(rows: Option<(i64, i64)>, log_id: i64) -> Option<(i64, i64)> {
+    Some(rows.map_or((log_id, log_id), |(lo, hi)| {
+        (lo.min(log_id), hi.max(log_id))
+    }))
 }
 
 /// The log's entries in memory, sorted by `(tenant, conversation, seq)` (see the module docs).
 ///
 /// Two generations, so that a merge's entries leave memory without a pass over the map under
-/// the lock (as a rule; see [`PendingIndex::merged`]): [`PendingIndex::begin_merge`] moves every entry into `merging` before the merge
-/// reads the log, and [`PendingIndex::merged`] hands that generation back whole once the
-/// merge's delete committed, for the caller to free paced ([`Merged::free`]). Issue 2,
+/// the lock (as a rule; see [`PendingIndex::merged`]): [`PendingIndex::begin_merge`] moves
+/// every entry into `merging` before the merge reads the log, and [`PendingIndex::merged`]
+/// hands that generation back whole once the merge's delete committed, for the caller to free paced ([`Merged::free`]). Issue 2,
 /// session 20: at 10,000 sends/s, 97 % of the SENDs over 10 ms came at merges' ends, while
 /// the merged entries were taken out of the one map under its lock and freed in one piece.
 #[derive(Debug)]
@@ -207,10 +224,7 @@ impl PendingIndex {
                 self.entries.insert(key, pending);
             }
         }
-        self.entries_rows = Some(match self.entries_rows {
-            Some((lo, hi)) => (lo.min(log_id), hi.max(log_id)),
-            None => (log_id, log_id),
-        });
+        self.entries_rows = widen(self.entries_rows, log_id);
     }
 
     /// Adds entries committed to the log as rows `log_ids` (same order), after that commit.
@@ -233,7 +247,7 @@ impl PendingIndex {
     /// The entry of `key`: the later row's if both generations hold it.
     fn get(&self, key: &Key) -> Option<&Pending> {
         match (self.entries.get(key), self.merging.get(key)) {
-            (Some(a), Some(b)) => Some(if a.log_id >= b.log_id { a } else { b }),
+            (Some(a), Some(b)) => Some(a.later(b)),
             (a, b) => a.or(b),
         }
     }
@@ -270,7 +284,7 @@ impl PendingIndex {
                 (Some(_), Some(_)) => {
                     let (seq, p) = older.next()?;
                     let (_, q) = newer.next()?;
-                    Some((seq, if q.log_id >= p.log_id { q } else { p }))
+                    Some((seq, q.later(p)))
                 }
                 (Some(_), None) => older.next(),
                 (None, _) => newer.next(),
@@ -356,10 +370,7 @@ impl PendingIndex {
         }
         if self.entries_rows.is_some_and(|(lo, _)| lo <= last) {
             merged.extend(self.entries.extract_if(.., |_, p| p.log_id <= last));
-            let ids = self.entries.values().map(|p| p.log_id);
-            self.entries_rows = ids.fold(None, |r, id| {
-                Some(r.map_or((id, id), |(lo, hi): (i64, i64)| (lo.min(id), hi.max(id))))
-            });
+            self.entries_rows = self.entries.values().map(|p| p.log_id).fold(None, widen);
         }
         Merged(merged)
     }
