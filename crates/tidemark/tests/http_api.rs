@@ -422,3 +422,69 @@ async fn the_body_limit_is_the_configured_one_whatever_its_size() {
     let (st, err) = send_len(&server, &cid, "fat", "\u{1}".repeat(64 * 1024 + 1)).await;
     assert_eq!((st, error_code(&err)), (413, "payload_too_large"));
 }
+
+/// A history page is cut at `chat.page_bytes_max` bytes of message JSON, keeping the messages
+/// nearest its anchor, and says so; a client that pages on from the first (or last) message
+/// it got reads every message exactly once (found by a new user: 200 bodies of 64 KiB of
+/// control characters made one 79 MB answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_history_page_is_cut_at_its_byte_budget_and_paging_goes_on_from_the_cut() {
+    let server = TestServer::start(&[("TIDEMARK_CHAT__PAGE_BYTES_MAX", "20000")]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    // 30 messages of 3,000 control characters: 18,000 bytes of JSON each, one per page; and
+    // 30 short ones, which share pages.
+    for i in 1..=60 {
+        let body = if i % 2 == 0 {
+            "\u{7}".repeat(3000)
+        } else {
+            format!("short {i}")
+        };
+        let (st, v) = send(&c, &server, &cid, "u1", &format!("m{i}"), &body).await;
+        assert_eq!(st, 201, "{v}");
+    }
+    let page = async |query: String| {
+        let url = server.url(&format!("/v1/conversations/{cid}/messages?{query}"));
+        let (st, v) = call(&c, Method::GET, &url, None).await;
+        assert_eq!(st, 200, "{v}");
+        let seqs: Vec<u64> = v["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| m["conversation_seq"].as_u64().unwrap())
+            .collect();
+        (
+            seqs,
+            v["truncated"].as_bool().unwrap(),
+            v["latest_seq"].clone(),
+        )
+    };
+
+    let (newest, truncated, latest) = page("limit=10".into()).await;
+    assert_eq!((newest, truncated, latest), (vec![59, 60], true, json!(60)));
+    let (oldest, truncated, _) = page("after=0&limit=10".into()).await;
+    assert_eq!((oldest, truncated), (vec![1, 2, 3], true));
+    let (small, truncated, _) = page("before=4&limit=3".into()).await;
+    assert_eq!((small, truncated), (vec![1, 2, 3], false), "within budget");
+
+    // Back from the newest, each page from its first message; forward from 0, from its last.
+    let mut back = Vec::new();
+    let mut query = "limit=200".to_owned();
+    loop {
+        let (mut seqs, _, _) = page(query).await;
+        let Some(&first) = seqs.first() else { break };
+        seqs.extend(back);
+        back = seqs;
+        query = format!("before={first}&limit=200");
+    }
+    let mut forward = Vec::new();
+    let mut after = 0;
+    loop {
+        let (seqs, _, _) = page(format!("after={after}&limit=200")).await;
+        let Some(&last) = seqs.last() else { break };
+        forward.extend(seqs);
+        after = last;
+    }
+    let all: Vec<u64> = (1..=60).collect();
+    assert_eq!((back, forward), (all.clone(), all));
+}

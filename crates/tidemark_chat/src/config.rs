@@ -31,6 +31,10 @@ impl ChatMode {
 /// Default of [`ChatConfig::dedup_memory_keys`].
 pub const DEFAULT_DEDUP_MEMORY_KEYS: usize = 4_000_000;
 
+/// Default of [`ChatConfig::page_bytes_max`]: 4 MiB, 64 of the largest default bodies, or a
+/// page of 200 of them as plain text.
+pub const DEFAULT_PAGE_BYTES_MAX: usize = 4 << 20;
+
 /// Chat settings. Durations are written like `7d`, `30s`, `250ms`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -69,6 +73,10 @@ pub struct ChatConfig {
     pub commit_batch_max: usize,
     /// Largest message body in bytes (default 64 KiB).
     pub max_body_bytes: usize,
+    /// Most bytes of message JSON in one history page (default [`DEFAULT_PAGE_BYTES_MAX`],
+    /// 4 MiB). A page over it keeps the messages nearest its anchor and says `truncated`
+    /// ([`crate::reads::cap_page`]); one message is always answered, whatever its size.
+    pub page_bytes_max: usize,
     /// Trim candidates removed per store call (default 1,000).
     pub trim_batch: usize,
     /// How often the trimmer runs (default 1 s).
@@ -111,6 +119,7 @@ impl Default for ChatConfig {
             archive_batch_max: 500,
             commit_batch_max: 512,
             max_body_bytes: 64 * 1024,
+            page_bytes_max: DEFAULT_PAGE_BYTES_MAX,
             trim_batch: 1000,
             trim_interval: Duration::from_secs(1),
             archive_idle: Duration::from_millis(250),
@@ -127,8 +136,9 @@ impl Default for ChatConfig {
 impl ChatConfig {
     /// Checks the values no deployment can mean, so that the server refuses to start with
     /// the key named instead of running otherwise than configured: a count of 0
-    /// (`archive_batch_max`, `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`:
-    /// each would silently run as 1; `max_body_bytes`: every SEND would be refused), and a
+    /// (`archive_batch_max`, `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`,
+    /// `page_bytes_max`: each would silently run as 1; `max_body_bytes`: every SEND would be
+    /// refused), and a
     /// `dedup_window`, `archive_idle` or `trim_interval` under 1 ms (the stores count in ms: a
     /// retried SEND would commit twice, against the API's idempotent retry, or a worker would
     /// poll flat out while idle). `hot_window` may be 0: messages then leave the hot tier as
@@ -143,6 +153,7 @@ impl ChatConfig {
             ("redis_pool", self.redis_pool),
             ("mysql_pool", self.mysql_pool as usize),
             ("max_body_bytes", self.max_body_bytes),
+            ("page_bytes_max", self.page_bytes_max),
         ];
         if let Some((key, _)) = counts.iter().find(|(_, n)| *n == 0) {
             return Err(format!("chat.{key} must be at least 1"));
@@ -199,6 +210,10 @@ mod tests {
         assert_eq!(
             zeroed(|c| c.max_body_bytes = 0),
             at_least_one("max_body_bytes")
+        );
+        assert_eq!(
+            zeroed(|c| c.page_bytes_max = 0),
+            at_least_one("page_bytes_max")
         );
         assert_eq!(
             zeroed(|c| c.dedup_window = Duration::ZERO),

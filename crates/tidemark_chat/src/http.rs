@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `POST /v1/conversations` `{"members": [..], "listing_id"?}` | 201 `{"conversation_id"}` |
 //! | `POST /v1/conversations/{cid}/messages` `{"client_msg_id","sender","body","class"?}` | 201 new / 200 retry: `{"conversation_seq","message_id","committed_at"}` |
-//! | `GET /v1/conversations/{cid}/messages?before=|after=&limit=` | 200 `{"messages": [..], "earliest_available_seq", "latest_seq"}` |
+//! | `GET /v1/conversations/{cid}/messages?before=|after=&limit=` | 200 `{"messages": [..], "earliest_available_seq", "latest_seq", "truncated"}` |
 //! | `PUT /v1/conversations/{cid}/read` `{"user","seq"}` | 204 |
 //! | `GET /v1/users/{user}/conversations` | 200 `{"conversations": [{"conversation_id","latest_seq","unread"}]}` |
 
@@ -281,6 +281,10 @@ struct HistoryBody {
     earliest_available_seq: u64,
     /// The conversation's newest seq (0 before its first message).
     latest_seq: u64,
+    /// The page was cut at `chat.page_bytes_max` bytes of messages (4 MiB by default): it
+    /// holds the messages of its window nearest the anchor, and the next page starts from its
+    /// first message (`before=`, paging back) or its last (`after=`), not `limit` seqs on.
+    truncated: bool,
 }
 
 /// Reads a page of a conversation's history (PULL_HISTORY), from both tiers.
@@ -328,6 +332,7 @@ async fn list_messages(
         messages: page.messages.into_iter().map(MessageBody::from).collect(),
         earliest_available_seq: page.earliest_available_seq,
         latest_seq: page.latest_seq,
+        truncated: page.truncated,
     })
     .into_response())
 }

@@ -31,6 +31,72 @@ pub struct HistoryPage {
     pub earliest_available_seq: u64,
     /// Highest allocated seq.
     pub latest_seq: u64,
+    /// The page was cut at its byte budget ([`cap_page`]): it holds the messages of its window
+    /// nearest the anchor, and the next page starts from its first message (paging back) or
+    /// its last (paging forward), not from the window's edge.
+    pub truncated: bool,
+}
+
+/// The JSON bytes a message is counted at against a page's byte budget: its strings as
+/// `serde_json` escapes them (a control character takes six bytes) plus
+/// [`MESSAGE_JSON_OVERHEAD`] for the field names, numbers and the timestamp.
+pub fn message_json_bytes(m: &MessageRecord) -> usize {
+    [&m.body, &m.sender, &m.message_id]
+        .into_iter()
+        .map(|s| json_string_bytes(s))
+        .sum::<usize>()
+        + MESSAGE_JSON_OVERHEAD
+}
+
+/// What a history message's JSON holds besides its three strings, rounded up: the field
+/// names and punctuation (~90 bytes), a seq of up to 19 digits, the longest class name and an
+/// RFC 3339 timestamp.
+pub const MESSAGE_JSON_OVERHEAD: usize = 160;
+
+/// The length of `s` as a JSON string, quotes included, as `serde_json` writes it.
+fn json_string_bytes(s: &str) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `str` to a sink that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, s);
+    count.0
+}
+
+/// Cuts `page` to at most `budget` bytes of message JSON ([`message_json_bytes`]), keeping
+/// the messages nearest its anchor: the newest for [`Anchor::Latest`] and [`Anchor::Before`]
+/// (a client paging back goes on from the first one it got), the oldest for
+/// [`Anchor::After`] (one paging forward goes on from the last). The message nearest the
+/// anchor is kept whatever its size, so paging always moves on. Sets
+/// [`HistoryPage::truncated`] when it dropped any. Why: a page is up to 200 seqs wide and a
+/// body up to `max_body_bytes`, so without a budget one answer could hold 200 × 64 KiB of
+/// control characters spelled in six bytes each (79 MB; 30 such reads at once took a server
+/// to 2.5 GB, issue 2's new-user trial).
+pub fn cap_page(page: &mut HistoryPage, anchor: Anchor, budget: usize) {
+    let newest_first = !matches!(anchor, Anchor::After(_));
+    let keep = if newest_first {
+        within_budget(page.messages.iter().rev(), budget)
+    } else {
+        within_budget(page.messages.iter(), budget)
+    };
+    let drop = page.messages.len() - keep;
+    if drop == 0 {
+        return;
+    }
+    if newest_first {
+        page.messages.drain(..drop);
+    } else {
+        page.messages.truncate(keep);
+    }
+    page.truncated = true;
 }
 
 /// The inclusive seq window `[lo, hi]` a page covers (`limit` seqs wide), or `None` if empty.
@@ -105,7 +171,22 @@ pub async fn pull_history(
         messages,
         earliest_available_seq: earliest.unwrap_or(latest_seq + 1),
         latest_seq,
+        truncated: false,
     })
+}
+
+/// How many of `messages`, taken in order, fit in `budget` JSON bytes (at least one).
+fn within_budget<'a>(messages: impl Iterator<Item = &'a MessageRecord>, budget: usize) -> usize {
+    let mut used = 0;
+    let mut keep = 0;
+    for m in messages {
+        used += message_json_bytes(m);
+        if keep > 0 && used > budget {
+            break;
+        }
+        keep += 1;
+    }
+    keep
 }
 
 /// An unread count and the latest seq it was counted against (read atomically with F).
@@ -257,5 +338,95 @@ mod tests {
         assert_eq!(page_window(Anchor::Before(1), 50, 1000), None);
         assert_eq!(page_window(Anchor::After(990), 50, 1000), Some((991, 1000)));
         assert_eq!(page_window(Anchor::After(1000), 50, 1000), None);
+    }
+
+    /// A record of seq `seq` whose body is `body`.
+    fn message(seq: u64, body: &str) -> MessageRecord {
+        MessageRecord {
+            tenant: "t".into(),
+            conversation_id: "c".into(),
+            conversation_seq: seq,
+            message_id: format!("m{seq}"),
+            sender: "u1".into(),
+            client_msg_id: format!("k{seq}"),
+            body: body.into(),
+            class: MessageClass::Standard,
+            committed_at_ms: 0,
+            expires_at_ms: None,
+        }
+    }
+
+    fn page_of(bodies: &[&str]) -> HistoryPage {
+        HistoryPage {
+            messages: (1..).zip(bodies).map(|(s, b)| message(s, b)).collect(),
+            earliest_available_seq: 1,
+            latest_seq: bodies.len() as u64,
+            truncated: false,
+        }
+    }
+
+    fn seqs(page: &HistoryPage) -> Vec<u64> {
+        page.messages.iter().map(|m| m.conversation_seq).collect()
+    }
+
+    #[test]
+    fn a_message_counts_its_strings_as_json_spells_them() {
+        let plain = message_json_bytes(&message(1, "abc"));
+        // "m1", "u1", "abc" with their quotes.
+        assert_eq!(plain, 4 + 4 + 5 + MESSAGE_JSON_OVERHEAD);
+        // A control character is six bytes (\u0001), a quote two.
+        assert_eq!(message_json_bytes(&message(1, "\u{1}\"c")), plain - 5 + 11);
+        // The overhead covers what serde_json writes besides the strings, for a long seq.
+        let mut m = message(u64::MAX >> 1, "x");
+        m.class = MessageClass::Ephemeral24h;
+        m.committed_at_ms = 253_402_300_799_999;
+        let whole = serde_json::json!({
+            "conversation_seq": m.conversation_seq, "message_id": m.message_id,
+            "sender": m.sender, "body": m.body, "class": "ephemeral24h",
+            "committed_at": tidemark_core::timefmt::rfc3339_ms(m.committed_at_ms),
+        });
+        assert!(serde_json::to_vec(&whole).unwrap().len() < message_json_bytes(&m));
+    }
+
+    #[test]
+    fn a_page_over_its_budget_keeps_the_messages_nearest_its_anchor() {
+        let body = "x".repeat(1000);
+        let bodies = [body.as_str(); 5];
+        let one = message_json_bytes(&message(1, &body));
+
+        // Within the budget: untouched.
+        let mut page = page_of(&bodies);
+        cap_page(&mut page, Anchor::Latest, 5 * one);
+        assert_eq!((seqs(&page), page.truncated), (vec![1, 2, 3, 4, 5], false));
+
+        // Paging back (newest page, before=): the newest that fit.
+        for anchor in [Anchor::Latest, Anchor::Before(6)] {
+            let mut page = page_of(&bodies);
+            cap_page(&mut page, anchor, 2 * one + one / 2);
+            assert_eq!(
+                (seqs(&page), page.truncated),
+                (vec![4, 5], true),
+                "{anchor:?}"
+            );
+            assert_eq!(page.latest_seq, 5, "the page's other fields stay");
+        }
+
+        // Paging forward: the oldest that fit.
+        let mut page = page_of(&bodies);
+        cap_page(&mut page, Anchor::After(0), 3 * one);
+        assert_eq!((seqs(&page), page.truncated), (vec![1, 2, 3], true));
+
+        // One message over the whole budget is still answered, alone.
+        let mut page = page_of(&bodies);
+        cap_page(&mut page, Anchor::Latest, 10);
+        assert_eq!((seqs(&page), page.truncated), (vec![5], true));
+        let mut page = page_of(&bodies);
+        cap_page(&mut page, Anchor::After(0), 10);
+        assert_eq!((seqs(&page), page.truncated), (vec![1], true));
+
+        // An empty page stays empty.
+        let mut page = page_of(&[]);
+        cap_page(&mut page, Anchor::Latest, 10);
+        assert_eq!((seqs(&page), page.truncated), (vec![], false));
     }
 }

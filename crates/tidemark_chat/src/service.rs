@@ -359,7 +359,8 @@ impl ChatService {
         Ok(outcome)
     }
 
-    /// PULL_HISTORY. `limit` must be 1..=200.
+    /// PULL_HISTORY. `limit` must be 1..=200; the page is cut at `chat.page_bytes_max` bytes
+    /// of message JSON ([`reads::cap_page`]).
     pub async fn history(
         &self,
         tenant: &str,
@@ -378,7 +379,7 @@ impl ChatService {
             limit,
             latest_seq: conv.latest_seq,
         };
-        reads::pull_history(
+        let mut page = reads::pull_history(
             self.stores.hot.as_ref(),
             self.stores.archive.as_deref(),
             tenant,
@@ -386,7 +387,9 @@ impl ChatService {
             page,
             self.clock.now_ms(),
         )
-        .await
+        .await?;
+        reads::cap_page(&mut page, anchor, self.cfg.page_bytes_max);
+        Ok(page)
     }
 
     /// Moves `user`'s read pointer to `seq` (never backwards). `seq` must be ≤ latest.

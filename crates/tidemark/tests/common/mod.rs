@@ -276,36 +276,41 @@ pub async fn send(
     .await
 }
 
-/// Every message of a conversation, paging backwards from the newest.
+/// Every message of a conversation, paging backwards from the newest, 200 seqs a page (or
+/// from a page's first message where the page was cut at its byte budget).
 pub async fn all_messages(c: &reqwest::Client, s: &TestServer, cid: &str) -> (u64, Vec<Value>) {
-    let (st, first) = call(
-        c,
-        reqwest::Method::GET,
-        &s.url(&format!("/v1/conversations/{cid}/messages?limit=200")),
-        None,
-    )
-    .await;
-    assert_eq!(st, 200, "{first}");
-    let latest = first["latest_seq"].as_u64().unwrap();
-    let mut out: Vec<Value> = first["messages"].as_array().unwrap().clone();
-    let mut before = latest.saturating_sub(199).max(1);
-    while before > 1 {
+    let mut latest = None;
+    let mut out: Vec<Value> = Vec::new();
+    let mut query = "limit=200".to_owned();
+    loop {
         let (st, page) = call(
             c,
             reqwest::Method::GET,
-            &s.url(&format!(
-                "/v1/conversations/{cid}/messages?before={before}&limit=200"
-            )),
+            &s.url(&format!("/v1/conversations/{cid}/messages?{query}")),
             None,
         )
         .await;
         assert_eq!(st, 200, "{page}");
+        let newest = *latest.get_or_insert_with(|| page["latest_seq"].as_u64().unwrap());
         let mut msgs = page["messages"].as_array().unwrap().clone();
+        let window_start = match query.strip_prefix("before=") {
+            Some(q) => q.split('&').next().unwrap().parse::<u64>().unwrap(),
+            None => newest + 1,
+        }
+        .saturating_sub(200)
+        .max(1);
+        let before = match (page["truncated"].as_bool(), msgs.first()) {
+            (Some(true), Some(m)) => m["conversation_seq"].as_u64().unwrap(),
+            _ => window_start,
+        };
         msgs.extend(out);
         out = msgs;
-        before = before.saturating_sub(200).max(1);
+        if before <= 1 {
+            break;
+        }
+        query = format!("before={before}&limit=200");
     }
-    (latest, out)
+    (latest.unwrap_or(0), out)
 }
 
 /// The `/metrics` page (Prometheus text).
