@@ -488,3 +488,40 @@ async fn a_history_page_is_cut_at_its_byte_budget_and_paging_goes_on_from_the_cu
     let all: Vec<u64> = (1..=60).collect();
     assert_eq!((back, forward), (all.clone(), all));
 }
+
+/// A request whose `Content-Length` is over the limit is refused at once with a JSON 413,
+/// before its body is read (found by a new user: a declared 100 MB and a silent client held
+/// the request until the 60 s body timeout). The chat, links and analytics routes alike.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_oversized_content_length_is_refused_before_the_body_is_read() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    let server = TestServer::start(&[]).await;
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    for path in [
+        "/v1/conversations",
+        "/v1/mailings",
+        "/v1/listings",
+        "/v1/conversations/x/messages",
+    ] {
+        let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+        let head = format!(
+            "POST {path} HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {KEY}\r\n\
+             Content-Type: application/json\r\nContent-Length: 100000000\r\n\r\n{{"
+        );
+        conn.write_all(head.as_bytes()).await.unwrap();
+        let mut answer = Vec::new();
+        // The server answers without waiting for the body, then closes the connection.
+        let read = tokio::time::timeout(
+            std::time::Duration::from_secs(10),
+            conn.read_to_end(&mut answer),
+        )
+        .await;
+        assert!(read.is_ok(), "{path}: no answer within 10 s");
+        let answer = String::from_utf8_lossy(&answer);
+        assert!(answer.starts_with("HTTP/1.1 413"), "{path}: {answer}");
+        let body = answer.split("\r\n\r\n").nth(1).unwrap_or_default();
+        let v: Value = serde_json::from_str(body).unwrap_or(Value::Null);
+        assert_eq!(error_code(&v), "payload_too_large", "{path}: {answer}");
+    }
+}

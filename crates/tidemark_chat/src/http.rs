@@ -11,12 +11,12 @@
 use std::sync::Arc;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
-use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, Tenant};
+use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, Tenant, body_limit};
 use tidemark_core::openapi::JsonBodyErrors;
 use tidemark_core::timefmt::rfc3339_ms;
 use utoipa::{IntoParams, ToSchema};
@@ -44,16 +44,15 @@ pub struct ChatApi;
 pub fn router(service: ChatService) -> Router {
     let limit = request_limit(service.config().max_body_bytes);
     let service = Arc::new(service);
-    Router::new()
+    let routes = Router::new()
         .route("/v1/conversations", post(create_conversation))
         .route(
             "/v1/conversations/{cid}/messages",
             post(send_message).get(list_messages),
         )
         .route("/v1/conversations/{cid}/read", put(mark_read))
-        .route("/v1/users/{user}/conversations", get(user_conversations))
-        .layer(DefaultBodyLimit::max(limit))
-        .with_state(service)
+        .route("/v1/users/{user}/conversations", get(user_conversations));
+    body_limit(routes, limit).with_state(service)
 }
 
 /// The largest chat request accepted, in bytes, for a body limit of `max_body_bytes`

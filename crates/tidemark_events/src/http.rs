@@ -8,13 +8,13 @@
 //! | `POST /write?db=&precision=` (line protocol, InfluxDB v1) | 204 |
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use serde::{Deserialize, Serialize};
 use tidemark_core::clock::SharedClock;
-use tidemark_core::http::{ApiError, ApiQuery, ErrorBody, Tenant};
+use tidemark_core::http::{ApiError, ApiQuery, ErrorBody, Tenant, body_limit};
 use utoipa::ToSchema;
 
 use crate::ingest::{Ingest, IngestError, decode_json, decode_line_protocol};
@@ -40,11 +40,13 @@ pub(crate) struct IngestApi;
 
 /// The ingest routes.
 pub fn ingest_router(state: EventsHttp) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/v1/events", post(post_events))
         .route("/api/v2/write", post(write))
-        .route("/write", post(write))
-        .layer(DefaultBodyLimit::max(MAX_BODY_BYTES))
+        .route("/write", post(write));
+    // The limit counts the body as decompressed (a gzip body's `Content-Length` is not its
+    // size), so it goes inside the decompression.
+    body_limit(routes, MAX_BODY_BYTES)
         // `Content-Encoding: gzip`, as Telegraf and the InfluxDB clients can send.
         .layer(tower_http::decompression::RequestDecompressionLayer::new())
         .with_state(state)

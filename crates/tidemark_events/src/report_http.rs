@@ -11,12 +11,12 @@
 //! outside the configured set are 400 with a JSON error, and change nothing.
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 use tidemark_core::day::UtcDay;
-use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, Tenant};
+use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, Tenant, body_limit};
 use tidemark_core::openapi::JsonBodyErrors;
 use utoipa::{IntoParams, ToSchema};
 
@@ -45,13 +45,12 @@ pub(crate) struct AnalyticsApi;
 
 /// The listing, report and rollup routes.
 pub fn analytics_router(state: AnalyticsHttp) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/v1/listings/{lid}", put(put_listing))
         .route("/v1/listings", post(post_listings))
         .route("/v1/accounts/{aid}/report", get(report))
-        .route("/v1/rollups/{day}", post(roll_up))
-        .layer(DefaultBodyLimit::max(16 * 1024 * 1024))
-        .with_state(state)
+        .route("/v1/rollups/{day}", post(roll_up));
+    body_limit(routes, 16 * 1024 * 1024).with_state(state)
 }
 
 impl From<RollupError> for ApiError {

@@ -13,12 +13,12 @@
 
 use axum::Router;
 use axum::body::Body;
-use axum::extract::{DefaultBodyLimit, Path, State};
+use axum::extract::{Path, State};
 use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
-use tidemark_core::http::{ApiError, ApiJson, ErrorBody, Tenant};
+use tidemark_core::http::{ApiError, ApiJson, ErrorBody, Tenant, body_limit};
 use tidemark_core::openapi::JsonBodyErrors;
 use utoipa::ToSchema;
 
@@ -41,14 +41,13 @@ pub struct LinksApi;
 
 /// The authenticated `/v1` routes.
 pub fn api_router(svc: LinksService) -> Router {
-    Router::new()
+    let routes = Router::new()
         .route("/v1/mailings", post(create_mailing))
         .route("/v1/mailings/{mid}/render", post(render))
         .route("/v1/mailings/{mid}/send", post(send))
         .route("/v1/suppressions", post(suppress))
-        .route("/v1/suppressions/{email}", delete(unsuppress))
-        .layer(DefaultBodyLimit::max(MAX_REQUEST_BYTES))
-        .with_state(svc)
+        .route("/v1/suppressions/{email}", delete(unsuppress));
+    body_limit(routes, MAX_REQUEST_BYTES).with_state(svc)
 }
 
 /// The public tracking routes.
