@@ -121,6 +121,42 @@ async fn contract_and_bad_inputs() {
             422,
             "unprocessable_entity",
         ),
+        // Ids a request creates: no control character, no whitespace at either end.
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["a", "b\u{7}c"]})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["a", " b"]})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["a\u{a0}", "b"]})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "b8\n", "sender": "u1", "body": "hi"})),
+            400,
+            "bad_request",
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "b\u{0}", "sender": "u1", "body": "hi"})),
+            400,
+            "bad_request",
+        ),
         (
             Method::GET,
             format!("{msgs_url}?limit=0"),

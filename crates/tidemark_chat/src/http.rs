@@ -64,7 +64,8 @@ pub fn request_limit(max_body_bytes: usize) -> usize {
     max_body_bytes.saturating_mul(6).saturating_add(64 * 1024)
 }
 
-/// The schema of a user id in `CreateConversation::members`: not blank, at most 128 bytes.
+/// The schema of a user id in `CreateConversation::members`: not blank, at most 128 bytes, no
+/// control characters, no whitespace at either end.
 #[derive(Debug)]
 struct UserId;
 
@@ -72,7 +73,9 @@ impl utoipa::PartialSchema for UserId {
     fn schema() -> utoipa::openapi::RefOr<utoipa::openapi::schema::Schema> {
         utoipa::openapi::schema::ObjectBuilder::new()
             .schema_type(utoipa::openapi::schema::Type::String)
-            .description(Some("A user id: not blank, at most 128 bytes."))
+            .description(Some(
+                "A user id: not blank, at most 128 bytes, no control characters, no whitespace at either end.",
+            ))
             .min_length(Some(1))
             .max_length(Some(MAX_ID_BYTES))
             .into()
@@ -86,7 +89,7 @@ impl ToSchema for UserId {}
 #[serde(deny_unknown_fields)]
 struct CreateConversation {
     /// Its members, fixed for its life: 2 to 100 distinct non-blank user ids of at most 128
-    /// bytes each.
+    /// bytes each, without control characters or whitespace at either end.
     #[schema(min_items = 2, max_items = 100, value_type = Vec<UserId>)]
     members: Vec<String>,
     /// The listing it is about, if any: its first message then records one `contact` event
@@ -138,8 +141,9 @@ async fn create_conversation(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct SendMessage {
-    /// The client's idempotency key (non-blank, at most 128 bytes): a retry with the same
-    /// `(sender, client_msg_id)` gets the first acknowledgement back (200) and appends nothing.
+    /// The client's idempotency key (non-blank, at most 128 bytes, no control characters, no
+    /// whitespace at either end): a retry with the same `(sender, client_msg_id)` gets the
+    /// first acknowledgement back (200) and appends nothing.
     #[schema(min_length = 1, max_length = 128)]
     client_msg_id: String,
     /// The sending member (non-blank, at most 128 bytes).

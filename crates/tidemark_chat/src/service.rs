@@ -134,6 +134,7 @@ fn require_member(members: &[String], user: &str, conversation_id: &str) -> Resu
     }
 }
 
+/// An id a request names: not blank, at most [`MAX_ID_BYTES`] bytes.
 fn check_id(what: &str, v: &str) -> Result<()> {
     if v.trim().is_empty() {
         return Err(ChatError::Invalid(format!("{what} must not be empty")));
@@ -142,6 +143,26 @@ fn check_id(what: &str, v: &str) -> Result<()> {
         return Err(ChatError::Invalid(format!(
             "{what} is {} bytes; the limit is {MAX_ID_BYTES}",
             v.len()
+        )));
+    }
+    Ok(())
+}
+
+/// An id a request creates (a member of a new conversation, a message's `client_msg_id`):
+/// [`check_id`], and no control character and no whitespace at either end, which would make
+/// ids that look alike on screen and in logs differ in the store (issue 2's new-user trial:
+/// `"u1\n"` and `" u1"` were members beside `"u1"`). Ids that only look something up (a
+/// sender, a reader) are checked by [`check_id`] alone: they must match a stored member.
+fn check_new_id(what: &str, v: &str) -> Result<()> {
+    check_id(what, v)?;
+    if let Some(c) = v.chars().find(|c| c.is_control()) {
+        return Err(ChatError::Invalid(format!(
+            "{what} {v:?} holds the control character {c:?}"
+        )));
+    }
+    if v.trim() != v {
+        return Err(ChatError::Invalid(format!(
+            "{what} {v:?} starts or ends with whitespace"
         )));
     }
     Ok(())
@@ -292,7 +313,7 @@ impl ChatService {
         }
         let mut seen = std::collections::HashSet::new();
         for m in &new.members {
-            check_id("member", m)?;
+            check_new_id("member", m)?;
             if !seen.insert(m.as_str()) {
                 return Err(ChatError::Invalid(format!("member {m} is listed twice")));
             }
@@ -330,7 +351,7 @@ impl ChatService {
     /// SEND. Errors: invalid fields, unknown conversation, sender not a member, store down.
     pub async fn send(&self, cmd: SendCommand) -> Result<SendOutcome> {
         check_id("sender", &cmd.sender)?;
-        check_id("client_msg_id", &cmd.client_msg_id)?;
+        check_new_id("client_msg_id", &cmd.client_msg_id)?;
         if cmd.body.is_empty() {
             return Err(ChatError::Invalid("body must not be empty".into()));
         }
