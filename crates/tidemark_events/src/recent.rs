@@ -297,8 +297,8 @@ mod tests {
         // 2026-11-30T00:45:34.123Z
         let now = 1_795_999_534_123;
         let (since, until) = window(now, 60);
-        assert_eq!(rfc3339_ms(until), "2026-11-30T00:46:00Z");
-        assert_eq!(rfc3339_ms(since), "2026-11-29T23:46:00Z");
+        assert_eq!(rfc3339_ms(until), "2026-11-30T00:46:00.000Z");
+        assert_eq!(rfc3339_ms(since), "2026-11-29T23:46:00.000Z");
         let (since, until) = window(now, 1);
         assert_eq!(until - since, MINUTE_MS);
         assert!(since <= now && now < until);

@@ -351,7 +351,7 @@ async fn raw_gone_refuses_and_keeps_existing_totals_in(mode: Mode) {
         .unwrap_err();
     assert_eq!(
         err.to_string(),
-        "raw events for 2026-11-28 are gone (its partition was dropped at 2026-12-06T00:00:00Z); existing totals are kept"
+        "raw events for 2026-11-28 are gone (its partition was dropped at 2026-12-06T00:00:00.000Z); existing totals are kept"
     );
     assert_eq!(
         s.rollups.day_rows(day()).await.unwrap(),
