@@ -2,7 +2,7 @@
 //! vars (nested keys with `__`, e.g. `TIDEMARK_CHAT__HOT_WINDOW=1h`), then by CLI flags.
 //! Defaults give the embedded mode with data under `./data`.
 
-use std::net::SocketAddr;
+use std::net::{SocketAddr, ToSocketAddrs};
 use std::path::{Path, PathBuf};
 
 use figment::Figment;
@@ -14,6 +14,33 @@ use tidemark_links::config::LinksConfig;
 
 /// The API key of the default `demo` tenant; refused unless the server listens on loopback.
 pub const DEFAULT_DEV_KEY: &str = "dev-key";
+
+/// Parses a listen address: `ip:port` (`127.0.0.1:8080`, `[::1]:8080`) or `host:port`
+/// (`localhost:8080`), the host resolved now, an IPv4 address preferred (`localhost` is
+/// `127.0.0.1`, as for the default). Errors say what was expected. For `--listen`,
+/// `TIDEMARK_LISTEN` and the file's `listen` alike.
+pub fn parse_listen(s: &str) -> Result<SocketAddr, String> {
+    let s = s.trim();
+    if let Ok(addr) = s.parse::<SocketAddr>() {
+        return Ok(addr);
+    }
+    let expected = "expected ip:port or host:port, e.g. 127.0.0.1:8080 or localhost:8080";
+    let addrs: Vec<SocketAddr> = s
+        .to_socket_addrs()
+        .map_err(|e| format!("listen address {s:?}: {e}; {expected}"))?
+        .collect();
+    addrs
+        .iter()
+        .find(|a| a.is_ipv4())
+        .or(addrs.first())
+        .copied()
+        .ok_or_else(|| format!("listen address {s:?} resolves to no address; {expected}"))
+}
+
+fn deserialize_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAddr, D::Error> {
+    let s = String::deserialize(d)?;
+    parse_listen(&s).map_err(serde::de::Error::custom)
+}
 
 /// One tenant and its API key (`Authorization: Bearer <key>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -29,7 +56,9 @@ pub struct TenantConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// Address of the HTTP API (default 127.0.0.1:8080).
+    /// Address of the HTTP API (default 127.0.0.1:8080): `ip:port`, or `host:port` resolved
+    /// once at start ([`parse_listen`]).
+    #[serde(deserialize_with = "deserialize_listen")]
     pub listen: SocketAddr,
     /// Where the embedded stores keep their files (default `./data`).
     pub data_dir: PathBuf,
@@ -183,6 +212,45 @@ mod tests {
                 std::time::Duration::from_secs(3 * 3600)
             );
             assert_eq!(cfg.chat.mode, tidemark_chat::ChatMode::HotOnly);
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn a_listen_address_may_name_a_host() {
+        let loopback = |port| SocketAddr::from(([127, 0, 0, 1], port));
+        assert_eq!(parse_listen("127.0.0.1:9000"), Ok(loopback(9000)));
+        assert_eq!(parse_listen(" localhost:9001 "), Ok(loopback(9001)));
+        assert_eq!(
+            parse_listen("[::1]:9002"),
+            Ok(SocketAddr::from((std::net::Ipv6Addr::LOCALHOST, 9002)))
+        );
+        for bad in ["localhost", "127.0.0.1", "localhost:http", ":8080", ""] {
+            let err = parse_listen(bad).expect_err(bad);
+            assert!(
+                err.contains("expected ip:port or host:port"),
+                "{bad}: {err}"
+            );
+        }
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's own signature
+    fn a_host_name_in_the_file_or_the_env_is_resolved() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("t.toml", "listen = \"localhost:9003\"\n")?;
+            let cfg = Config::load(Some(Path::new("t.toml"))).expect("loads");
+            assert_eq!(cfg.listen, SocketAddr::from(([127, 0, 0, 1], 9003)));
+            assert!(
+                cfg.validate().is_ok(),
+                "localhost is loopback: the dev key is allowed"
+            );
+            jail.set_env("TIDEMARK_LISTEN", "localhost:9004");
+            let cfg = Config::load(Some(Path::new("t.toml"))).expect("loads");
+            assert_eq!(cfg.listen.port(), 9004);
+            jail.set_env("TIDEMARK_LISTEN", "localhost");
+            let err = Config::load(None).expect_err("no port");
+            assert!(err.to_string().contains("host:port"), "{err}");
             Ok(())
         });
     }

@@ -64,8 +64,9 @@ enum Command {
         /// TOML configuration file.
         #[arg(long, env = "TIDEMARK_CONFIG")]
         config: Option<PathBuf>,
-        /// Address to listen on [env: TIDEMARK_LISTEN; default 127.0.0.1:8080].
-        #[arg(long)]
+        /// Address to listen on, ip:port or host:port [env: TIDEMARK_LISTEN; default
+        /// 127.0.0.1:8080].
+        #[arg(long, value_parser = config::parse_listen)]
         listen: Option<SocketAddr>,
         /// Directory of the embedded stores [env: TIDEMARK_DATA_DIR; default ./data].
         #[arg(long)]

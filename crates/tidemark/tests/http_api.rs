@@ -561,3 +561,65 @@ async fn an_oversized_content_length_is_refused_before_the_body_is_read() {
         assert_eq!(error_code(&v), "payload_too_large", "{path}: {answer}");
     }
 }
+
+/// A user's conversations come in pages in conversation id order: `limit` (default 200, at
+/// most 1,000) and `after`, the page's `next_after` (found by a new user: a user in thousands
+/// of conversations got them all, each with its unread count, in one answer).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_users_conversations_come_in_pages() {
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    let mut cids = Vec::new();
+    for i in 0..5 {
+        let cid = create_conversation(&c, &server, &["pat", &format!("other{i}")]).await;
+        send(&c, &server, &cid, &format!("other{i}"), "m", "hi").await;
+        cids.push(cid);
+    }
+    cids.sort();
+    let list = async |query: &str| {
+        let url = server.url(&format!("/v1/users/pat/conversations?{query}"));
+        call(&c, Method::GET, &url, None).await
+    };
+
+    let (st, all) = list("").await;
+    assert_eq!(st, 200, "{all}");
+    assert_eq!(all["next_after"], Value::Null);
+    let ids = |v: &Value| -> Vec<String> {
+        v["conversations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["conversation_id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    assert_eq!(ids(&all), cids, "every conversation, in id order");
+    assert!(
+        all["conversations"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|c| c["unread"] == 1 && c["latest_seq"] == 1)
+    );
+
+    let mut paged = Vec::new();
+    let mut query = "limit=2".to_owned();
+    let mut pages = 0;
+    loop {
+        let (st, page) = list(&query).await;
+        assert_eq!(st, 200, "{page}");
+        pages += 1;
+        paged.extend(ids(&page));
+        match page["next_after"].as_str() {
+            Some(next) => query = format!("limit=2&after={next}"),
+            None => break,
+        }
+    }
+    assert_eq!((paged, pages), (cids.clone(), 3));
+
+    let (_, past) = list(&format!("after={}", cids[4])).await;
+    assert_eq!((ids(&past).len(), &past["next_after"]), (0, &Value::Null));
+    for bad in ["limit=0", "limit=1001", "limit=x", "cursor=1"] {
+        let (st, v) = list(bad).await;
+        assert_eq!((st, error_code(&v)), (400, "bad_request"), "{bad}: {v}");
+    }
+}

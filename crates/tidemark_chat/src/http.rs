@@ -6,7 +6,7 @@
 //! | `POST /v1/conversations/{cid}/messages` `{"client_msg_id","sender","body","class"?}` | 201 new / 200 retry: `{"conversation_seq","message_id","committed_at"}` |
 //! | `GET /v1/conversations/{cid}/messages?before=|after=&limit=` | 200 `{"messages": [..], "earliest_available_seq", "latest_seq", "truncated"}` |
 //! | `PUT /v1/conversations/{cid}/read` `{"user","seq"}` | 204 |
-//! | `GET /v1/users/{user}/conversations` | 200 `{"conversations": [{"conversation_id","latest_seq","unread"}]}` |
+//! | `GET /v1/users/{user}/conversations?after=&limit=` | 200 `{"conversations": [{"conversation_id","latest_seq","unread"}], "next_after"}` |
 
 use std::sync::Arc;
 
@@ -386,21 +386,42 @@ struct SummaryBody {
     unread: u64,
 }
 
-/// A user's conversations.
+/// A page of a user's conversations.
 #[derive(Debug, Serialize, ToSchema)]
 struct ConversationsBody {
-    /// Every conversation the user is a member of, with its unread count.
+    /// The conversations the user is a member of, in conversation id order, with their
+    /// unread counts.
     conversations: Vec<SummaryBody>,
+    /// More follow: pass this as `after` for the next page (`null` on the last page).
+    next_after: Option<String>,
 }
+
+/// Which page of a user's conversations.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct ConversationsParams {
+    /// The page after this conversation id (a page's `next_after`); none: the first page.
+    after: Option<String>,
+    /// Conversations per page, 1 to 1,000 (default 200).
+    #[param(minimum = 1, maximum = 1000)]
+    limit: Option<usize>,
+}
+
+/// Most conversations per page of `GET /v1/users/{user}/conversations`.
+const MAX_CONVERSATIONS_PAGE: usize = 1000;
+/// Conversations per page when the request gives no `limit`.
+const DEFAULT_CONVERSATIONS_PAGE: usize = 200;
 
 /// Lists a user's conversations with their latest seq and unread count.
 #[utoipa::path(
     get,
     path = "/v1/users/{user}/conversations",
     tag = "chat",
-    params(("user" = String, Path, description = "User id")),
+    params(("user" = String, Path, description = "User id"), ConversationsParams),
     responses(
-        (status = 200, description = "The user's conversations (none: an empty list)", body = ConversationsBody),
+        (status = 200, description = "A page of the user's conversations (none: an empty list)", body = ConversationsBody),
+        (status = 400, description = "`limit` out of range (`bad_request`)", body = ErrorBody),
         (status = 500, description = "An unread count could not be computed from corrupt data (`corrupt_history`)", body = ErrorBody),
     )
 )]
@@ -408,10 +429,21 @@ async fn user_conversations(
     State(svc): State<Arc<ChatService>>,
     tenant: Tenant,
     Path(user): Path<String>,
+    ApiQuery(q): ApiQuery<ConversationsParams>,
 ) -> Result<Response, ApiError> {
-    let list = svc.user_conversations(&tenant.0, &user).await?;
+    let limit = q.limit.unwrap_or(DEFAULT_CONVERSATIONS_PAGE);
+    if !(1..=MAX_CONVERSATIONS_PAGE).contains(&limit) {
+        return Err(ApiError::bad_request(format!(
+            "limit must be 1..={MAX_CONVERSATIONS_PAGE}, got {limit}"
+        )));
+    }
+    let page = svc
+        .user_conversations_page(&tenant.0, &user, q.after.as_deref(), limit)
+        .await?;
     Ok(axum::Json(ConversationsBody {
-        conversations: list
+        next_after: page.next_after,
+        conversations: page
+            .conversations
             .into_iter()
             .map(|c| SummaryBody {
                 conversation_id: c.conversation_id,

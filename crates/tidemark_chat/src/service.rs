@@ -95,6 +95,15 @@ pub struct ConversationSummary {
     pub unread: u64,
 }
 
+/// One page of a user's conversations ([`ChatService::user_conversations_page`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConversationsPage {
+    /// The page, in conversation id order.
+    pub conversations: Vec<ConversationSummary>,
+    /// Where the next page starts (its `after`), if more conversations follow.
+    pub next_after: Option<String>,
+}
+
 /// The chat subsystem's API, independent of HTTP.
 #[derive(Debug, Clone)]
 pub struct ChatService {
@@ -457,17 +466,41 @@ impl ChatService {
         .map(|c| c.unread)
     }
 
-    /// The user's conversations with latest seq and unread count (fails whole if any count
-    /// cannot be computed).
+    /// Every conversation of the user, with latest seq and unread count, in conversation id
+    /// order (fails whole if any count cannot be computed).
     pub async fn user_conversations(
         &self,
         tenant: &str,
         user: &str,
     ) -> Result<Vec<ConversationSummary>> {
+        Ok(self
+            .user_conversations_page(tenant, user, None, usize::MAX)
+            .await?
+            .conversations)
+    }
+
+    /// One page of the user's conversations in conversation id order: at most `limit` (at
+    /// least 1) whose id sorts after `after`, each with its latest seq and unread count (fails
+    /// whole if any count cannot be computed). Only the page's counts are read: a user in
+    /// thousands of conversations costs one membership read, not thousands of counts, per
+    /// page (issue 2's new-user trial).
+    pub async fn user_conversations_page(
+        &self,
+        tenant: &str,
+        user: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<ConversationsPage> {
         check_id("user", user)?;
+        let limit = limit.max(1);
+        let mut memberships = self.stores.hot.memberships(tenant, user).await?;
+        memberships.retain(|m| after.is_none_or(|a| m.conversation_id.as_str() > a));
+        memberships.sort_unstable_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
+        let more = memberships.len() > limit;
+        memberships.truncate(limit);
         let now = self.clock.now_ms();
-        let mut out = Vec::new();
-        for m in self.stores.hot.memberships(tenant, user).await? {
+        let mut conversations = Vec::with_capacity(memberships.len());
+        for m in memberships {
             // One atomic hot read gives both the count and the latest seq it is against.
             let count = reads::unread_count(
                 self.stores.hot.as_ref(),
@@ -479,13 +512,19 @@ impl ChatService {
                 now,
             )
             .await?;
-            out.push(ConversationSummary {
+            conversations.push(ConversationSummary {
                 conversation_id: m.conversation_id,
                 latest_seq: count.latest_seq,
                 unread: count.unread,
             });
         }
-        Ok(out)
+        let next_after = more
+            .then(|| conversations.last().map(|c| c.conversation_id.clone()))
+            .flatten();
+        Ok(ConversationsPage {
+            conversations,
+            next_after,
+        })
     }
 
     /// Starts the background workers of the configured mode (archiver, trimmer, recovery) into
