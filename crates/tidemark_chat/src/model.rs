@@ -90,6 +90,24 @@ pub struct MessageRecord {
 }
 
 impl MessageRecord {
+    /// A standard record for unit tests: seq `seq` of conversation `c` of tenant `t`, id
+    /// `m<seq>`, sent by `u1` with key `k<seq>`, committed at 1,000 ms.
+    #[cfg(test)]
+    pub(crate) fn sample(seq: u64, body: &str) -> Self {
+        Self {
+            tenant: "t".into(),
+            conversation_id: "c".into(),
+            conversation_seq: seq,
+            message_id: format!("m{seq}"),
+            sender: "u1".into(),
+            client_msg_id: format!("k{seq}"),
+            body: body.into(),
+            class: MessageClass::Standard,
+            committed_at_ms: 1_000,
+            expires_at_ms: None,
+        }
+    }
+
     /// The acknowledgement a SEND of this record returns (and a retry returns again).
     pub fn ack(&self) -> SendAck {
         SendAck {

@@ -340,25 +340,12 @@ mod tests {
         assert_eq!(page_window(Anchor::After(1000), 50, 1000), None);
     }
 
-    /// A record of seq `seq` whose body is `body`.
-    fn message(seq: u64, body: &str) -> MessageRecord {
-        MessageRecord {
-            tenant: "t".into(),
-            conversation_id: "c".into(),
-            conversation_seq: seq,
-            message_id: format!("m{seq}"),
-            sender: "u1".into(),
-            client_msg_id: format!("k{seq}"),
-            body: body.into(),
-            class: MessageClass::Standard,
-            committed_at_ms: 0,
-            expires_at_ms: None,
-        }
-    }
-
     fn page_of(bodies: &[&str]) -> HistoryPage {
         HistoryPage {
-            messages: (1..).zip(bodies).map(|(s, b)| message(s, b)).collect(),
+            messages: (1..)
+                .zip(bodies)
+                .map(|(s, b)| MessageRecord::sample(s, b))
+                .collect(),
             earliest_available_seq: 1,
             latest_seq: bodies.len() as u64,
             truncated: false,
@@ -371,13 +358,16 @@ mod tests {
 
     #[test]
     fn a_message_counts_its_strings_as_json_spells_them() {
-        let plain = message_json_bytes(&message(1, "abc"));
+        let plain = message_json_bytes(&MessageRecord::sample(1, "abc"));
         // "m1", "u1", "abc" with their quotes.
         assert_eq!(plain, 4 + 4 + 5 + MESSAGE_JSON_OVERHEAD);
         // A control character is six bytes (\u0001), a quote two.
-        assert_eq!(message_json_bytes(&message(1, "\u{1}\"c")), plain - 5 + 11);
+        assert_eq!(
+            message_json_bytes(&MessageRecord::sample(1, "\u{1}\"c")),
+            plain - 5 + 11
+        );
         // The overhead covers what serde_json writes besides the strings, for a long seq.
-        let mut m = message(u64::MAX >> 1, "x");
+        let mut m = MessageRecord::sample(u64::MAX >> 1, "x");
         m.class = MessageClass::Ephemeral24h;
         m.committed_at_ms = 253_402_300_799_999;
         let whole = serde_json::json!({
@@ -392,7 +382,7 @@ mod tests {
     fn a_page_over_its_budget_keeps_the_messages_nearest_its_anchor() {
         let body = "x".repeat(1000);
         let bodies = [body.as_str(); 5];
-        let one = message_json_bytes(&message(1, &body));
+        let one = message_json_bytes(&MessageRecord::sample(1, &body));
 
         // Within the budget: untouched.
         let mut page = page_of(&bodies);

@@ -285,18 +285,7 @@ mod tests {
     }
 
     fn record(seq: u64) -> MessageRecord {
-        MessageRecord {
-            tenant: "t".into(),
-            conversation_id: "c".into(),
-            conversation_seq: seq,
-            message_id: format!("m{seq}"),
-            sender: "u1".into(),
-            client_msg_id: format!("k{seq}"),
-            body: "hi".into(),
-            class: crate::model::MessageClass::Standard,
-            committed_at_ms: 1_000,
-            expires_at_ms: None,
-        }
+        MessageRecord::sample(seq, "hi")
     }
 
     /// The offsets of the records in the log, ascending.
