@@ -228,3 +228,68 @@ async fn switching_from_hot_only_to_tiered_backfills_before_trimming() {
     assert_eq!(seqs, (1..=8).collect::<Vec<_>>());
     assert_eq!(msgs[0]["body"], "hot-only 1");
 }
+
+/// A tiered data dir whose history was trimmed into the archive, restarted `hot-only`, still
+/// reads that history and counts it unread: the archive is not written in `hot-only`, but it is
+/// read (found by a new user: every read below a floor got 500 `corrupt_history`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() {
+    let env = [
+        ("TIDEMARK_CHAT__HOT_WINDOW", "1s"),
+        ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "100ms"),
+        ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms"),
+        ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms"),
+    ];
+    let mut server = TestServer::start(&env).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    for i in 1..=10 {
+        let (st, v) = send(&c, &server, &cid, "u2", &format!("m{i}"), &format!("b{i}")).await;
+        assert_eq!(st, 201, "{v}");
+    }
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while hot_state(&server.dir) != (0, 10) {
+        assert!(
+            Instant::now() < deadline,
+            "not trimmed: {:?}",
+            hot_state(&server.dir)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(server.terminate().success());
+
+    server
+        .env
+        .push(("TIDEMARK_CHAT__MODE".into(), "hot-only".into()));
+    server.spawn().await;
+    let (st, v) = send(&c, &server, &cid, "u2", "m11", "b11").await;
+    assert_eq!(
+        (st, &v["conversation_seq"]),
+        (201, &serde_json::json!(11)),
+        "{v}"
+    );
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let bodies: Vec<&str> = msgs.iter().map(|m| m["body"].as_str().unwrap()).collect();
+    let expected: Vec<String> = (1..=11).map(|i| format!("b{i}")).collect();
+    assert_eq!(
+        (latest, bodies),
+        (11, expected.iter().map(String::as_str).collect())
+    );
+    let (st, v) = call(
+        &c,
+        reqwest::Method::GET,
+        &server.url("/v1/users/u1/conversations"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, &v["conversations"][0]["unread"]),
+        (200, &serde_json::json!(11)),
+        "{v}"
+    );
+    assert_eq!(
+        hot_state(&server.dir),
+        (1, 10),
+        "hot-only trims nothing more"
+    );
+}

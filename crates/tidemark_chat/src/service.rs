@@ -20,7 +20,7 @@ use crate::model::{ConversationMeta, MessageClass, MessageRecord, SendCommand, S
 use crate::ports::{Archive, HotStore, Outbox};
 use crate::reads::{self, Anchor, HistoryPage, PageRequest};
 use crate::recovery::{Recovery, backfill_untracked};
-use crate::sqlite::{SqliteArchive, SqliteHot};
+use crate::sqlite::SqliteHot;
 use crate::trimmer::Trimmer;
 
 /// Longest user id, conversation member name or client_msg_id, in bytes.
@@ -37,7 +37,8 @@ pub struct ChatStores {
     pub hot: Arc<dyn HotStore>,
     /// Outbox (`None` in `hot-only` mode).
     pub outbox: Option<Arc<dyn Outbox>>,
-    /// Archive (`None` in `hot-only` mode).
+    /// Archive: written in `tiered` and `sync-archive`; in `hot-only` only read, and only if
+    /// an earlier tiered run left one (`None` otherwise).
     pub archive: Option<Arc<dyn Archive>>,
     /// How commits reach them.
     pub commit_path: CommitPath,
@@ -55,14 +56,7 @@ impl ChatStores {
                 .with_dedup_memory_keys(cfg.dedup_memory_keys),
         );
         let tiered = cfg.mode != ChatMode::HotOnly;
-        let archive: Option<Arc<dyn Archive>> = if tiered {
-            Some(Arc::new(SqliteArchive::open_with_priority(
-                &dir.join("archive.db"),
-                cfg.mode.archive_priority(),
-            )?))
-        } else {
-            None
-        };
+        let archive = crate::stores::sqlite_archive(&dir, cfg)?;
         Ok(Self {
             commit_path: CommitPath::Fused {
                 store: Arc::clone(&hot) as _,

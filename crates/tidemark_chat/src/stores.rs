@@ -9,10 +9,11 @@
 //! | `redis://…` | `kafka://…` | staged: reserve in Redis → produce to the topic → mark committed |
 //! | `sqlite` | `kafka://…` | staged over `hot.db` as hot store and the topic as outbox |
 //!
-//! In `hot-only` mode there is no outbox and no archive: SQLite commits in one transaction,
-//! Redis in one `reserve_and_record.lua` call that writes the record COMMITTED (see
+//! In `hot-only` mode there is no outbox and nothing is archived: SQLite commits in one
+//! transaction, Redis in one `reserve_and_record.lua` call that writes the record COMMITTED (see
 //! [`crate::redis`]). Either leaves that history untracked, and a later tiered server backfills
-//! it into the outbox before it can be trimmed (`recovery::backfill_untracked`).
+//! it into the outbox before it can be trimmed (`recovery::backfill_untracked`). An archive an
+//! earlier tiered run filled is still read there ([`sqlite_archive`]).
 //!
 //! A Redis hot store without a Kafka URL gets a SQLite outbox file of its own: it is durable
 //! (fsync per group commit) and keeps the archiver's position beside the log, so a single
@@ -84,21 +85,17 @@ impl ChatStores {
         std::fs::create_dir_all(&chat_dir)
             .map_err(|e| ChatError::Unavailable(format!("creating {}: {e}", chat_dir.display())))?;
         let tiered = cfg.mode != ChatMode::HotOnly;
-        let archive: Option<Arc<dyn Archive>> = match (&archive, tiered) {
-            (_, false) => None,
-            (Engine::Mysql(url), true) => {
-                Some(Arc::new(MysqlArchive::connect(url, cfg.mysql_pool).await?))
-            }
-            (_, true) => Some(Arc::new(SqliteArchive::open_with_priority(
-                &chat_dir.join("archive.db"),
-                cfg.mode.archive_priority(),
-            )?)),
+        let archive: Option<Arc<dyn Archive>> = match &archive {
+            // Configured, so read in hot-only mode too (see `sqlite_archive`).
+            Engine::Mysql(url) => Some(Arc::new(MysqlArchive::connect(url, cfg.mysql_pool).await?)),
+            _ => sqlite_archive(&chat_dir, cfg)?,
         };
         match hot {
             Engine::Redis(url) => {
                 let redis = Arc::new(RedisHot::connect(&url, cfg.redis_pool).await?);
                 if !tiered {
-                    // hot-only: Redis alone, one script per commit, no outbox, no archive.
+                    // hot-only: Redis alone, one script per commit, no outbox; an earlier tiered
+                    // run's archive is only read.
                     return Ok(Self {
                         commit_path: CommitPath::Fused {
                             store: Arc::clone(&redis) as _,
@@ -106,7 +103,7 @@ impl ChatStores {
                         },
                         hot: redis,
                         outbox: None,
-                        archive: None,
+                        archive,
                     });
                 }
                 let hot: Arc<dyn HotStore> = redis;
@@ -161,6 +158,25 @@ impl ChatStores {
             }
         }
     }
+}
+
+/// The SQLite archive `<chat_dir>/archive.db` as `cfg.mode` uses it: opened (created if
+/// missing) and written by the archiver in `tiered` and `sync-archive`; in `hot-only` nothing is
+/// archived, but a file an earlier tiered run left is opened all the same, because that run's
+/// trimmer moved the history below each conversation's floor F there, and reads below F and
+/// unread counts need it (it is also purged of expired ephemerals). Issue 2's new-user trial: a
+/// tiered data dir restarted `hot-only` answered every read below a floor with 500
+/// `corrupt_history` while `/readyz` said ready. `None` in `hot-only` without the file.
+pub(crate) fn sqlite_archive(
+    chat_dir: &Path,
+    cfg: &ChatConfig,
+) -> Result<Option<Arc<dyn Archive>>> {
+    let path = chat_dir.join("archive.db");
+    if cfg.mode == ChatMode::HotOnly && !path.exists() {
+        return Ok(None);
+    }
+    let archive = SqliteArchive::open_with_priority(&path, cfg.mode.archive_priority())?;
+    Ok(Some(Arc::new(archive)))
 }
 
 #[cfg(test)]
