@@ -1,6 +1,6 @@
 //! The three chat modes of DESIGN.md part A, end to end: `tiered` archives asynchronously,
-//! `hot-only` has no archive at all, `sync-archive` has every message in the archive by the
-//! time its ACK arrives.
+//! `hot-only` archives nothing (and reads only the archive an earlier tiered run left),
+//! `sync-archive` has every message in the archive by the time its ACK arrives.
 
 mod common;
 
