@@ -623,3 +623,118 @@ async fn a_users_conversations_come_in_pages() {
         assert_eq!((st, error_code(&v)), (400, "bad_request"), "{bad}: {v}");
     }
 }
+
+/// A conversation created with a `client_conversation_id` is created once: a retry (also
+/// concurrent, also after a restart) gets the same id back with 200, and the same key with
+/// other members or another listing is refused with 409, writing nothing (before, a client
+/// that retried a timed-out create made two conversations).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_conversation_created_with_a_key_is_created_once() {
+    let mut server = TestServer::start(&[]).await;
+    let c = client();
+    let create = async |server: &TestServer, body: Value| {
+        call(
+            &c,
+            Method::POST,
+            &server.url("/v1/conversations"),
+            Some(body),
+        )
+        .await
+    };
+    let listed = async |server: &TestServer, user: &str| {
+        let url = server.url(&format!("/v1/users/{user}/conversations"));
+        let (st, v) = call(&c, Method::GET, &url, None).await;
+        assert_eq!(st, 200, "{v}");
+        v["conversations"].as_array().unwrap().len()
+    };
+    let ask =
+        json!({"members": ["buyer", "seller"], "listing_id": 5, "client_conversation_id": "k-1"});
+
+    let (st, first) = create(&server, ask.clone()).await;
+    assert_eq!(st, 201, "{first}");
+    let cid = first["conversation_id"].as_str().unwrap().to_owned();
+    let (st, again) = create(&server, ask.clone()).await;
+    assert_eq!((st, &again), (200, &first));
+    let reordered =
+        json!({"members": ["seller", "buyer"], "listing_id": 5, "client_conversation_id": "k-1"});
+    assert_eq!(create(&server, reordered).await, (200, first.clone()));
+
+    // A retry after the conversation has messages leaves them and its seq as they are.
+    send(&c, &server, &cid, "buyer", "m1", "is it still for sale?").await;
+    assert_eq!(create(&server, ask.clone()).await, (200, first.clone()));
+    let (st, page) = call(
+        &c,
+        Method::GET,
+        &server.url(&format!("/v1/conversations/{cid}/messages")),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (
+            st,
+            page["latest_seq"].as_u64(),
+            page["messages"].as_array().map(Vec::len)
+        ),
+        (200, Some(1), Some(1))
+    );
+
+    // The key with other members or another listing: 409, nothing written.
+    for (other, what) in [
+        (
+            json!({"members": ["buyer", "mallory"], "listing_id": 5, "client_conversation_id": "k-1"}),
+            "members",
+        ),
+        (
+            json!({"members": ["buyer", "seller"], "listing_id": 6, "client_conversation_id": "k-1"}),
+            "listing",
+        ),
+        (
+            json!({"members": ["buyer", "seller"], "client_conversation_id": "k-1"}),
+            "no listing",
+        ),
+    ] {
+        let (st, v) = create(&server, other).await;
+        assert_eq!(
+            (st, error_code(&v)),
+            (409, "idempotency_key_reused"),
+            "{what}: {v}"
+        );
+    }
+    assert_eq!(listed(&server, "mallory").await, 0);
+    assert_eq!(listed(&server, "buyer").await, 1);
+
+    // Bad keys: 400, nothing created.
+    let long = "k".repeat(129);
+    for bad in ["", " k", "k ", "k\n", "k\u{7}", long.as_str()] {
+        let body = json!({"members": ["eve", "seller"], "client_conversation_id": bad});
+        let (st, v) = create(&server, body).await;
+        assert_eq!((st, error_code(&v)), (400, "bad_request"), "{bad:?}: {v}");
+    }
+    assert_eq!(listed(&server, "eve").await, 0);
+
+    // Without a key every request creates another conversation.
+    let plain = json!({"members": ["buyer", "seller"], "listing_id": 5});
+    let (st1, a) = create(&server, plain.clone()).await;
+    let (st2, b) = create(&server, plain).await;
+    assert_eq!((st1, st2), (201, 201));
+    assert_ne!(a["conversation_id"], b["conversation_id"]);
+    assert_eq!(listed(&server, "buyer").await, 3);
+
+    // Eight concurrent requests with a new key: one creates, the others find it.
+    let racing = json!({"members": ["r1", "r2"], "client_conversation_id": "k-2"});
+    let answers = futures::future::join_all((0..8).map(|_| create(&server, racing.clone()))).await;
+    let mut statuses: Vec<u16> = answers.iter().map(|(st, _)| *st).collect();
+    statuses.sort_unstable();
+    assert_eq!(statuses, [200, 200, 200, 200, 200, 200, 200, 201]);
+    assert!(
+        answers
+            .iter()
+            .all(|(_, v)| v["conversation_id"] == answers[0].1["conversation_id"])
+    );
+    assert_eq!(listed(&server, "r1").await, 1);
+
+    // The key holds after a restart.
+    assert!(server.terminate().success());
+    server.spawn().await;
+    assert_eq!(create(&server, ask).await, (200, first));
+}

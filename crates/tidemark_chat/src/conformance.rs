@@ -41,10 +41,12 @@ fn reserved(r: Reservation) -> (MessageRecord, bool) {
 /// trimming, watermark, read pointers, dedup expiry.
 pub async fn hot_store(hot: Arc<dyn HotStore>) {
     let members = vec!["u1".to_string(), "u2".to_string()];
-    let cid = hot
-        .create_conversation("t1", &members, Some(7), T0)
-        .await
-        .unwrap();
+    let cid = "c-1".to_string();
+    assert!(
+        hot.create_conversation("t1", &cid, &members, Some(7), T0)
+            .await
+            .unwrap()
+    );
     let meta = hot
         .conversation("t1", &cid)
         .await
@@ -83,6 +85,21 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
             .unwrap(),
     );
     assert_eq!(r2.conversation_seq, 2, "dedup is per sender");
+    // Creating an existing id again changes nothing (not the members, not the latest seq) and
+    // says so; the same id in another tenant is another conversation.
+    let others = vec!["u3".to_string(), "u4".to_string()];
+    assert!(
+        !hot.create_conversation("t1", &cid, &others, None, T0 + 2)
+            .await
+            .unwrap()
+    );
+    let meta = hot.conversation("t1", &cid).await.unwrap().expect("kept");
+    assert_eq!(
+        (meta.members, meta.listing_id, meta.latest_seq),
+        (members.clone(), Some(7), 2)
+    );
+    assert_eq!(hot.memberships("t1", "u3").await.unwrap(), vec![]);
+    assert_eq!(hot.memberships("t1", "u1").await.unwrap().len(), 1);
     assert!(matches!(
         hot.reserve(cmd("t1", "missing", "u1", "k"), T0, PARAMS)
             .await,
@@ -224,8 +241,9 @@ pub async fn hot_only_commit<S: FusedCommit + HotStore>(store: Arc<S>) {
     let clock = Arc::new(ManualClock::new(T0));
     let shared: SharedClock = Arc::clone(&clock) as SharedClock;
     let members = vec!["u1".to_string(), "u2".to_string()];
-    let cid = store
-        .create_conversation("t1", &members, None, T0)
+    let cid = "c-1".to_string();
+    store
+        .create_conversation("t1", &cid, &members, None, T0)
         .await
         .unwrap();
     let mut records = Vec::new();

@@ -25,6 +25,9 @@ pub enum ChatError {
     /// whole request fails rather than returning a partial answer (DESIGN principle 7).
     #[error("corrupt history: {0}")]
     Corrupt(String),
+    /// An idempotency key already names something other than what the request asks for.
+    #[error("{0}")]
+    KeyReused(String),
     /// A store could not be reached or failed; nothing was acknowledged. Retryable.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -91,6 +94,9 @@ impl From<ChatError> for ApiError {
             ChatError::Invalid(_) => ApiError::bad_request(msg),
             ChatError::UnknownConversation(_) => ApiError::not_found(msg),
             ChatError::NotMember { .. } => ApiError::forbidden(msg),
+            ChatError::KeyReused(_) => {
+                ApiError::new(StatusCode::CONFLICT, "idempotency_key_reused", msg)
+            }
             ChatError::Corrupt(_) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_history", msg)
             }

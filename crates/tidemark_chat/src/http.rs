@@ -96,12 +96,19 @@ struct CreateConversation {
     /// for that listing.
     #[schema(minimum = 0, maximum = 9_223_372_036_854_775_807_i64)]
     listing_id: Option<u64>,
+    /// The client's idempotency key, unique within the tenant (non-blank, at most 128 bytes,
+    /// no control characters, no whitespace at either end): a retry with the same key gets the
+    /// conversation the first request created back (200) and creates nothing; the same key
+    /// with other members or another listing is refused (409 `idempotency_key_reused`).
+    /// Without it every request creates a new conversation.
+    #[schema(min_length = 1, max_length = 128)]
+    client_conversation_id: Option<String>,
 }
 
-/// A created conversation.
+/// A created (or, on a retry with the same `client_conversation_id`, found) conversation.
 #[derive(Debug, Serialize, ToSchema)]
 struct ConversationCreated {
-    /// The new conversation's id.
+    /// The conversation's id.
     conversation_id: String,
 }
 
@@ -113,6 +120,8 @@ struct ConversationCreated {
     request_body = CreateConversation,
     responses(
         (status = 201, description = "Created", body = ConversationCreated),
+        (status = 200, description = "Found: a retry with the `client_conversation_id` of an earlier request", body = ConversationCreated),
+        (status = 409, description = "The `client_conversation_id` names a conversation with other members or another listing", body = ErrorBody),
         JsonBodyErrors,
     )
 )]
@@ -121,20 +130,25 @@ async fn create_conversation(
     tenant: Tenant,
     ApiJson(req): ApiJson<CreateConversation>,
 ) -> Result<Response, ApiError> {
-    let conversation_id = svc
+    let done = svc
         .create_conversation(
             &tenant.0,
             NewConversation {
                 members: req.members,
                 listing_id: req.listing_id,
+                client_conversation_id: req.client_conversation_id,
             },
         )
         .await?;
-    Ok((
-        StatusCode::CREATED,
-        axum::Json(ConversationCreated { conversation_id }),
-    )
-        .into_response())
+    let status = if done.created {
+        StatusCode::CREATED
+    } else {
+        StatusCode::OK
+    };
+    let body = ConversationCreated {
+        conversation_id: done.conversation_id,
+    };
+    Ok((status, axum::Json(body)).into_response())
 }
 
 /// A message to append to a conversation.

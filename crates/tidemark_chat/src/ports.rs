@@ -31,14 +31,20 @@ pub struct CommitParams {
 /// archive watermark.
 #[async_trait]
 pub trait HotStore: Send + Sync + std::fmt::Debug {
-    /// Creates a conversation; returns its id. Members are validated by the caller.
+    /// Creates the conversation `conversation_id` (chosen by the caller, who also validated
+    /// the members) unless this tenant already has one of that id: `true` if it was created,
+    /// `false` if it existed, in which case its members, listing and messages are left as they
+    /// are. Either way the memberships of its stored members are there when this returns (a
+    /// backend that writes them apart from the conversation rewrites them, idempotent, so that
+    /// a retry completes a creation a crash cut short); a caller's other members never get one.
     async fn create_conversation(
         &self,
         tenant: &str,
+        conversation_id: &str,
         members: &[String],
         listing_id: Option<u64>,
         now_ms: i64,
-    ) -> Result<String>;
+    ) -> Result<bool>;
 
     /// The conversation, or `None` if this tenant has no such conversation.
     async fn conversation(

@@ -293,8 +293,8 @@ mod tests {
         let hot = SqliteHot::open(&dir.path().join("hot.db"), 8).unwrap();
         let clock: SharedClock = Arc::new(ManualClock::new(1_800_000_000_000));
         let members = ["u1".to_owned(), "u2".to_owned()];
-        let cid = hot
-            .create_conversation("t", &members, None, clock.now_ms())
+        let cid = "c-1".to_string();
+        hot.create_conversation("t", &cid, &members, None, clock.now_ms())
             .await
             .unwrap();
         let params = CommitParams {

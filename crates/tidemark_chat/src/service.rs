@@ -76,6 +76,32 @@ pub struct NewConversation {
     pub members: Vec<String>,
     /// The listing it is about.
     pub listing_id: Option<u64>,
+    /// The client's idempotency key, unique within the tenant: a retry with the same key finds
+    /// the conversation the first request created ([`conversation_id_for_key`]) instead of
+    /// creating another. `None`: every request creates a new conversation.
+    pub client_conversation_id: Option<String>,
+}
+
+/// What [`ChatService::create_conversation`] did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CreatedConversation {
+    /// The conversation's id.
+    pub conversation_id: String,
+    /// `false` when an earlier request with the same `client_conversation_id` created it.
+    pub created: bool,
+}
+
+/// The conversation id of the idempotency key `key` in `tenant`: a name-based UUID (version 5,
+/// RFC 9562) of both, so that every retry of a creation, on any backend and after any restart,
+/// names the same conversation without a lookup table. Ids made without a key are time-ordered
+/// UUIDs (version 7) and never equal one of these.
+pub fn conversation_id_for_key(tenant: &str, key: &str) -> String {
+    /// The namespace of Tidemark's conversation keys (a random UUID, fixed forever: changing it
+    /// would make every retry after the change create a second conversation).
+    const NAMESPACE: uuid::Uuid = uuid::Uuid::from_u128(0x5c0b_6f2e_8d41_4a57_9e3b_2f61_d0a7_c9e4);
+    // Length-prefixed, so that no two (tenant, key) pairs spell the same name.
+    let name = format!("{}:{tenant}{key}", tenant.len());
+    uuid::Uuid::new_v5(&NAMESPACE, name.as_bytes()).to_string()
 }
 
 /// A user's view of one conversation.
@@ -149,6 +175,17 @@ fn check_id(what: &str, v: &str) -> Result<()> {
         )));
     }
     Ok(())
+}
+
+/// Whether the stored conversation `existing` is what `asked` asks for: the same members in
+/// any order, the same listing.
+fn same_conversation(existing: &ConversationMeta, asked: &NewConversation) -> bool {
+    let sorted = |m: &[String]| {
+        let mut m = m.to_vec();
+        m.sort_unstable();
+        m
+    };
+    existing.listing_id == asked.listing_id && sorted(&existing.members) == sorted(&asked.members)
 }
 
 /// An id a request creates (a member of a new conversation, a message's `client_msg_id`):
@@ -298,8 +335,15 @@ impl ChatService {
         &self.stores
     }
 
-    /// Creates a conversation. Errors: [`ChatError::Invalid`] for bad members.
-    pub async fn create_conversation(&self, tenant: &str, new: NewConversation) -> Result<String> {
+    /// Creates a conversation, or with a `client_conversation_id` that an earlier request
+    /// used, finds the one it created (`created: false`). Errors: [`ChatError::Invalid`] for
+    /// bad members, listing or key; [`ChatError::KeyReused`] when the key's conversation has
+    /// other members or another listing than asked for.
+    pub async fn create_conversation(
+        &self,
+        tenant: &str,
+        new: NewConversation,
+    ) -> Result<CreatedConversation> {
         if new.members.len() < 2 || new.members.len() > MAX_MEMBERS {
             return Err(ChatError::Invalid(format!(
                 "members must list 2 to {MAX_MEMBERS} users, got {}",
@@ -321,10 +365,38 @@ impl ChatService {
                 return Err(ChatError::Invalid(format!("member {m} is listed twice")));
             }
         }
-        self.stores
+        let conversation_id = match &new.client_conversation_id {
+            Some(key) => {
+                check_new_id("client_conversation_id", key)?;
+                conversation_id_for_key(tenant, key)
+            }
+            None => uuid::Uuid::now_v7().to_string(),
+        };
+        let created = self
+            .stores
             .hot
-            .create_conversation(tenant, &new.members, new.listing_id, self.clock.now_ms())
-            .await
+            .create_conversation(
+                tenant,
+                &conversation_id,
+                &new.members,
+                new.listing_id,
+                self.clock.now_ms(),
+            )
+            .await?;
+        if !created {
+            let existing = self.conversation(tenant, &conversation_id).await?;
+            if !same_conversation(&existing, &new) {
+                return Err(ChatError::KeyReused(format!(
+                    "client_conversation_id {:?} already names conversation {conversation_id} \
+                     with other members or another listing",
+                    new.client_conversation_id.as_deref().unwrap_or_default()
+                )));
+            }
+        }
+        Ok(CreatedConversation {
+            conversation_id,
+            created,
+        })
     }
 
     /// The conversation, or [`ChatError::UnknownConversation`].

@@ -88,10 +88,12 @@ async fn harness(
             tidemark_chat::service::NewConversation {
                 members: vec!["a".into(), "b".into()],
                 listing_id: None,
+                client_conversation_id: None,
             },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .conversation_id;
     Harness {
         _dir: dir,
         _redis: redis,

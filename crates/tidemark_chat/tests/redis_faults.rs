@@ -43,10 +43,12 @@ async fn kill_9_of_redis_under_load_loses_no_acknowledged_message_and_reuses_no_
             NewConversation {
                 members: members.clone(),
                 listing_id: None,
+                client_conversation_id: None,
             },
         )
         .await
-        .unwrap();
+        .unwrap()
+        .conversation_id;
 
     // Each sender sends its messages one after another and retries a failed send with the same
     // client_msg_id until it is acknowledged, as a client would.

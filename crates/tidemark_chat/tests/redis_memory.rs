@@ -23,8 +23,8 @@ async fn bytes_per_message_in_redis() {
         hot_window_ms: 7 * 24 * 3_600_000,
     };
     let members = vec!["buyer-000001".to_string(), "seller-00001".to_string()];
-    let cid = hot
-        .create_conversation("tenant-01", &members, Some(1), 0)
+    let cid = "0190d7a4-5b6c-7d8e-9f01-23456789abcd".to_string();
+    hot.create_conversation("tenant-01", &cid, &members, Some(1), 0)
         .await
         .unwrap();
     for i in 0..N {

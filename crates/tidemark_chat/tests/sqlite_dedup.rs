@@ -76,9 +76,11 @@ fn open(path: &Path, memory_keys: usize) -> SqliteHot {
 
 /// A new conversation of u1 and u2.
 async fn conversation(hot: &SqliteHot) -> String {
-    hot.create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+    let cid = "c-1".to_string();
+    hot.create_conversation("t1", &cid, &["u1".into(), "u2".into()], None, T0)
         .await
-        .unwrap()
+        .unwrap();
+    cid
 }
 
 fn committed(outcome: SendOutcome) -> MessageRecord {

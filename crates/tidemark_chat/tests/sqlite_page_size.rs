@@ -37,8 +37,8 @@ async fn bodies_round_trip(path: &Path) {
         })
         .collect();
     let hot = SqliteHot::open(path, 64).unwrap();
-    let cid = hot
-        .create_conversation("t1", &["u1".into(), "u2".into()], None, T0)
+    let cid = "c-1".to_string();
+    hot.create_conversation("t1", &cid, &["u1".into(), "u2".into()], None, T0)
         .await
         .unwrap();
     for (i, body) in bodies.iter().enumerate() {

@@ -350,18 +350,16 @@ impl HotStore for RedisHot {
     async fn create_conversation(
         &self,
         tenant: &str,
+        conversation_id: &str,
         members: &[String],
         listing_id: Option<u64>,
         now_ms: i64,
-    ) -> Result<String> {
-        let id = uuid::Uuid::now_v7().to_string();
-        let k = ConvKeys::new(tenant, &id);
+    ) -> Result<bool> {
+        let k = ConvKeys::new(tenant, conversation_id);
         let members_json = serde_json::to_string(members)
             .map_err(|e| ChatError::Invalid(format!("members: {e}")))?;
-        let mut p = redis::pipe();
-        p.atomic()
-            .cmd("HSET")
-            .arg(k.conv())
+        let mut inv = self.scripts.create_conversation.prepare_invoke();
+        inv.key(k.conv())
             .arg("members")
             .arg(members_json)
             .arg("latest")
@@ -371,21 +369,24 @@ impl HotStore for RedisHot {
             .arg("created")
             .arg(now_ms);
         if let Some(l) = listing_id {
-            p.cmd("HSET").arg(k.conv()).arg("listing").arg(l);
+            inv.arg("listing").arg(l);
         }
-        // The conversation first: a crash before the memberships leaves a conversation whose id
-        // was never returned, never a membership pointing nowhere.
-        let () = p.query_async(&mut self.conn()).await?;
+        // The conversation first: a crash before the memberships leaves a conversation that
+        // nobody lists, never a membership pointing nowhere; a retry with the same id writes
+        // the stored members' memberships then.
+        let (created, stored): (i64, String) = inv.invoke_async(&mut self.conn()).await?;
+        let stored: Vec<String> = serde_json::from_str(&stored)
+            .map_err(|e| ChatError::Corrupt(format!("members of {conversation_id}: {e}")))?;
         let mut p = redis::pipe();
-        for m in members {
+        for m in &stored {
             p.cmd("HSETNX")
                 .arg(keys::memberships(tenant, m))
-                .arg(&id)
+                .arg(conversation_id)
                 .arg(0)
                 .ignore();
         }
         let () = p.query_async(&mut self.conn()).await?;
-        Ok(id)
+        Ok(created == 1)
     }
 
     async fn conversation(

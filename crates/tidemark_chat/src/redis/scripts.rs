@@ -14,6 +14,7 @@ fn script(body: &str) -> Script {
 /// Every script, compiled into the binary.
 #[derive(Debug)]
 pub(crate) struct Scripts {
+    pub(crate) create_conversation: Script,
     pub(crate) reserve: Script,
     pub(crate) mark_committed: Script,
     pub(crate) trim: Script,
@@ -29,6 +30,7 @@ pub(crate) struct Scripts {
 impl Scripts {
     pub(crate) fn new() -> Self {
         Self {
+            create_conversation: script(include_str!("scripts/create_conversation.lua")),
             reserve: script(include_str!("scripts/reserve_and_record.lua")),
             mark_committed: script(include_str!("scripts/mark_published_and_committed.lua")),
             trim: script(include_str!("scripts/trim.lua")),
@@ -42,8 +44,9 @@ impl Scripts {
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 10] {
+    pub(crate) fn all(&self) -> [&Script; 11] {
         [
+            &self.create_conversation,
             &self.reserve,
             &self.mark_committed,
             &self.trim,

@@ -259,32 +259,44 @@ impl HotStore for SqliteHot {
     async fn create_conversation(
         &self,
         tenant: &str,
+        conversation_id: &str,
         members: &[String],
         listing_id: Option<u64>,
         now_ms: i64,
-    ) -> Result<String> {
-        let id = uuid::Uuid::now_v7().to_string();
-        let (tenant, members) = (tenant.to_owned(), members.to_vec());
+    ) -> Result<bool> {
+        let (tenant, cid, members) = (
+            tenant.to_owned(),
+            conversation_id.to_owned(),
+            members.to_vec(),
+        );
         let members_json = serde_json::to_string(&members)
             .map_err(|e| ChatError::Invalid(format!("members: {e}")))?;
-        let cid = id.clone();
         self.writer
             .write(move |conn| {
-                conn.execute(
-                    "INSERT INTO conversation (tenant, conversation_id, members, listing_id, created_at)
+                let created = conn.execute(
+                    "INSERT OR IGNORE INTO conversation
+                         (tenant, conversation_id, members, listing_id, created_at)
                      VALUES (?1, ?2, ?3, ?4, ?5)",
-                    params![tenant, cid, members_json, listing_id.map(|l| l as i64), now_ms],
-                )?;
-                let mut stmt = conn.prepare_cached(
-                    "INSERT OR IGNORE INTO member (tenant, user, conversation_id) VALUES (?1, ?2, ?3)",
-                )?;
-                for m in &members {
-                    stmt.execute(params![tenant, m, cid])?;
+                    params![
+                        tenant,
+                        cid,
+                        members_json,
+                        listing_id.map(|l| l as i64),
+                        now_ms
+                    ],
+                )? == 1;
+                // One transaction: an existing conversation has all its memberships already.
+                if created {
+                    let mut stmt = conn.prepare_cached(
+                        "INSERT INTO member (tenant, user, conversation_id) VALUES (?1, ?2, ?3)",
+                    )?;
+                    for m in &members {
+                        stmt.execute(params![tenant, m, cid])?;
+                    }
                 }
-                Ok::<_, ChatError>(())
+                Ok::<_, ChatError>(created)
             })
-            .await?;
-        Ok(id)
+            .await
     }
 
     async fn conversation(

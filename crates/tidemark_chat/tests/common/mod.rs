@@ -431,10 +431,12 @@ impl Harness {
                 NewConversation {
                     members: members.iter().map(|m| (*m).to_owned()).collect(),
                     listing_id: Some(42),
+                    client_conversation_id: None,
                 },
             )
             .await
             .expect("create conversation")
+            .conversation_id
     }
 
     /// SEND of a standard message.
