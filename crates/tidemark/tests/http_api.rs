@@ -44,6 +44,28 @@ async fn contract_and_bad_inputs() {
             403,
             "forbidden",
         ),
+        // A body must be an object: serde would fill the fields from an array by position.
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!(["arr-1", "u1", "text", null])),
+            422,
+            "unprocessable_entity",
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!([["u1", "u9"], 5])),
+            422,
+            "unprocessable_entity",
+        ),
+        (
+            Method::PUT,
+            server.url(&format!("/v1/conversations/{cid}/read")),
+            Some(json!(["u2", 1])),
+            422,
+            "unprocessable_entity",
+        ),
         (
             Method::POST,
             msgs_url.clone(),

@@ -16,7 +16,9 @@ use axum::http::StatusCode;
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 use tidemark_core::day::UtcDay;
-use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, Tenant, body_limit};
+use tidemark_core::http::{
+    ApiError, ApiJson, ApiJsonArray, ApiQuery, ErrorBody, Tenant, body_limit,
+};
 use tidemark_core::openapi::JsonBodyErrors;
 use utoipa::{IntoParams, ToSchema};
 
@@ -160,7 +162,7 @@ struct Upserted {
 async fn post_listings(
     State(s): State<AnalyticsHttp>,
     Tenant(tenant): Tenant,
-    ApiJson(items): ApiJson<Vec<ListingBody>>,
+    ApiJsonArray(items): ApiJsonArray<ListingBody>,
 ) -> Result<axum::Json<Upserted>, ApiError> {
     if items.len() > MAX_LISTINGS_PER_REQUEST {
         return Err(ApiError::bad_request(format!(
