@@ -216,8 +216,13 @@ fn router(
 
 /// A request body must arrive within this time.
 pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
-/// How long a graceful stop waits for in-flight requests.
-pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a graceful stop waits for in-flight requests: SENDs finish in milliseconds, so a
+/// request still running after this is a client that stopped sending (half its headers, a body
+/// short of its `Content-Length`), and it is cut. Then the workers stop and the stores close,
+/// all well inside a supervisor's grace period (Kubernetes' default is 30 s), which at 30 s
+/// here a single stalled client outlasted: the server was killed instead of closing its
+/// stores (issue 2's new-user trial).
+pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The HTTP/1.1 accept loop: like `axum::serve`, plus a header read timeout (slow-loris
 /// defence); on `shutdown` it stops accepting and waits (up to [`DRAIN_TIMEOUT`]) for in-flight

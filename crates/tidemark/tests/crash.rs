@@ -154,6 +154,48 @@ async fn sigterm_shuts_down_cleanly() {
     assert_eq!(msgs[0]["body"], "hello");
 }
 
+/// A client that stopped halfway through its request holds a graceful stop up for at most the
+/// drain timeout (10 s), not its header or body timeouts (30 s / 60 s), and the stop still ends
+/// with the stores closed: the WAL truncated, the history there on restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stalled_client_holds_a_graceful_stop_up_for_the_drain_timeout_at_most() {
+    use tokio::io::AsyncWriteExt;
+    let mut server = TestServer::start(&[]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let (st, _) = send(&c, &server, &cid, "u1", "m1", "hello").await;
+    assert_eq!(st, 201);
+    let addr = server.url("").trim_start_matches("http://").to_owned();
+    let mut half_headers = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    half_headers
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let mut short_body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let head = format!(
+        "POST /v1/conversations/{cid}/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
+         content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"client_msg_id\""
+    );
+    short_body.write_all(head.as_bytes()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let started = std::time::Instant::now();
+    let status = server.terminate();
+    let took = started.elapsed();
+    assert!(status.success(), "exit status {status}");
+    assert!(
+        took < Duration::from_secs(20),
+        "the stop took {took:?} with a stalled client"
+    );
+    let wal = server.dir.join("chat").join("hot.db-wal");
+    let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert_eq!(wal_len, 0, "the hot store was closed (its WAL truncated)");
+    drop((half_headers, short_body));
+    server.spawn().await;
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    assert_eq!((latest, msgs.len()), (1, 1));
+}
+
 #[test]
 fn default_key_is_refused_off_loopback() {
     let tmp = tempfile::tempdir().unwrap();
