@@ -26,6 +26,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [chat] archive_batch_max     TIDEMARK_CHAT__ARCHIVE_BATCH_MAX  default 500
   [chat] commit_batch_max      TIDEMARK_CHAT__COMMIT_BATCH_MAX   default 512
   [chat] max_body_bytes        TIDEMARK_CHAT__MAX_BODY_BYTES   default 65536
+  [chat] page_bytes_max        TIDEMARK_CHAT__PAGE_BYTES_MAX   default 4194304 (a history page's JSON)
   [chat] trim_batch            TIDEMARK_CHAT__TRIM_BATCH       default 1000
   [chat] trim_interval         TIDEMARK_CHAT__TRIM_INTERVAL    default 1s
   [chat] archive_idle          TIDEMARK_CHAT__ARCHIVE_IDLE     default 250ms
@@ -34,6 +35,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [chat] outbox                TIDEMARK_CHAT__OUTBOX           sqlite | kafka://host:port/topic
   [chat] archive               TIDEMARK_CHAT__ARCHIVE          sqlite | mysql://user@host/db
   [chat] redis_pool            TIDEMARK_CHAT__REDIS_POOL       default 8
+  [chat] mysql_pool            TIDEMARK_CHAT__MYSQL_POOL       default 8
   [links] store                TIDEMARK_LINKS__STORE           sqlite | mysql://user@host/db
   [links] track_base           TIDEMARK_LINKS__TRACK_BASE      default http://<listen>
   [links] retention_days       TIDEMARK_LINKS__RETENTION_DAYS  default 180
