@@ -100,9 +100,10 @@ impl Default for Config {
 /// Configuration problems; the server does not start.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
-    /// The file or an env var could not be read or has a wrong value.
+    /// The file or an env var could not be read or has a wrong value. Not a `source`: the
+    /// message already holds figment's, which an error report would print again below it.
     #[error("configuration: {0}")]
-    Invalid(#[from] Box<figment::Error>),
+    Invalid(Box<figment::Error>),
     /// The default development key is in use on a non-loopback address.
     #[error(
         "refusing to start: tenant {tenant:?} uses the default key \"{DEFAULT_DEV_KEY}\" while listening on {listen}, which is not loopback; set a real key"
@@ -129,7 +130,9 @@ impl Config {
             fig = fig.merge(Toml::file_exact(f));
         }
         fig = fig.merge(Env::prefixed("TIDEMARK_").ignore(&["config"]).split("__"));
-        let cfg: Config = fig.extract().map_err(Box::new)?;
+        let cfg: Config = fig
+            .extract()
+            .map_err(|e| ConfigError::Invalid(Box::new(e)))?;
         Ok(cfg)
     }
 

@@ -5,6 +5,7 @@ use tidemark::{bench, config, demo, mail, rollup_cmd, server};
 use std::net::SocketAddr;
 use std::path::PathBuf;
 
+use anyhow::Context;
 use clap::{Parser, Subcommand};
 
 const SERVE_ENV_HELP: &str = "\
@@ -114,7 +115,9 @@ fn main() -> anyhow::Result<()> {
                     cfg.data_dir = d;
                 }
                 cfg.validate()?;
-                let listener = tokio::net::TcpListener::bind(cfg.listen).await?;
+                let listener = tokio::net::TcpListener::bind(cfg.listen)
+                    .await
+                    .with_context(|| format!("listening on {}", cfg.listen))?;
                 server::run(listener, cfg, server::shutdown_signal()).await
             }
             Command::Mail(m) => mail::run(m).await,

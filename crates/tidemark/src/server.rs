@@ -156,13 +156,16 @@ pub async fn run(
 /// set of writers and workers over the same stores. (The offline tools — `mail render`,
 /// `rollup` — go through the stores' own locking and may run beside a server.)
 fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
-    std::fs::create_dir_all(dir)?;
+    use anyhow::Context;
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the data directory {}", dir.display()))?;
     let path = dir.join("serve.lock");
     let file = std::fs::OpenOptions::new()
         .create(true)
         .truncate(false)
         .write(true)
-        .open(&path)?;
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
     match file.try_lock() {
         Ok(()) => Ok(file),
         Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(

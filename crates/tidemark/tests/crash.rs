@@ -208,3 +208,59 @@ fn default_key_is_refused_off_loopback() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("default key"), "stderr: {err}");
 }
+
+/// A server that cannot start says what it could not do and with what (new-user trial: `File
+/// exists (os error 17)`, `Address already in use (os error 98)`), and a configuration error
+/// once (it was printed again as its own cause).
+#[test]
+fn startup_errors_name_what_failed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let serve = |args: &[&str], env: &[(&str, &str)]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .arg("serve")
+            .args(args)
+            .envs(env.iter().copied())
+            .output()
+            .unwrap();
+        assert!(!out.status.success());
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, "not a directory").unwrap();
+    let err = serve(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(
+        err.contains(&format!("creating the data directory {}", file.display())),
+        "stderr: {err}"
+    );
+
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = taken.local_addr().unwrap().to_string();
+    let dir = tmp.path().join("data");
+    let err = serve(
+        &["--listen", &addr, "--data-dir", dir.to_str().unwrap()],
+        &[],
+    );
+    assert!(
+        err.contains(&format!("listening on {addr}")),
+        "stderr: {err}"
+    );
+
+    let err = serve(
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--data-dir",
+            dir.to_str().unwrap(),
+        ],
+        &[("TIDEMARK_CHAT__TRIM_BATCH", "many")],
+    );
+    assert_eq!(err.matches("many").count(), 1, "stderr: {err}");
+}
