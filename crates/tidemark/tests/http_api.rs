@@ -308,6 +308,19 @@ async fn contract_and_bad_inputs() {
     );
     let resp = c.get(&msgs_url).bearer_auth("wrong").send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 401);
+    let not_ascii = reqwest::header::HeaderValue::from_bytes(b"Bearer dev-key\xff").unwrap();
+    let resp = c
+        .get(&msgs_url)
+        .header("authorization", not_ascii)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 401);
+    let v = resp.json::<Value>().await.unwrap();
+    assert_eq!(
+        v["error"]["message"], "the Authorization header is not visible ASCII",
+        "not told the header is missing: it is there"
+    );
 
     // Nothing of the above was written: still exactly the two good messages, no new conversation.
     let (latest, msgs) = all_messages(&c, &server, &cid).await;

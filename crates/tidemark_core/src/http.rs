@@ -275,10 +275,11 @@ pub async fn require_tenant(
     let header = req
         .headers()
         .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
         .ok_or_else(|| {
             ApiError::unauthorized("missing Authorization header (Bearer <key> or Token <key>)")
-        })?;
+        })?
+        .to_str()
+        .map_err(|_| ApiError::unauthorized("the Authorization header is not visible ASCII"))?;
     let tenant = keys
         .tenant_for(header)
         .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
