@@ -42,8 +42,8 @@ pub fn document(kinds: &[String]) -> utoipa::openapi::OpenApi {
         .version(env!("CARGO_PKG_VERSION"))
         .description(Some(
             "Chat, newsletter links and listing analytics of a marketplace. Every `/v1` route \
-             needs `Authorization: Bearer <key>`; every error answer is \
-             `{\"error\": {\"code\", \"message\"}}`.",
+             but this document (`/v1/openapi.json`) needs `Authorization: Bearer <key>`; every \
+             error answer is `{\"error\": {\"code\", \"message\"}}`.",
         ))
         .license(Some(utoipa::openapi::License::new("MIT")))
         .build();

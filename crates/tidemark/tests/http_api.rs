@@ -321,6 +321,17 @@ async fn contract_and_bad_inputs() {
         v["error"]["message"], "the Authorization header is not visible ASCII",
         "not told the header is missing: it is there"
     );
+    // An unknown conversation's id is repeated in the error, at most its first 128 bytes.
+    let long_cid = "é".repeat(2_500);
+    let url = server.url(&format!("/v1/conversations/{long_cid}/messages"));
+    let (st, v) = call(&c, Method::GET, &url, None).await;
+    let message = v["error"]["message"].as_str().unwrap();
+    assert_eq!(st, 404, "{v}");
+    assert_eq!(
+        message,
+        format!("unknown conversation {}…", "é".repeat(64)),
+        "cut at a char boundary"
+    );
 
     // Nothing of the above was written: still exactly the two good messages, no new conversation.
     let (latest, msgs) = all_messages(&c, &server, &cid).await;

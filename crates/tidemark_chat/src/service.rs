@@ -177,6 +177,20 @@ fn check_id(what: &str, v: &str) -> Result<()> {
     Ok(())
 }
 
+/// `id` as an error message repeats it: whole up to [`MAX_ID_BYTES`], past that cut at a char
+/// boundary and marked `…` (a 5,000-byte path segment was echoed whole: issue 2's new-user
+/// trial). No stored id is longer, so a longer one is never found.
+fn echoed(id: &str) -> String {
+    if id.len() <= MAX_ID_BYTES {
+        return id.to_owned();
+    }
+    let cut = (0..=MAX_ID_BYTES)
+        .rev()
+        .find(|&i| id.is_char_boundary(i))
+        .unwrap_or(0);
+    format!("{}…", &id[..cut])
+}
+
 /// Whether the stored conversation `existing` is what `asked` asks for: the same members in
 /// any order, the same listing.
 fn same_conversation(existing: &ConversationMeta, asked: &NewConversation) -> bool {
@@ -409,7 +423,7 @@ impl ChatService {
             .hot
             .conversation(tenant, conversation_id)
             .await?
-            .ok_or_else(|| ChatError::UnknownConversation(conversation_id.to_owned()))
+            .ok_or_else(|| ChatError::UnknownConversation(echoed(conversation_id)))
     }
 
     async fn member_conversation(
