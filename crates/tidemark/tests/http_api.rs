@@ -299,6 +299,21 @@ async fn contract_and_bad_inputs() {
         error_code(&resp.json::<Value>().await.unwrap()),
         "unsupported_media_type"
     );
+    // Chat bodies are read as sent: a compressed one is refused, not parsed as JSON.
+    let resp = c
+        .post(&msgs_url)
+        .bearer_auth(KEY)
+        .header("content-type", "application/json")
+        .header("content-encoding", "gzip")
+        .body(r#"{"client_msg_id": "gz", "sender": "u1", "body": "labelled gzip"}"#)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status().as_u16(), 415);
+    assert_eq!(
+        error_code(&resp.json::<Value>().await.unwrap()),
+        "unsupported_media_type"
+    );
     // No key, wrong key.
     let resp = c.get(&msgs_url).send().await.unwrap();
     assert_eq!(resp.status().as_u16(), 401);
