@@ -82,17 +82,34 @@ fn hot_state(dir: &std::path::Path) -> (i64, i64) {
     (hot, floor)
 }
 
+/// A hot window of 1 s and margins of 100 ms: the real workers archive and trim within a
+/// second or two.
+const TRIM_SOON: [(&str, &str); 4] = [
+    ("TIDEMARK_CHAT__HOT_WINDOW", "1s"),
+    ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "100ms"),
+    ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms"),
+    ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms"),
+];
+
+/// Waits (up to 15 s) until the one conversation's `messages` are all trimmed: none hot, the
+/// floor at the last.
+async fn wait_trimmed(dir: &std::path::Path, messages: i64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while hot_state(dir) != (0, messages) {
+        assert!(
+            Instant::now() < deadline,
+            "not trimmed: {:?}",
+            hot_state(dir)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 /// With a short hot window the real workers archive and trim everything; history, retries
 /// and seq allocation keep working from the archive, also across a restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tiered_trims_behind_the_watermark_and_reads_from_the_archive() {
-    let env = [
-        ("TIDEMARK_CHAT__HOT_WINDOW", "1s"),
-        ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "100ms"),
-        ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms"),
-        ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms"),
-    ];
-    let mut server = TestServer::start(&env).await;
+    let mut server = TestServer::start(&TRIM_SOON).await;
     let c = client();
     let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
     let mut acks = Vec::new();
@@ -109,15 +126,7 @@ async fn tiered_trims_behind_the_watermark_and_reads_from_the_archive() {
         assert_eq!(st, 201);
         acks.push(v);
     }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while hot_state(&server.dir) != (0, 50) {
-        assert!(
-            Instant::now() < deadline,
-            "not trimmed: {:?}",
-            hot_state(&server.dir)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_trimmed(&server.dir, 50).await;
     let (latest, msgs) = all_messages(&c, &server, &cid).await;
     assert_eq!(latest, 50);
     let bodies: Vec<String> = msgs
@@ -234,28 +243,14 @@ async fn switching_from_hot_only_to_tiered_backfills_before_trimming() {
 /// read (found by a new user: every read below a floor got 500 `corrupt_history`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() {
-    let env = [
-        ("TIDEMARK_CHAT__HOT_WINDOW", "1s"),
-        ("TIDEMARK_CHAT__OUTBOX_RECOVERY_WINDOW", "100ms"),
-        ("TIDEMARK_CHAT__SAFETY_MARGIN", "100ms"),
-        ("TIDEMARK_CHAT__TRIM_INTERVAL", "100ms"),
-    ];
-    let mut server = TestServer::start(&env).await;
+    let mut server = TestServer::start(&TRIM_SOON).await;
     let c = client();
     let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
     for i in 1..=10 {
         let (st, v) = send(&c, &server, &cid, "u2", &format!("m{i}"), &format!("b{i}")).await;
         assert_eq!(st, 201, "{v}");
     }
-    let deadline = Instant::now() + Duration::from_secs(15);
-    while hot_state(&server.dir) != (0, 10) {
-        assert!(
-            Instant::now() < deadline,
-            "not trimmed: {:?}",
-            hot_state(&server.dir)
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    wait_trimmed(&server.dir, 10).await;
     assert!(server.terminate().success());
 
     server
