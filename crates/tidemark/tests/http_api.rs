@@ -299,20 +299,34 @@ async fn contract_and_bad_inputs() {
         error_code(&resp.json::<Value>().await.unwrap()),
         "unsupported_media_type"
     );
-    // Chat bodies are read as sent: a compressed one is refused, not parsed as JSON.
-    let resp = c
-        .post(&msgs_url)
-        .bearer_auth(KEY)
-        .header("content-type", "application/json")
-        .header("content-encoding", "gzip")
-        .body(r#"{"client_msg_id": "gz", "sender": "u1", "body": "labelled gzip"}"#)
-        .send()
-        .await
-        .unwrap();
-    assert_eq!(resp.status().as_u16(), 415);
-    assert_eq!(
-        error_code(&resp.json::<Value>().await.unwrap()),
-        "unsupported_media_type"
+    // Chat bodies are read as sent: a compressed one is refused, not parsed as JSON, whichever
+    // line of the header says so.
+    for lines in [&["gzip"][..], &["identity, br"], &["identity", "gzip"]] {
+        let mut req = c
+            .post(&msgs_url)
+            .bearer_auth(KEY)
+            .header("content-type", "application/json");
+        for line in lines {
+            req = req.header("content-encoding", *line);
+        }
+        let body = r#"{"client_msg_id": "gz", "sender": "u1", "body": "labelled gzip"}"#;
+        let resp = req.body(body).send().await.unwrap();
+        assert_eq!(resp.status().as_u16(), 415, "{lines:?}");
+        assert_eq!(
+            error_code(&resp.json::<Value>().await.unwrap()),
+            "unsupported_media_type"
+        );
+    }
+    // An error quotes what was wrong, at most 1 KiB of it: a 400,000-byte field name.
+    let field = "f".repeat(400_000);
+    let body = json!({"client_msg_id": "long", "sender": "u1", "body": "hi", field: 1});
+    let (st, v) = call(&c, Method::POST, &msgs_url, Some(body)).await;
+    let message = v["error"]["message"].as_str().unwrap();
+    assert_eq!((st, error_code(&v)), (422, "unprocessable_entity"));
+    assert!(
+        message.len() <= 1024 + '…'.len_utf8() && message.ends_with('…'),
+        "{} bytes",
+        message.len()
     );
     // No key, wrong key.
     let resp = c.get(&msgs_url).send().await.unwrap();

@@ -184,11 +184,7 @@ fn echoed(id: &str) -> String {
     if id.len() <= MAX_ID_BYTES {
         return id.to_owned();
     }
-    let cut = (0..=MAX_ID_BYTES)
-        .rev()
-        .find(|&i| id.is_char_boundary(i))
-        .unwrap_or(0);
-    format!("{}…", &id[..cut])
+    format!("{}…", &id[..id.floor_char_boundary(MAX_ID_BYTES)])
 }
 
 /// Whether the stored conversation `existing` is what `asked` asks for: the same members in

@@ -85,6 +85,21 @@ pub struct ErrorDetail<'a> {
     pub message: &'a str,
 }
 
+/// The longest error message answered, in bytes; a longer one is cut at a char boundary and
+/// ends in `…`. Messages quote what was wrong, and what was wrong may be a 60,000-byte header or
+/// a 400,000-byte field name, which an answer should not repeat whole (issue 2's new-user
+/// trial: an 800 KB answer to a bad field name).
+pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
+
+/// `message` cut to [`MAX_ERROR_MESSAGE_BYTES`] (see there).
+fn capped(message: &str) -> std::borrow::Cow<'_, str> {
+    if message.len() <= MAX_ERROR_MESSAGE_BYTES {
+        return message.into();
+    }
+    let cut = message.floor_char_boundary(MAX_ERROR_MESSAGE_BYTES);
+    format!("{}…", &message[..cut]).into()
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {
@@ -93,7 +108,7 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code,
-                message: &self.message,
+                message: &capped(&self.message),
             },
         };
         let mut response = (self.status, Json(body)).into_response();
@@ -184,15 +199,20 @@ async fn json_of_kind<T: DeserializeOwned, S: Send + Sync>(
     open: char,
     kind: &str,
 ) -> Result<T, ApiError> {
-    if let Some(encoding) = req.headers().get(axum::http::header::CONTENT_ENCODING)
-        && !encoding.as_bytes().eq_ignore_ascii_case(b"identity")
+    // Every line of the header, and every coding in each (RFC 9110 §8.4: one list).
+    let encodings = req.headers().get_all(axum::http::header::CONTENT_ENCODING);
+    if let Some(coding) = encodings
+        .iter()
+        .flat_map(|line| line.as_bytes().split(|&b| b == b','))
+        .map(<[u8]>::trim_ascii)
+        .find(|coding| !coding.is_empty() && !coding.eq_ignore_ascii_case(b"identity"))
     {
         return Err(ApiError::new(
             StatusCode::UNSUPPORTED_MEDIA_TYPE,
             "unsupported_media_type",
             format!(
                 "Content-Encoding {:?} is not accepted here: send the body uncompressed",
-                String::from_utf8_lossy(encoding.as_bytes())
+                String::from_utf8_lossy(coding)
             ),
         ));
     }
