@@ -780,7 +780,17 @@ async fn a_conversation_created_with_a_key_is_created_once() {
 
     // Bad keys: 400, nothing created.
     let long = "k".repeat(129);
-    for bad in ["", " k", "k ", "k\n", "k\u{7}", long.as_str()] {
+    for bad in [
+        "",
+        " k",
+        "k ",
+        "k\n",
+        "k\u{7}",
+        long.as_str(),
+        "\u{200b}",
+        "k\u{200b}",
+        "\u{feff}k",
+    ] {
         let body = json!({"members": ["eve", "seller"], "client_conversation_id": bad});
         let (st, v) = create(&server, body).await;
         assert_eq!((st, error_code(&v)), (400, "bad_request"), "{bad:?}: {v}");

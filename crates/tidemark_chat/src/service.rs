@@ -210,12 +210,21 @@ fn check_new_id(what: &str, v: &str) -> Result<()> {
             "{what} {v:?} holds the control character {c:?}"
         )));
     }
-    if v.trim() != v {
+    if v.trim_matches(|c: char| c.is_whitespace() || is_invisible(c)) != v {
         return Err(ChatError::Invalid(format!(
-            "{what} {v:?} starts or ends with whitespace"
+            "{what} {v:?} starts or ends with whitespace or an invisible character"
         )));
     }
     Ok(())
+}
+
+/// Characters that print as nothing but are not whitespace to [`char::is_whitespace`]: the
+/// soft hyphen, the zero-width space and joiners, the direction marks, the word joiner and
+/// invisible operators, the byte order mark. Not allowed at either end of a new id
+/// ([`check_new_id`]), where `"\u{200b}"` would be a blank id and `"x\u{200b}"` one that looks
+/// like `"x"` (issue 2's new-user trial); inside an id they may be meant (emoji sequences).
+fn is_invisible(c: char) -> bool {
+    matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
 }
 
 impl ChatService {
