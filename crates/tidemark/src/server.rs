@@ -228,8 +228,8 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The HTTP/1.1 accept loop: like `axum::serve`, plus a header read timeout (slow-loris
-/// defence); on `shutdown` it stops accepting and waits (up to [`DRAIN_TIMEOUT`]) for in-flight
-/// requests.
+/// defence); on `shutdown` it stops accepting and waits (up to [`DRAIN_TIMEOUT`], or until a
+/// second SIGINT / SIGTERM) for in-flight requests.
 async fn serve_http(
     listener: TcpListener,
     app: Router,
@@ -269,6 +269,11 @@ async fn serve_http(
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(DRAIN_TIMEOUT) => {
             tracing::warn!("in-flight requests still running after the drain timeout");
+        }
+        // A second SIGINT / SIGTERM (an operator's second Ctrl-C) ends the drain at once; the
+        // workers still stop and the stores still close as after any drain.
+        () = shutdown_signal() => {
+            tracing::warn!("a second shutdown signal: in-flight requests are cut");
         }
     }
 }

@@ -196,6 +196,52 @@ async fn a_stalled_client_holds_a_graceful_stop_up_for_the_drain_timeout_at_most
     assert_eq!((latest, msgs.len()), (1, 1));
 }
 
+/// A second SIGTERM during the drain (an operator's second Ctrl-C) cuts a stalled client at
+/// once instead of after the drain timeout, and the stop still closes the stores.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_second_sigterm_ends_the_drain_at_once() {
+    use tokio::io::AsyncWriteExt;
+    let mut server = TestServer::start(&[]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let (st, _) = send(&c, &server, &cid, "u1", "m1", "hello").await;
+    assert_eq!(st, 201);
+    let addr = server.url("").trim_start_matches("http://").to_owned();
+    let mut half_headers = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    half_headers
+        .write_all(b"GET /healthz HTTP/1.1\r\n")
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(300)).await;
+
+    let mut child = server.child.take().expect("running");
+    let pid = child.id().to_string();
+    let started = std::time::Instant::now();
+    let sigterm = || {
+        std::process::Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+    };
+    sigterm();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    sigterm();
+    let status = child.wait().unwrap();
+    let took = started.elapsed();
+    assert!(status.success(), "exit status {status}");
+    assert!(took < Duration::from_secs(5), "the stop took {took:?}");
+    let wal = server.dir.join("chat").join("hot.db-wal");
+    assert_eq!(
+        std::fs::metadata(&wal).map_or(0, |m| m.len()),
+        0,
+        "stores closed"
+    );
+    drop(half_headers);
+    server.spawn().await;
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    assert_eq!((latest, msgs.len()), (1, 1));
+}
+
 #[test]
 fn default_key_is_refused_off_loopback() {
     let tmp = tempfile::tempdir().unwrap();
