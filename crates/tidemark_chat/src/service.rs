@@ -177,16 +177,6 @@ fn check_id(what: &str, v: &str) -> Result<()> {
     Ok(())
 }
 
-/// `id` as an error message repeats it: whole up to [`MAX_ID_BYTES`], past that cut at a char
-/// boundary and marked `…` (a 5,000-byte path segment was echoed whole: issue 2's new-user
-/// trial). No stored id is longer, so a longer one is never found.
-fn echoed(id: &str) -> String {
-    if id.len() <= MAX_ID_BYTES {
-        return id.to_owned();
-    }
-    format!("{}…", &id[..id.floor_char_boundary(MAX_ID_BYTES)])
-}
-
 /// Whether the stored conversation `existing` is what `asked` asks for: the same members in
 /// any order, the same listing.
 fn same_conversation(existing: &ConversationMeta, asked: &NewConversation) -> bool {
@@ -428,7 +418,12 @@ impl ChatService {
             .hot
             .conversation(tenant, conversation_id)
             .await?
-            .ok_or_else(|| ChatError::UnknownConversation(echoed(conversation_id)))
+            // Quoted to MAX_ID_BYTES (a 5,000-byte path segment was echoed whole: issue 2's
+            // new-user trial); no stored id is longer, so a longer one is never found.
+            .ok_or_else(|| {
+                let shown = tidemark_core::http::quoted(conversation_id, MAX_ID_BYTES);
+                ChatError::UnknownConversation(shown.into_owned())
+            })
     }
 
     async fn member_conversation(

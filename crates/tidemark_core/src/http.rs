@@ -91,13 +91,14 @@ pub struct ErrorDetail<'a> {
 /// trial: an 800 KB answer to a bad field name).
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
 
-/// `message` cut to [`MAX_ERROR_MESSAGE_BYTES`] (see there).
-fn capped(message: &str) -> std::borrow::Cow<'_, str> {
-    if message.len() <= MAX_ERROR_MESSAGE_BYTES {
-        return message.into();
+/// `text` as an error message quotes it: whole up to `max_bytes`, past that cut at a char
+/// boundary and ended with `…`. Every answer's message goes through it with
+/// [`MAX_ERROR_MESSAGE_BYTES`]; a message may quote a part of a request with a tighter bound.
+pub fn quoted(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
+    if text.len() <= max_bytes {
+        return text.into();
     }
-    let cut = message.floor_char_boundary(MAX_ERROR_MESSAGE_BYTES);
-    format!("{}…", &message[..cut]).into()
+    format!("{}…", &text[..text.floor_char_boundary(max_bytes)]).into()
 }
 
 impl IntoResponse for ApiError {
@@ -108,7 +109,7 @@ impl IntoResponse for ApiError {
         let body = ErrorBody {
             error: ErrorDetail {
                 code: self.code,
-                message: &capped(&self.message),
+                message: &quoted(&self.message, MAX_ERROR_MESSAGE_BYTES),
             },
         };
         let mut response = (self.status, Json(body)).into_response();
