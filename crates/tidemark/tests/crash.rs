@@ -154,29 +154,49 @@ async fn sigterm_shuts_down_cleanly() {
     assert_eq!(msgs[0]["body"], "hello");
 }
 
+/// A server holding one message ("hello", seq 1) in a new conversation of u1 and u2, a client
+/// of it, and that conversation's id.
+async fn serving_one_message() -> (TestServer, reqwest::Client, String) {
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let (st, _) = send(&c, &server, &cid, "u1", "m1", "hello").await;
+    assert_eq!(st, 201);
+    (server, c, cid)
+}
+
+/// A connection to `server` that sent `request` and then nothing more.
+async fn stalled_client(server: &TestServer, request: &[u8]) -> tokio::net::TcpStream {
+    use tokio::io::AsyncWriteExt;
+    let addr = server.url("").trim_start_matches("http://").to_owned();
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    stream.write_all(request).await.unwrap();
+    stream
+}
+
+/// After a stop: the hot store was closed (its WAL truncated), and a restart reads the one
+/// message of [`serving_one_message`].
+async fn assert_stopped_cleanly(server: &mut TestServer, c: &reqwest::Client, cid: &str) {
+    let wal = server.dir.join("chat").join("hot.db-wal");
+    let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
+    assert_eq!(wal_len, 0, "the hot store was closed (its WAL truncated)");
+    server.spawn().await;
+    let (latest, msgs) = all_messages(c, server, cid).await;
+    assert_eq!((latest, msgs.len()), (1, 1));
+}
+
 /// A client that stopped halfway through its request holds a graceful stop up for at most the
 /// drain timeout (10 s), not its header or body timeouts (30 s / 60 s), and the stop still ends
 /// with the stores closed: the WAL truncated, the history there on restart.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_stalled_client_holds_a_graceful_stop_up_for_the_drain_timeout_at_most() {
-    use tokio::io::AsyncWriteExt;
-    let mut server = TestServer::start(&[]).await;
-    let c = client();
-    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
-    let (st, _) = send(&c, &server, &cid, "u1", "m1", "hello").await;
-    assert_eq!(st, 201);
-    let addr = server.url("").trim_start_matches("http://").to_owned();
-    let mut half_headers = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    half_headers
-        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
-        .await
-        .unwrap();
-    let mut short_body = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let (mut server, c, cid) = serving_one_message().await;
+    let half_headers = stalled_client(&server, b"GET /healthz HTTP/1.1\r\nHost: x\r\n").await;
     let head = format!(
         "POST /v1/conversations/{cid}/messages HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer {KEY}\r\n\
          content-type: application/json\r\ncontent-length: 100\r\n\r\n{{\"client_msg_id\""
     );
-    short_body.write_all(head.as_bytes()).await.unwrap();
+    let short_body = stalled_client(&server, head.as_bytes()).await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
     let started = std::time::Instant::now();
@@ -187,59 +207,27 @@ async fn a_stalled_client_holds_a_graceful_stop_up_for_the_drain_timeout_at_most
         took < Duration::from_secs(20),
         "the stop took {took:?} with a stalled client"
     );
-    let wal = server.dir.join("chat").join("hot.db-wal");
-    let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
-    assert_eq!(wal_len, 0, "the hot store was closed (its WAL truncated)");
     drop((half_headers, short_body));
-    server.spawn().await;
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
-    assert_eq!((latest, msgs.len()), (1, 1));
+    assert_stopped_cleanly(&mut server, &c, &cid).await;
 }
 
 /// A second SIGTERM during the drain (an operator's second Ctrl-C) cuts a stalled client at
 /// once instead of after the drain timeout, and the stop still closes the stores.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_sigterm_ends_the_drain_at_once() {
-    use tokio::io::AsyncWriteExt;
-    let mut server = TestServer::start(&[]).await;
-    let c = client();
-    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
-    let (st, _) = send(&c, &server, &cid, "u1", "m1", "hello").await;
-    assert_eq!(st, 201);
-    let addr = server.url("").trim_start_matches("http://").to_owned();
-    let mut half_headers = tokio::net::TcpStream::connect(&addr).await.unwrap();
-    half_headers
-        .write_all(b"GET /healthz HTTP/1.1\r\n")
-        .await
-        .unwrap();
+    let (mut server, c, cid) = serving_one_message().await;
+    let half_headers = stalled_client(&server, b"GET /healthz HTTP/1.1\r\n").await;
     tokio::time::sleep(Duration::from_millis(300)).await;
 
-    let mut child = server.child.take().expect("running");
-    let pid = child.id().to_string();
     let started = std::time::Instant::now();
-    let sigterm = || {
-        std::process::Command::new("kill")
-            .args(["-TERM", &pid])
-            .status()
-            .unwrap()
-    };
-    sigterm();
+    server.sigterm();
     tokio::time::sleep(Duration::from_millis(500)).await;
-    sigterm();
-    let status = child.wait().unwrap();
+    let status = server.terminate(); // the second SIGTERM
     let took = started.elapsed();
     assert!(status.success(), "exit status {status}");
     assert!(took < Duration::from_secs(5), "the stop took {took:?}");
-    let wal = server.dir.join("chat").join("hot.db-wal");
-    assert_eq!(
-        std::fs::metadata(&wal).map_or(0, |m| m.len()),
-        0,
-        "stores closed"
-    );
     drop(half_headers);
-    server.spawn().await;
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
-    assert_eq!((latest, msgs.len()), (1, 1));
+    assert_stopped_cleanly(&mut server, &c, &cid).await;
 }
 
 #[test]

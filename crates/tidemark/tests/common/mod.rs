@@ -206,10 +206,14 @@ impl TestServer {
 
     /// SIGTERM and wait; returns the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
-        let mut c = self.child.take().expect("running");
-        let pid = c.id().to_string();
+        self.sigterm();
+        self.child.take().expect("running").wait().unwrap()
+    }
+
+    /// SIGTERM without waiting for the exit.
+    pub fn sigterm(&self) {
+        let pid = self.child.as_ref().expect("running").id().to_string();
         Command::new("kill").args(["-TERM", &pid]).status().unwrap();
-        c.wait().unwrap()
     }
 
     pub fn url(&self, path: &str) -> String {
