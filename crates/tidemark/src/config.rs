@@ -122,14 +122,31 @@ pub enum ConfigError {
     Value(String),
 }
 
+/// Whether `key` (an env var's name after `TIDEMARK_`) is one that Kubernetes sets in every
+/// pod of a namespace that has a Service named `tidemark` (service links, on by default):
+/// `TIDEMARK_SERVICE_HOST`, `TIDEMARK_SERVICE_PORT[_<name>]`, `TIDEMARK_PORT` and
+/// `TIDEMARK_PORT_<port>_<proto>[_PROTO|_PORT|_ADDR]`. No configuration key starts with
+/// `service_` or `port`, so these are skipped rather than refused as unknown keys (issue 2,
+/// operator trial: such a pod would not start).
+fn is_service_link(key: &str) -> bool {
+    let key = key.to_ascii_lowercase();
+    key == "port" || key.starts_with("port_") || key.starts_with("service_")
+}
+
 impl Config {
-    /// Defaults, then `file` (if any), then `TIDEMARK_…` env vars.
+    /// Defaults, then `file` (if any), then `TIDEMARK_…` env vars (every one must name a key,
+    /// except Kubernetes' service links, [`is_service_link`]).
     pub fn load(file: Option<&Path>) -> Result<Self, ConfigError> {
         let mut fig = Figment::from(Serialized::defaults(Config::default()));
         if let Some(f) = file {
             fig = fig.merge(Toml::file_exact(f));
         }
-        fig = fig.merge(Env::prefixed("TIDEMARK_").ignore(&["config"]).split("__"));
+        fig = fig.merge(
+            Env::prefixed("TIDEMARK_")
+                .ignore(&["config"])
+                .filter(|key| !is_service_link(key.as_str()))
+                .split("__"),
+        );
         let cfg: Config = fig
             .extract()
             .map_err(|e| ConfigError::Invalid(Box::new(e)))?;
@@ -269,6 +286,29 @@ mod tests {
                 err.to_string(),
                 "configuration: chat.trim_batch must be at least 1"
             );
+            Ok(())
+        });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's own signature
+    fn kubernetes_service_links_are_skipped_and_other_unknown_vars_refused() {
+        figment::Jail::expect_with(|jail| {
+            // What Kubernetes sets for a Service named `tidemark` with a port named `http`.
+            jail.set_env("TIDEMARK_SERVICE_HOST", "10.0.0.1");
+            jail.set_env("TIDEMARK_SERVICE_PORT", "8080");
+            jail.set_env("TIDEMARK_SERVICE_PORT_HTTP", "8080");
+            jail.set_env("TIDEMARK_PORT", "tcp://10.0.0.1:8080");
+            jail.set_env("TIDEMARK_PORT_8080_TCP", "tcp://10.0.0.1:8080");
+            jail.set_env("TIDEMARK_PORT_8080_TCP_PROTO", "tcp");
+            jail.set_env("TIDEMARK_PORT_8080_TCP_PORT", "8080");
+            jail.set_env("TIDEMARK_PORT_8080_TCP_ADDR", "10.0.0.1");
+            jail.set_env("TIDEMARK_LISTEN", "127.0.0.1:9005");
+            let cfg = Config::load(None).expect("service links are not configuration");
+            assert_eq!(cfg.listen.port(), 9005);
+            jail.set_env("TIDEMARK_LISTN", "127.0.0.1:9006");
+            let err = Config::load(None).expect_err("a misspelt key is still refused");
+            assert!(err.to_string().contains("listn"), "{err}");
             Ok(())
         });
     }
