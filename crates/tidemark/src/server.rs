@@ -151,29 +151,28 @@ pub async fn run(
     Ok(())
 }
 
-/// Takes an exclusive lock on `<data_dir>/serve.lock` for as long as the returned file lives,
-/// so a second `serve` on the same data directory refuses to start instead of running a second
-/// set of writers and workers over the same stores. (The offline tools — `mail render`,
-/// `rollup` — go through the stores' own locking and may run beside a server.)
+/// Takes an exclusive lock on the data directory itself (`flock` of the directory) for as long
+/// as the returned handle lives, so a second `serve` on the same data directory refuses to
+/// start instead of running a second set of writers and workers over the same stores. The lock
+/// is on the directory, not on a file in it, so no file can be deleted to get past it (issue 2,
+/// operator trial: with a `serve.lock` file, `rm serve.lock` let a second server in, and its
+/// retries got new seqs). (The offline tools — `mail render`, `rollup` — go through the
+/// stores' own locking and may run beside a server.)
 fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     use anyhow::Context;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the data directory {}", dir.display()))?;
-    let path = dir.join("serve.lock");
-    let file = std::fs::OpenOptions::new()
-        .create(true)
-        .truncate(false)
-        .write(true)
-        .open(&path)
-        .with_context(|| format!("opening {}", path.display()))?;
-    match file.try_lock() {
-        Ok(()) => Ok(file),
+    let handle = std::fs::File::open(dir)
+        .with_context(|| format!("opening the data directory {}", dir.display()))?;
+    match handle.try_lock() {
+        Ok(()) => Ok(handle),
         Err(std::fs::TryLockError::WouldBlock) => anyhow::bail!(
-            "another `tidemark serve` is using the data directory {} (locked: {}); stop it or pick another --data-dir",
+            "another `tidemark serve` is using the data directory {} (it holds a lock on it); stop it or pick another --data-dir",
             dir.display(),
-            path.display()
         ),
-        Err(std::fs::TryLockError::Error(e)) => Err(e.into()),
+        Err(std::fs::TryLockError::Error(e)) => {
+            Err(e).with_context(|| format!("locking the data directory {}", dir.display()))
+        }
     }
 }
 

@@ -158,16 +158,23 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     let server = TestServer::start(&[]).await;
-    let out = TestServer::command(&server.dir, free_port(), &[])
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "the second server ran: {stderr}");
-    assert!(
-        stderr.contains("another `tidemark serve` is using the data directory"),
-        "{stderr}"
-    );
+    // The lock is the directory's own: no file in it can be deleted to get past it, and another
+    // spelling of the path (here a symlink) is the same directory.
+    let other_name = tempfile::tempdir().unwrap();
+    let link = other_name.path().join("same-data");
+    std::os::unix::fs::symlink(&server.dir, &link).unwrap();
+    for dir in [server.dir.clone(), link] {
+        let out = TestServer::command(&dir, free_port(), &[])
+            .stderr(std::process::Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "the second server ran: {stderr}");
+        assert!(
+            stderr.contains("another `tidemark serve` is using the data directory"),
+            "{stderr}"
+        );
+    }
     // The first one still serves.
     let (st, _) = call(
         &client(),
