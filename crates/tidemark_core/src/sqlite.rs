@@ -260,7 +260,8 @@ impl GroupWriter {
     /// Runs `job` in the next group transaction and returns its result once that transaction is
     /// durable. If the job returns `Err`, its writes are rolled back (alone) and the error is
     /// returned; if the commit fails, nothing of the job was written and
-    /// [`SqliteError::CommitFailed`] is returned (converted into `E`).
+    /// [`SqliteError::CommitFailed`] is returned (converted into `E`), or the job's own error if
+    /// it failed too (its failure is then usually the group's cause: a full disk, say).
     pub async fn write<R, E, F>(&self, job: F) -> Result<R, E>
     where
         F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
@@ -318,9 +319,12 @@ impl GroupWriter {
                 })
             };
             let completion = Box::new(move |commit: Result<(), String>| {
-                let answer = match commit {
-                    Ok(()) => outcome,
-                    Err(e) => Err(E::from(SqliteError::CommitFailed(e))),
+                // A job that failed keeps its own error (e.g. disk full) when the group fails
+                // too: the group's error is often only that failure's consequence.
+                let answer = match (commit, outcome) {
+                    (Ok(()), outcome) => outcome,
+                    (Err(_), Err(own)) => Err(own),
+                    (Err(e), Ok(_)) => Err(E::from(SqliteError::CommitFailed(e))),
                 };
                 let _ = done_tx.send(answer);
             }) as Completion;
@@ -351,6 +355,11 @@ where
     run("SAVEPOINT job").map_err(E::from)?;
     let out = job(conn);
     if out.is_err() {
+        if conn.is_autocommit() {
+            // SQLite rolled the whole transaction back (disk full, an I/O error): the savepoint
+            // is gone with it, and the job's error is the cause to report.
+            return out;
+        }
         run("ROLLBACK TO job").map_err(E::from)?;
     }
     run("RELEASE job").map_err(E::from)?;
@@ -497,6 +506,10 @@ fn writer_loop(
             tracing::error!("a job failed after writing without a savepoint: group rolled back");
             roll_back(conn);
             Err("rolled back: a job of the same group failed after writing".to_owned())
+        } else if conn.is_autocommit() {
+            // SQLite itself rolled the transaction back after a job's error (disk full, an I/O
+            // error): a COMMIT would only say that no transaction is active.
+            Err("rolled back by SQLite after a job of the same group failed (e.g. disk full); nothing of the group was written".to_owned())
         } else {
             conn.execute_batch("COMMIT").map_err(|e| {
                 tracing::error!(error = %e, "sqlite group commit failed");
@@ -659,6 +672,56 @@ mod tests {
         assert_eq!((count, refused), (180, 0));
     }
 
+    /// A job after whose error SQLite itself rolled the group back (as on a full disk, here
+    /// by a `ROLLBACK` in the job) keeps its own error, and the group's other jobs hear that
+    /// SQLite rolled it back, not "cannot commit - no transaction is active" (operator trial).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_group_that_sqlite_rolled_back_answers_each_job_with_the_cause() {
+        let (_dir, path, conn) = table_t();
+        let writer = std::sync::Arc::new(GroupWriter::start("t", conn, 64));
+        let insert = |v: i64| {
+            let w = std::sync::Arc::clone(&writer);
+            tokio::spawn(async move {
+                w.write(move |c| {
+                    if v == 1 {
+                        // Holds the writer while the next two jobs queue into its group.
+                        std::thread::sleep(Duration::from_millis(300));
+                    }
+                    c.execute("INSERT INTO t (v) VALUES (?1)", [v])?;
+                    Ok::<_, TestError>(())
+                })
+                .await
+            })
+        };
+        let first = insert(1);
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let second = insert(2);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        let w = std::sync::Arc::clone(&writer);
+        let failing = tokio::spawn(async move {
+            w.write(|c| {
+                c.execute_batch("ROLLBACK")?;
+                Err::<(), _>(TestError::Refused)
+            })
+            .await
+        });
+        assert!(matches!(failing.await.unwrap(), Err(TestError::Refused)));
+        for job in [first, second] {
+            match job.await.unwrap() {
+                Err(TestError::Db(SqliteError::CommitFailed(m))) => {
+                    assert!(m.contains("rolled back by SQLite"), "{m}")
+                }
+                other => panic!("{other:?}"),
+            }
+        }
+        let pool = ReadPool::open(&path, 1).unwrap();
+        let count: i64 = pool
+            .read(|c| Ok::<_, TestError>(c.query_row("SELECT count(*) FROM t", [], |r| r.get(0))?))
+            .await
+            .unwrap();
+        assert_eq!(count, 0);
+    }
+
     #[test]
     fn a_paged_open_sizes_new_files_and_keeps_existing_ones() {
         let dir = tempfile::tempdir().unwrap();
@@ -726,14 +789,13 @@ mod tests {
         })
     }
 
-    /// `jobs` answers, every one of them told its group was rolled back.
-    fn assert_group_rolled_back(out: &[Result<i64, TestError>], jobs: usize) {
+    /// `jobs` answers: the job at `cause` failed with its own error, and each of the others
+    /// was told its group was rolled back.
+    fn assert_group_rolled_back(out: &[Result<i64, TestError>], jobs: usize, cause: usize) {
         assert_eq!(out.len(), jobs);
-        for r in out {
-            assert!(
-                matches!(r, Err(TestError::Db(SqliteError::CommitFailed(_)))),
-                "{r:?}"
-            );
+        for (i, r) in out.iter().enumerate() {
+            let rolled_back = matches!(r, Err(TestError::Db(SqliteError::CommitFailed(_))));
+            assert!(r.is_err() && rolled_back == (i != cause), "{i}: {r:?}");
         }
     }
 
@@ -813,7 +875,8 @@ mod tests {
             Err(TestError::Refused)
         });
         let out = one_group(&writer, vec![insert(10), half, insert(20)]).await;
-        assert_group_rolled_back(&out, 4);
+        assert_group_rolled_back(&out, 4, 2);
+        assert!(matches!(out[2], Err(TestError::Refused)));
         assert_eq!(
             count(path.clone()),
             (2, 3),
@@ -842,9 +905,15 @@ mod tests {
             c.execute("INSERT INTO t (v) VALUES (100)", [])?;
             panic!("a bug in a write job")
         });
-        // Every job of the group, the one that panicked too, is told its group was rolled back.
+        // The job that panicked is told so, every other job of the group that its group was
+        // rolled back.
         let out = one_group(&writer, vec![insert(1), panics, insert(2)]).await;
-        assert_group_rolled_back(&out, 4);
+        assert_group_rolled_back(&out, 4, 2);
+        assert!(
+            matches!(&out[2], Err(TestError::Db(SqliteError::Task(m))) if m.contains("panicked")),
+            "{:?}",
+            out[2]
+        );
         assert_eq!(count(&path), 0, "nothing of that group was written");
         // In a savepoint (`write`), after a write: the same.
         let guarded = writer
@@ -854,7 +923,7 @@ mod tests {
             })
             .await;
         assert!(
-            matches!(guarded, Err(TestError::Db(SqliteError::CommitFailed(_)))),
+            matches!(&guarded, Err(TestError::Db(SqliteError::Task(m))) if m.contains("panicked")),
             "{guarded:?}"
         );
         assert_eq!(count(&path), 0);
