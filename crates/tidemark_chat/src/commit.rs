@@ -8,13 +8,18 @@
 //! SEND_ACK only after step 2. A crash between the steps leaves a RESERVED record that the
 //! recovery worker ([`crate::recovery`]) finishes with [`publish_and_commit`], the same code.
 //! Fused (the embedded default): all three steps in one group-committed transaction.
-//! `sync-archive` mode additionally writes the archive (records, then index) before the ACK.
+//!
+//! `sync-archive` mode additionally writes the archive (records, then index) before the ACK
+//! ([`Committer::archive_before_ack`]), after the commit: a SEND whose archive write fails is
+//! committed all the same (hot tier and outbox; the archiver archives it later), and answers
+//! 503 `not_archived` naming its seq instead of an ACK. A retry with the same `client_msg_id`
+//! writes the archive again before its 200, so every ACK of that mode means archived.
 
 use std::sync::Arc;
 
 use tidemark_core::clock::SharedClock;
 
-use crate::error::Result;
+use crate::error::{ChatError, Result};
 use crate::model::{MessageRecord, Reservation, SendCommand, SendOutcome};
 use crate::ports::{Archive, CommitParams, FusedCommit, HotStore, Outbox};
 
@@ -74,12 +79,58 @@ impl Committer {
                 staged_commit(hot.as_ref(), outbox.as_ref(), &self.clock, self.params, cmd).await?
             }
         };
-        if let (Some(archive), SendOutcome::Committed(record)) = (&self.sync_archive, &outcome) {
-            let records = std::slice::from_ref(record);
-            archive.put_records(records).await?;
-            archive.put_index(&[record.index_entry()]).await?;
-        }
         Ok(outcome)
+    }
+
+    /// Whether SENDs are archived before their ACK (`sync-archive` mode).
+    pub fn archives_before_ack(&self) -> bool {
+        self.sync_archive.is_some()
+    }
+
+    /// In `sync-archive` mode, writes the archive for a committed SEND (records, then index:
+    /// seed 000, index after record) before its ACK; elsewhere nothing. For a retry it reads
+    /// the original record back from `hot` and writes it again (both writes are idempotent);
+    /// one no longer in the hot tier was archived before the trimmer removed it.
+    ///
+    /// # Errors
+    /// [`ChatError::NotArchived`] if a write fails: the message stays committed.
+    pub async fn archive_before_ack(
+        &self,
+        hot: &dyn HotStore,
+        tenant: &str,
+        conversation_id: &str,
+        outcome: &SendOutcome,
+    ) -> Result<()> {
+        let Some(archive) = &self.sync_archive else {
+            return Ok(());
+        };
+        let ack = outcome.ack();
+        let write = async {
+            let retried;
+            let record = match outcome {
+                SendOutcome::Committed(record) => record,
+                SendOutcome::Duplicate(ack) => {
+                    let seq = ack.conversation_seq;
+                    let slice = hot
+                        .hot_slice(tenant, conversation_id, seq, seq, self.clock.now_ms())
+                        .await?;
+                    match slice.records.into_iter().next() {
+                        Some(record) => {
+                            retried = record;
+                            &retried
+                        }
+                        None => return Ok(()),
+                    }
+                }
+            };
+            archive.put_records(std::slice::from_ref(record)).await?;
+            archive.put_index(&[record.index_entry()]).await
+        };
+        write.await.map_err(|e| ChatError::NotArchived {
+            conversation_seq: ack.conversation_seq,
+            message_id: ack.message_id,
+            cause: e.to_string(),
+        })
     }
 }
 

@@ -28,6 +28,21 @@ pub enum ChatError {
     /// An idempotency key already names something other than what the request asks for.
     #[error("{0}")]
     KeyReused(String),
+    /// `sync-archive` mode: the message is committed (hot tier and outbox) as
+    /// `conversation_seq`, but its archive write before the ACK failed. The archiver archives
+    /// it later; a retry with the same `client_msg_id` writes the archive again and, once that
+    /// succeeds, answers the original ACK (see [`crate::commit`]).
+    #[error(
+        "message committed as conversation_seq {conversation_seq} (message_id {message_id}) but not archived: {cause}; retry with the same client_msg_id for its ACK"
+    )]
+    NotArchived {
+        /// The committed message's seq.
+        conversation_seq: u64,
+        /// Its id.
+        message_id: String,
+        /// The archive's error.
+        cause: String,
+    },
     /// A store could not be reached or failed; nothing was acknowledged. Retryable.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -71,7 +86,10 @@ pub enum ChatError {
 impl ChatError {
     /// Whether a worker should simply try again later.
     pub fn is_retryable(&self) -> bool {
-        matches!(self, ChatError::Unavailable(_))
+        matches!(
+            self,
+            ChatError::Unavailable(_) | ChatError::NotArchived { .. }
+        )
     }
 }
 
@@ -99,6 +117,9 @@ impl From<ChatError> for ApiError {
             }
             ChatError::Corrupt(_) => {
                 ApiError::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt_history", msg)
+            }
+            ChatError::NotArchived { .. } => {
+                ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_archived", msg)
             }
             ChatError::Unavailable(_)
             | ChatError::NotDurable { .. }

@@ -437,7 +437,8 @@ impl ChatService {
         Ok(conv)
     }
 
-    /// SEND. Errors: invalid fields, unknown conversation, sender not a member, store down.
+    /// SEND. Errors: invalid fields, unknown conversation, sender not a member, store down;
+    /// in `sync-archive` mode [`ChatError::NotArchived`] for a message committed but not archived.
     pub async fn send(&self, cmd: SendCommand) -> Result<SendOutcome> {
         check_id("sender", &cmd.sender)?;
         check_new_id("client_msg_id", &cmd.client_msg_id)?;
@@ -455,8 +456,11 @@ impl ChatService {
             .await?;
         self.record_hot_window().await?;
         let timer = self.metrics.send_seconds.start_timer();
+        let origin = self
+            .committer
+            .archives_before_ack()
+            .then(|| (cmd.tenant.clone(), cmd.conversation_id.clone()));
         let outcome = self.committer.commit(cmd).await?;
-        timer.observe_duration();
         match &outcome {
             SendOutcome::Committed(record) => {
                 self.metrics.sends.inc();
@@ -466,6 +470,17 @@ impl ChatService {
             }
             SendOutcome::Duplicate(_) => self.metrics.duplicates.inc(),
         }
+        if let Some((tenant, conversation_id)) = origin {
+            self.committer
+                .archive_before_ack(
+                    self.stores.hot.as_ref(),
+                    &tenant,
+                    &conversation_id,
+                    &outcome,
+                )
+                .await?;
+        }
+        timer.observe_duration();
         Ok(outcome)
     }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::{Harness, START_MS, TENANT, ms, seqs, small_windows};
 use tidemark_chat::ChatError;
 use tidemark_chat::archiver::ARCHIVER_CONSUMER;
+use tidemark_chat::model::{MessageClass, SendOutcome};
 use tidemark_chat::testing::FaultyArchive;
 
 /// Three records per archiver batch, so one batch is one group of three sends.
@@ -230,4 +231,55 @@ async fn failed_first_batch_publishes_no_watermark_and_blocks_all_trimming() {
     assert_eq!(h.archive_row_counts().await, (5, 5));
     assert_eq!(h.archived_seqs(&cid).await.0, vec![1, 2, 3, 4, 5]);
     assert_eq!(START_MS + 2_000 + 3_600_000, t);
+}
+
+/// `sync-archive`: a SEND whose archive write fails after its commit answers `NotArchived`
+/// with its seq (not a bare "unavailable": the message is committed and readable); it counts as
+/// sent; a retry with the same client id writes the archive and gets the original ACK, and the
+/// archive then holds the message once (operator trial: 503s for messages that were stored).
+#[tokio::test]
+async fn sync_archive_answers_not_archived_for_a_committed_message_and_the_retry_archives_it() {
+    let h = Harness::with_faulty_archive(tidemark_chat::ChatConfig {
+        mode: tidemark_chat::ChatMode::SyncArchive,
+        ..small_windows()
+    })
+    .await;
+    let cid = h.conversation(&["alice", "bob"]).await;
+    h.commit(&cid, "alice", "c-1", "first").await;
+    assert_eq!(h.archived_seqs(&cid).await, (vec![1], vec![1]));
+
+    let fail_records = FaultyArchive::fail_next_records as fn(&FaultyArchive, usize);
+    for (seq, fail) in [(2, fail_records), (3, FaultyArchive::fail_next_index)] {
+        fail(faulty(&h), 1);
+        let client_id = format!("c-{seq}");
+        let cmd = common::command(&cid, "alice", &client_id, "again", MessageClass::Standard);
+        let err = h.service.send(cmd).await.unwrap_err();
+        let ChatError::NotArchived {
+            conversation_seq,
+            ref message_id,
+            ..
+        } = err
+        else {
+            panic!("{err:?}");
+        };
+        let message_id = message_id.clone();
+        assert_eq!(conversation_seq, seq, "{err}");
+        assert!(err.to_string().contains("injected"), "{err}");
+        assert!(err.is_retryable());
+        let api = tidemark_core::http::ApiError::from(err);
+        assert_eq!((api.status.as_u16(), api.code), (503, "not_archived"));
+        // Committed all the same: readable, counted as sent, its seq taken.
+        assert_eq!(h.hot_seqs(&cid).await, (1..=seq).collect::<Vec<_>>());
+        assert_eq!(h.metrics.sends.get(), seq);
+        // The retry archives it and answers the original ACK.
+        let retry = h.send(&cid, "alice", &client_id, "again").await;
+        let SendOutcome::Duplicate(ack) = retry else {
+            panic!("{retry:?}");
+        };
+        assert_eq!((ack.conversation_seq, ack.message_id), (seq, message_id));
+        let archived: Vec<u64> = (1..=seq).collect();
+        assert_eq!(h.archived_seqs(&cid).await, (archived.clone(), archived));
+    }
+    assert_eq!(h.archive_row_counts().await, (3, 3));
+    assert_eq!(h.metrics.sends.get(), 3);
 }
