@@ -288,3 +288,67 @@ async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() 
         "hot-only trims nothing more"
     );
 }
+
+/// The output of a `serve` on `server`'s data dir with `env` that must refuse to start.
+fn refused_start(server: &TestServer, env: &[(String, String)]) -> String {
+    let out = TestServer::command(&server.dir, free_port(), env)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(!out.status.success(), "it started: {stderr}");
+    stderr
+}
+
+/// The hot tier records its archive's identity: with `archive.db` moved away, a tiered server
+/// (which would make a new, empty one) and a hot-only one (which would read none) both refuse
+/// to start, saying so; with the file back, all of the history reads again. Operator trial:
+/// both started, `/readyz` said ready, and reads below the floor answered 200 with holes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_replaced_archive_is_refused_at_startup() {
+    let mut server = TestServer::start(&TRIM_SOON).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    for i in 1..=10 {
+        let (st, v) = send(&c, &server, &cid, "u2", &format!("m{i}"), &format!("b{i}")).await;
+        assert_eq!(st, 201, "{v}");
+    }
+    wait_trimmed(&server.dir, 10).await;
+    assert!(server.terminate().success());
+
+    let chat = server.dir.join("chat");
+    let aside = tempfile::tempdir().unwrap();
+    // The file with its log, as an operator moves it (a log must never meet another database).
+    let move_archive = |from: &std::path::Path, to: &std::path::Path| {
+        for name in ["archive.db", "archive.db-wal", "archive.db-shm"] {
+            if from.join(name).exists() {
+                std::fs::rename(from.join(name), to.join(name)).unwrap();
+            }
+        }
+    };
+    move_archive(&chat, aside.path());
+    let stderr = refused_start(&server, &server.env);
+    assert!(
+        stderr.contains("refusing to start: the hot tier's history is archived in archive")
+            && stderr.contains("archive.db is archive")
+            && stderr.contains("put back the archive it was archived into"),
+        "{stderr}"
+    );
+    // That refused start made a new archive.db; without any, hot-only is refused too.
+    let new_one = tempfile::tempdir().unwrap();
+    move_archive(&chat, new_one.path());
+    assert!(new_one.path().join("archive.db").exists());
+    let mut hot_only = server.env.clone();
+    hot_only.push(("TIDEMARK_CHAT__MODE".into(), "hot-only".into()));
+    let stderr = refused_start(&server, &hot_only);
+    assert!(stderr.contains("but there is none at"), "{stderr}");
+
+    move_archive(aside.path(), &chat);
+    server.spawn().await;
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let seqs: Vec<u64> = msgs
+        .iter()
+        .map(|m| m["conversation_seq"].as_u64().unwrap())
+        .collect();
+    assert_eq!((latest, seqs), (10, (1..=10).collect::<Vec<_>>()));
+}

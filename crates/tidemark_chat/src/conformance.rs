@@ -230,6 +230,12 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
     );
     assert!(fresh);
     assert_eq!(r3.conversation_seq, 3);
+
+    // The archive's identity: none until recorded, then the first one recorded for good.
+    assert_eq!(hot.archive_identity().await.unwrap(), None);
+    hot.record_archive_identity(0x5eed).await.unwrap();
+    hot.record_archive_identity(0x0bad).await.unwrap();
+    assert_eq!(hot.archive_identity().await.unwrap(), Some(0x5eed));
 }
 
 /// The outbox contract: offsets from 0, ordered fetch, consumer positions, retention, and the
@@ -361,6 +367,10 @@ pub async fn outbox(outbox: Arc<dyn Outbox>) {
 /// The archive contract: idempotent writes, index ranges across buckets, record lookup,
 /// ephemeral expiry and purge.
 pub async fn archive(archive: Arc<dyn Archive>) {
+    // An identity from the start, non-zero, the same at every look.
+    let identity = archive.identity().await.unwrap();
+    assert_ne!(identity, 0);
+    assert_eq!(archive.identity().await.unwrap(), identity);
     let rec = |seq: u64, class: MessageClass| {
         let mut c = cmd("t1", "c1", "u1", &format!("k{seq}"));
         c.class = class;

@@ -43,6 +43,10 @@ pub enum ChatError {
         /// The archive's error.
         cause: String,
     },
+    /// Startup rule ([`crate::stores::check_archive`]): the archive is missing, or is not the
+    /// one the hot tier's history is archived into.
+    #[error("refusing to start: {0}")]
+    WrongArchive(String),
     /// A store could not be reached or failed; nothing was acknowledged. Retryable.
     #[error("store unavailable: {0}")]
     Unavailable(String),
@@ -122,6 +126,7 @@ impl From<ChatError> for ApiError {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_archived", msg)
             }
             ChatError::Unavailable(_)
+            | ChatError::WrongArchive(_)
             | ChatError::NotDurable { .. }
             | ChatError::BackfillNeeded { .. }
             | ChatError::PositionOutOfRange { .. } => ApiError::unavailable(msg),

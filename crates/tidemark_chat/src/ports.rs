@@ -153,6 +153,13 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
 
     /// Number of messages currently held in the hot tier.
     async fn hot_len(&self) -> Result<u64>;
+
+    /// The [`Archive::identity`] of the archive this hot tier's history is archived into, once
+    /// recorded ([`crate::stores::check_archive`]).
+    async fn archive_identity(&self) -> Result<Option<i64>>;
+
+    /// Records `id` as [`HotStore::archive_identity`] unless one is recorded already.
+    async fn record_archive_identity(&self, id: i64) -> Result<()>;
 }
 
 /// A store that holds the hot tier and the outbox together and can run all three commit steps
@@ -247,4 +254,15 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
     /// Deletes expired ephemeral index entries, then their records, in a batch; returns how many
     /// records were purged.
     async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize>;
+
+    /// The archive's identity: a random non-zero number it was given with its tables, the same
+    /// for as long as it exists. The hot tier records it, so that a missing or replaced archive
+    /// is refused at startup instead of reading as holes in history
+    /// ([`crate::stores::check_archive`]).
+    async fn identity(&self) -> Result<i64>;
+}
+
+/// A fresh [`Archive::identity`]: 63 random bits of a UUID v7, never 0.
+pub fn fresh_archive_identity() -> i64 {
+    (uuid::Uuid::now_v7().as_u64_pair().1 >> 1) as i64 | 1
 }

@@ -73,8 +73,19 @@ impl ChatStores {
     /// Opens the stores `cfg` names (see the module docs); all `sqlite` is
     /// [`ChatStores::open_embedded`] under `dir`. Errors: a bad or unsupported URL or mode
     /// combination ([`ChatError::Invalid`]), a server down ([`ChatError::Unavailable`]), a
-    /// Redis that is not durable ([`ChatError::NotDurable`]).
+    /// Redis that is not durable ([`ChatError::NotDurable`]), an archive missing or not the
+    /// one the hot tier's history is in ([`check_archive`]).
     pub async fn open(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
+        let stores = Self::open_unchecked(dir, cfg).await?;
+        let archive_at = match Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])? {
+            Engine::Mysql(url) => tidemark_core::mysql::redact(&url),
+            _ => dir.join("chat").join("archive.db").display().to_string(),
+        };
+        check_archive(stores.hot.as_ref(), stores.archive.as_deref(), &archive_at).await?;
+        Ok(stores)
+    }
+
+    async fn open_unchecked(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
         let hot = Engine::parse("chat.hot", &cfg.hot, &["redis", "rediss"])?;
         let outbox = Engine::parse("chat.outbox", &cfg.outbox, &["kafka"])?;
         let archive = Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])?;
@@ -157,6 +168,38 @@ impl ChatStores {
                 })
             }
         }
+    }
+}
+
+/// Startup rule: the archive is the one the hot tier's history is archived into. The first
+/// time they meet, the hot tier records the archive's [`Archive::identity`]; from then on a
+/// missing archive (`hot-only` without its file) or another one (a new empty file after the old
+/// was moved away, another database) is refused with [`ChatError::WrongArchive`]. Below each
+/// conversation's floor F the history is only in that archive, and without this rule reads there
+/// answered 200 with holes and `/readyz` said ready (issue 2, operator trial). `archive_at` says
+/// where the archive is looked for.
+///
+/// # Errors
+/// [`ChatError::WrongArchive`], or a store's own.
+pub async fn check_archive(
+    hot: &dyn HotStore,
+    archive: Option<&dyn Archive>,
+    archive_at: &str,
+) -> Result<()> {
+    let recorded = hot.archive_identity().await?;
+    let found = match archive {
+        Some(archive) => Some(archive.identity().await?),
+        None => None,
+    };
+    match (recorded, found) {
+        (None, Some(id)) => hot.record_archive_identity(id).await,
+        (Some(r), Some(f)) if r != f => Err(ChatError::WrongArchive(format!(
+            "the hot tier's history is archived in archive {r:016x}, but {archive_at} is archive {f:016x} (a new one, or another): put back the archive it was archived into"
+        ))),
+        (Some(r), None) => Err(ChatError::WrongArchive(format!(
+            "the hot tier's history is archived in archive {r:016x}, but there is none at {archive_at}: put it back"
+        ))),
+        _ => Ok(()),
     }
 }
 

@@ -88,6 +88,9 @@ impl Archive for FaultyArchive {
     async fn purge_expired(&self, now: i64, batch: usize) -> Result<usize> {
         self.inner.purge_expired(now, batch).await
     }
+    async fn identity(&self) -> Result<i64> {
+        self.inner.identity().await
+    }
 }
 
 /// A private `redis-server` (`/usr/bin/redis-server`, or `TEST_REDIS_SERVER`) on a free

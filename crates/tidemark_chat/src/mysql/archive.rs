@@ -24,7 +24,11 @@ use crate::ports::Archive;
 const ROWS_PER_INSERT: usize = 500;
 
 /// The schema; `utf8mb4_bin` so that ids compare byte for byte, as on SQLite.
-const SCHEMA: [&str; 2] = [
+const SCHEMA: [&str; 3] = [
+    "CREATE TABLE IF NOT EXISTS archive_meta (
+        name VARCHAR(64) NOT NULL PRIMARY KEY,
+        value BIGINT NOT NULL
+    ) ENGINE = InnoDB",
     "CREATE TABLE IF NOT EXISTS message_record (
         tenant VARCHAR(128) NOT NULL,
         conversation_id VARCHAR(128) NOT NULL,
@@ -75,6 +79,13 @@ impl MysqlArchive {
         for ddl in SCHEMA {
             sqlx::query(ddl).execute(&pool).await?;
         }
+        sqlx::query(
+            "INSERT INTO archive_meta (name, value) VALUES ('identity', ?)
+             ON DUPLICATE KEY UPDATE name = name",
+        )
+        .bind(crate::ports::fresh_archive_identity())
+        .execute(&pool)
+        .await?;
         Ok(Self { pool })
     }
 
@@ -264,6 +275,13 @@ impl Archive for MysqlArchive {
         .await?;
         row.map(|r| r.try_get::<u64, _>(0).map_err(ChatError::from))
             .transpose()
+    }
+
+    async fn identity(&self) -> Result<i64> {
+        let row = sqlx::query("SELECT value FROM archive_meta WHERE name = 'identity'")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(row.try_get::<i64, _>(0)?)
     }
 
     async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize> {

@@ -579,6 +579,24 @@ impl HotStore for RedisHot {
             .await?)
     }
 
+    async fn archive_identity(&self) -> Result<Option<i64>> {
+        Ok(redis::cmd("HGET")
+            .arg(keys::META)
+            .arg("archive_identity")
+            .query_async(&mut self.conn())
+            .await?)
+    }
+
+    async fn record_archive_identity(&self, id: i64) -> Result<()> {
+        let _: i64 = redis::cmd("HSETNX")
+            .arg(keys::META)
+            .arg("archive_identity")
+            .arg(id)
+            .query_async(&mut self.conn())
+            .await?;
+        Ok(())
+    }
+
     async fn publish_watermark(&self, t_ms: i64) -> Result<()> {
         let mut inv = self.scripts.raise.prepare_invoke();
         inv.key(keys::META).arg("watermark").arg(t_ms).arg("1");

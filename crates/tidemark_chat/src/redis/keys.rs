@@ -18,7 +18,7 @@
 //! | `{tm:NN}:dx` | zset | `P<dedup field>`, score = dedup expiry |
 //! | `{tm:NN}:n` | string | records held by the shard |
 //! | `tm:mb:{<len(tenant)>:<tenant><user>}` | hash | conversation id → read pointer |
-//! | `tm:meta` | hash | `watermark` (T, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`) |
+//! | `tm:meta` | hash | `watermark` (T, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`), `archive_identity` (see `crate::stores::check_archive`) |
 //!
 //! Why a bitmap for the history index: it costs one bit per seq ever allocated (bits at or below
 //! the floor are cleared, not freed: 125 KB per million messages of one conversation) where a
@@ -49,7 +49,7 @@ pub(crate) fn memberships(tenant: &str, user: &str) -> String {
     format!("tm:mb:{{{}:{tenant}{user}}}", tenant.len())
 }
 
-/// The hash holding the archive watermark.
+/// The hash holding the archive watermark, the hot window's floor and the archive's identity.
 pub(crate) const META: &str = "tm:meta";
 
 /// The prefix (hash tag and colon) of shard `n`.

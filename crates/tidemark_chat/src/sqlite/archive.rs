@@ -42,6 +42,7 @@ use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::Archive;
 
 const SCHEMA: &str = "
+CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS message_record (
     tenant TEXT NOT NULL,
     conversation_id TEXT NOT NULL,
@@ -122,6 +123,11 @@ impl SqliteArchive {
         let conn = open_rw_with(path, Writeback::for_priority(priority))?;
         conn.execute_batch(SCHEMA)?;
         conn.execute_batch(index_log::SCHEMA)?;
+        conn.execute(
+            "INSERT INTO archive_meta (key, value) VALUES ('identity', ?1)
+             ON CONFLICT (key) DO NOTHING",
+            [crate::ports::fresh_archive_identity()],
+        )?;
         let pending = Arc::new(Mutex::new(PendingIndex::load(&conn)?));
         let writer = GroupWriter::start_with_priority("chat-archive", conn, 64, priority);
         let reads = ReadPool::open(path, 8)?;
@@ -411,6 +417,18 @@ impl Archive for SqliteArchive {
                     )?
                     .query_row(params![tenant, cid, now_ms], |r| r.get(0))?;
                 Ok(v.map(|s| s as u64).into_iter().chain(pending).min())
+            })
+            .await
+    }
+
+    async fn identity(&self) -> Result<i64> {
+        self.reads
+            .read(|conn| {
+                Ok(conn.query_row(
+                    "SELECT value FROM archive_meta WHERE key = 'identity'",
+                    [],
+                    |r| r.get(0),
+                )?)
             })
             .await
     }

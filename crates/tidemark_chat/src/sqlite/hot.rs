@@ -81,6 +81,8 @@ const LATEST_SEQ: &str = "max(c.latest_seq, coalesce((SELECT max(m.conversation_
 const STATE_RESERVED: i64 = 0;
 const STATE_COMMITTED: i64 = 1;
 const WATERMARK_KEY: &str = "archive_watermark";
+/// `meta` key of [`HotStore::archive_identity`].
+const ARCHIVE_IDENTITY_KEY: &str = "archive_identity";
 
 /// The page size of a new `hot.db`, bytes (a file made before keeps its own: 4,096 until
 /// issue 2, session 19).
@@ -579,6 +581,24 @@ impl HotStore for SqliteHot {
 
     async fn watermark(&self) -> Result<Option<i64>> {
         self.reads.read(|conn| meta_get(conn, WATERMARK_KEY)).await
+    }
+
+    async fn archive_identity(&self) -> Result<Option<i64>> {
+        self.reads
+            .read(|conn| meta_get(conn, ARCHIVE_IDENTITY_KEY))
+            .await
+    }
+
+    async fn record_archive_identity(&self, id: i64) -> Result<()> {
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO meta (key, value) VALUES (?1, ?2) ON CONFLICT (key) DO NOTHING",
+                    params![ARCHIVE_IDENTITY_KEY, id],
+                )?;
+                Ok(())
+            })
+            .await
     }
 
     async fn publish_watermark(&self, t_ms: i64) -> Result<()> {
