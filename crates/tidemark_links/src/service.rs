@@ -1,6 +1,8 @@
 //! The links service: mailings, render/send calls (validated, stored in one batch before
 //! answering), suppressions, and the redirector's lookups. HTTP-independent.
 
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
 use std::path::Path;
 use std::str::FromStr;
 use std::sync::Arc;
@@ -104,7 +106,16 @@ pub fn load_or_create_secret(cfg: &LinksConfig, dir: &Path) -> Result<[u8; 16]> 
             let key: [u8; 16] = rand::random();
             let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
             let tmp = path.with_extension("tmp");
-            std::fs::write(&tmp, format!("{hex}\n")).map_err(io)?;
+            // A secret: readable by its owner only, whatever the umask (operator trial: 0644).
+            let mut file = std::fs::OpenOptions::new()
+                .write(true)
+                .create(true)
+                .truncate(true)
+                .mode(0o600)
+                .open(&tmp)
+                .map_err(io)?;
+            file.write_all(format!("{hex}\n").as_bytes()).map_err(io)?;
+            drop(file);
             std::fs::rename(&tmp, &path).map_err(io)?;
             Ok(key)
         }
@@ -531,5 +542,27 @@ impl LinksService {
             });
         }
         Ok(answer)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::unix::fs::PermissionsExt;
+
+    use super::*;
+
+    /// The generated id secret is readable by its owner only, whatever the umask, and read back
+    /// the same (operator trial: it was created 0644 under umask 022).
+    #[test]
+    fn the_generated_secret_is_private_and_stable() {
+        let dir = tempfile::tempdir().unwrap();
+        let cfg = LinksConfig::default();
+        let key = load_or_create_secret(&cfg, dir.path()).unwrap();
+        let mode = std::fs::metadata(dir.path().join("id.key"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600);
+        assert_eq!(load_or_create_secret(&cfg, dir.path()).unwrap(), key);
     }
 }
