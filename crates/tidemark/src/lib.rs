@@ -4,6 +4,7 @@
 pub mod bench;
 pub mod config;
 pub mod demo;
+pub mod http_metrics;
 pub mod mail;
 pub mod openapi;
 pub mod rollup_cmd;

@@ -33,6 +33,8 @@ use crate::config::Config;
 struct Ops {
     registry: Registry,
     chat: ChatService,
+    /// [`crate::http_metrics`].
+    responses: prometheus::IntCounterVec,
 }
 
 /// Serves until `shutdown` resolves, then stops everything in order.
@@ -129,7 +131,11 @@ pub async fn run(
         analytics_http,
         keys,
         Arc::from(config.analytics_owner()),
-        Ops { registry, chat },
+        Ops {
+            responses: crate::http_metrics::register(&registry)?,
+            registry,
+            chat,
+        },
     );
     tracing::info!(listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
     serve_http(listener, app, config.header_read_timeout, shutdown).await;
@@ -186,6 +192,7 @@ fn router(
     ops: Ops,
 ) -> Router {
     let kinds = events.ingest.config().schema.kinds.clone();
+    let responses = ops.responses.clone();
     // Analytics are one tenant's (crate::wiring): the others get 403 there.
     let analytics_routes = tidemark_events::recent::router(events.clone())
         .merge(tidemark_events::http::ingest_router(events))
@@ -214,6 +221,10 @@ fn router(
             BODY_READ_TIMEOUT,
         ))
         .layer(axum::middleware::from_fn(json_errors))
+        .layer(axum::middleware::from_fn_with_state(
+            responses,
+            crate::http_metrics::count_responses,
+        ))
 }
 
 /// A request body must arrive within this time.
@@ -277,6 +288,9 @@ async fn serve_http(
     }
 }
 
+/// 200 "ready" while the chat hot store answers a read and the SEND path's commits work
+/// (`tidemark_chat::health`: a full disk answers reads and fails every commit); 503 with what
+/// failed otherwise.
 async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {
     ops.chat
         .stores()
@@ -284,10 +298,18 @@ async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {
         .watermark()
         .await
         .map_err(|e| ApiError::unavailable(format!("chat hot store: {e}")))?;
+    ops.chat
+        .commit_health()
+        .check()
+        .map_err(ApiError::unavailable)?;
     Ok("ready\n")
 }
 
 async fn metrics(State(ops): State<Ops>) -> Response {
+    if let Err(error) = ops.chat.refresh_archive_gauges().await {
+        // The gauges keep the last pass's figures; the scrape still answers.
+        tracing::debug!(%error, "archive gauges not refreshed");
+    }
     let mut buf = Vec::new();
     match TextEncoder::new().encode(&ops.registry.gather(), &mut buf) {
         Ok(()) => ([(header::CONTENT_TYPE, prometheus::TEXT_FORMAT)], buf).into_response(),

@@ -24,6 +24,7 @@ pub mod conformance;
 pub mod contact;
 pub mod error;
 pub mod failpoint;
+pub mod health;
 pub mod http;
 pub mod kafka;
 pub mod metrics;

@@ -15,6 +15,7 @@ use crate::commit::{CommitPath, Committer};
 use crate::config::{ChatConfig, ChatMode};
 use crate::contact::{ContactSink, FirstContact};
 use crate::error::{ChatError, Result};
+use crate::health::CommitHealth;
 use crate::metrics::ChatMetrics;
 use crate::model::{ConversationMeta, MessageClass, MessageRecord, SendCommand, SendOutcome};
 use crate::ports::{Archive, HotStore, Outbox};
@@ -140,6 +141,7 @@ pub struct ChatService {
     /// The background tasks handing contacts to the sink; [`ChatService::drain_contacts`]
     /// waits for them at shutdown.
     contact_tasks: TaskTracker,
+    health: CommitHealth,
     /// Set once this service's hot window is recorded in the hot store
     /// ([`ChatService::record_hot_window`]).
     hot_window_recorded: Arc<tokio::sync::OnceCell<()>>,
@@ -243,6 +245,7 @@ impl ChatService {
             members: Arc::default(),
             contacts: None,
             contact_tasks: TaskTracker::new(),
+            health: CommitHealth::default(),
             hot_window_recorded: Arc::default(),
         }
     }
@@ -339,7 +342,36 @@ impl ChatService {
         &self.cfg
     }
 
-    /// The stores.
+    /// Whether the SEND path's commits work ([`crate::health`], for `/readyz`).
+    pub fn commit_health(&self) -> &CommitHealth {
+        &self.health
+    }
+
+    /// Measures the archive's lag and the outbox backlog into their gauges now
+    /// ([`crate::trimmer::measure_archive_lag`]; nothing in `hot-only`). Called by `/metrics`.
+    ///
+    /// # Errors
+    /// The outbox's.
+    pub async fn refresh_archive_gauges(&self) -> Result<()> {
+        if let Some(outbox) = &self.stores.outbox {
+            crate::trimmer::measure_archive_lag(
+                outbox.as_ref(),
+                &self.metrics,
+                self.clock.now_ms(),
+            )
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Records a SEND's store failure in [`ChatService::commit_health`].
+    fn note_failure(&self, e: &ChatError) {
+        if e.is_retryable() {
+            self.health.failed(&e.to_string());
+        }
+    }
+
+    /// The stores (for `/readyz` and tests).
     pub fn stores(&self) -> &ChatStores {
         &self.stores
     }
@@ -460,7 +492,11 @@ impl ChatService {
             .committer
             .archives_before_ack()
             .then(|| (cmd.tenant.clone(), cmd.conversation_id.clone()));
-        let outcome = self.committer.commit(cmd).await?;
+        let outcome = self
+            .committer
+            .commit(cmd)
+            .await
+            .inspect_err(|e| self.note_failure(e))?;
         match &outcome {
             SendOutcome::Committed(record) => {
                 self.metrics.sends.inc();
@@ -478,8 +514,10 @@ impl ChatService {
                     &conversation_id,
                     &outcome,
                 )
-                .await?;
+                .await
+                .inspect_err(|e| self.note_failure(e))?;
         }
+        self.health.succeeded();
         timer.observe_duration();
         Ok(outcome)
     }

@@ -134,13 +134,14 @@ impl Trimmer {
     /// ([`TrimOutcome::stopped`]); every batch done stays done.
     pub async fn run_pass(&self, cancel: &CancellationToken) -> Result<TrimOutcome> {
         let now = self.clock.now_ms();
+        let archive_lag_ms = match &self.outbox {
+            Some(outbox) => measure_archive_lag(outbox.as_ref(), &self.metrics, now).await?,
+            None => 0,
+        };
         let mut out = TrimOutcome {
-            archive_lag_ms: self.archive_lag_ms(now).await?,
+            archive_lag_ms,
             ..TrimOutcome::default()
         };
-        self.metrics
-            .archive_lag_seconds
-            .set(out.archive_lag_ms / 1000);
         let batch = self.cfg.trim_batch.max(1);
         let watermark = self.hot.watermark().await?;
         let window_ms = self.cfg.commit_params().hot_window_ms;
@@ -176,26 +177,6 @@ impl Trimmer {
             out.stopped |= stopped;
         }
         Ok(out)
-    }
-
-    /// Age of the oldest committed message the archiver has not archived yet (0 if caught up).
-    async fn archive_lag_ms(&self, now: i64) -> Result<i64> {
-        let Some(outbox) = &self.outbox else {
-            return Ok(0);
-        };
-        let (low, high) = outbox.offsets().await?;
-        let position = outbox
-            .position(ARCHIVER_CONSUMER)
-            .await?
-            .unwrap_or(low)
-            .max(low);
-        self.metrics
-            .outbox_backlog
-            .set(high.saturating_sub(position) as i64);
-        Ok(match outbox.fetch(position, 1).await?.first() {
-            Some((_, oldest)) => (now - oldest.committed_at_ms).max(0),
-            None => 0,
-        })
     }
 
     /// Runs a pass every `trim_interval` until `cancel`.
@@ -235,6 +216,37 @@ where
             return Ok((done, false));
         }
     }
+}
+
+/// Age of the oldest committed message the archiver has not archived yet, ms (0 if caught up);
+/// sets `tidemark_chat_archive_lag_seconds` and `tidemark_chat_outbox_backlog` to what it read.
+/// Each trimmer pass measures it, and so does each `/metrics` scrape
+/// ([`crate::ChatService::refresh_archive_gauges`]), so that the gauges are as of the scrape,
+/// not of the last pass (issue 2, operator trial: a scrape showed backlog 0 and lag 0 while
+/// records waited).
+///
+/// # Errors
+/// The outbox's.
+pub async fn measure_archive_lag(
+    outbox: &dyn Outbox,
+    metrics: &ChatMetrics,
+    now_ms: i64,
+) -> Result<i64> {
+    let (low, high) = outbox.offsets().await?;
+    let position = outbox
+        .position(ARCHIVER_CONSUMER)
+        .await?
+        .unwrap_or(low)
+        .max(low);
+    metrics
+        .outbox_backlog
+        .set(high.saturating_sub(position) as i64);
+    let lag_ms = match outbox.fetch(position, 1).await?.first() {
+        Some((_, oldest)) => (now_ms - oldest.committed_at_ms).max(0),
+        None => 0,
+    };
+    metrics.archive_lag_seconds.set(lag_ms / 1000);
+    Ok(lag_ms)
 }
 
 #[cfg(test)]

@@ -268,6 +268,9 @@ async fn sync_archive_answers_not_archived_for_a_committed_message_and_the_retry
         assert!(err.is_retryable());
         let api = tidemark_core::http::ApiError::from(err);
         assert_eq!((api.status.as_u16(), api.code), (503, "not_archived"));
+        // `/readyz` hears of it until a commit succeeds.
+        let health = h.service.commit_health().check().unwrap_err();
+        assert!(health.contains("injected"), "{health}");
         // Committed all the same: readable, counted as sent, its seq taken.
         assert_eq!(h.hot_seqs(&cid).await, (1..=seq).collect::<Vec<_>>());
         assert_eq!(h.metrics.sends.get(), seq);
@@ -277,6 +280,7 @@ async fn sync_archive_answers_not_archived_for_a_committed_message_and_the_retry
             panic!("{retry:?}");
         };
         assert_eq!((ack.conversation_seq, ack.message_id), (seq, message_id));
+        assert_eq!(h.service.commit_health().check(), Ok(()));
         let archived: Vec<u64> = (1..=seq).collect();
         assert_eq!(h.archived_seqs(&cid).await, (archived.clone(), archived));
     }
