@@ -318,21 +318,27 @@ async fn metrics(State(ops): State<Ops>) -> Response {
 }
 
 /// Resolves on SIGINT or SIGTERM.
+///
+/// SIGHUP too: the terminal that started the server closed, or a supervisor asked for a
+/// reload, which Tidemark does not have; either way a graceful stop, where SIGHUP's default
+/// action ended the process at once, without closing its stores (operator trial).
 pub async fn shutdown_signal() {
+    use tokio::signal::unix::{SignalKind, signal};
     let ctrl_c = async {
         let _ = tokio::signal::ctrl_c().await;
     };
-    let term = async {
-        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+    let on = |kind: SignalKind| async move {
+        match signal(kind) {
             Ok(mut s) => {
                 s.recv().await;
             }
             Err(_) => std::future::pending::<()>().await,
         }
     };
-    tokio::select! {
-        _ = ctrl_c => {}
-        _ = term => {}
-    }
-    tracing::info!("shutdown signal received");
+    let name = tokio::select! {
+        _ = ctrl_c => "SIGINT",
+        _ = on(SignalKind::terminate()) => "SIGTERM",
+        _ = on(SignalKind::hangup()) => "SIGHUP",
+    };
+    tracing::info!(signal = name, "shutdown signal received");
 }

@@ -185,6 +185,15 @@ async fn assert_stopped_cleanly(server: &mut TestServer, c: &reqwest::Client, ci
     assert_eq!((latest, msgs.len()), (1, 1));
 }
 
+/// SIGHUP stops the server gracefully too (its default action ended it at once).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_stops_the_server_gracefully() {
+    let (mut server, c, cid) = serving_one_message().await;
+    server.signal("HUP");
+    assert!(server.wait().success());
+    assert_stopped_cleanly(&mut server, &c, &cid).await;
+}
+
 /// A client that stopped halfway through its request holds a graceful stop up for at most the
 /// drain timeout (10 s), not its header or body timeouts (30 s / 60 s), and the stop still ends
 /// with the stores closed: the WAL truncated, the history there on restart.

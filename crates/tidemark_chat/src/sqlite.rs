@@ -19,9 +19,25 @@ pub use archive::{ARCHIVE_DUTY, PACED_LAG, SqliteArchive, archive_duty};
 pub use hot::{HOT_PAGE_SIZE, SqliteHot};
 pub use index_log::{MERGE_CHUNK, MERGE_ENTRIES};
 
+use std::path::Path;
+
 use rusqlite::Row;
 
+use crate::error::ChatError;
 use crate::model::{MessageClass, MessageRecord};
+
+/// `e`, an error opening the file at `path`, with the file named in front: SQLite's own words
+/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database";
+/// operator trial).
+fn opening(path: &Path, e: ChatError) -> ChatError {
+    match e {
+        ChatError::Unavailable(m) => {
+            ChatError::Unavailable(format!("opening {}: {m}", path.display()))
+        }
+        ChatError::Corrupt(m) => ChatError::Corrupt(format!("opening {}: {m}", path.display())),
+        other => other,
+    }
+}
 
 /// Columns of a message record, in the order [`record_from_row`] reads them.
 const RECORD_COLUMNS: &str = "tenant, conversation_id, conversation_seq, message_id, sender, \
@@ -45,4 +61,30 @@ fn record_from_row_at(row: &Row<'_>, base: usize) -> rusqlite::Result<MessageRec
         committed_at_ms: row.get(base + 8)?,
         expires_at_ms: row.get(base + 9)?,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file that is not a database is refused naming the file (SQLite's message names none).
+    #[test]
+    fn an_open_error_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["hot.db", "archive.db"] {
+            let path = dir.path().join(name);
+            std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+            let err = match name {
+                "hot.db" => SqliteHot::open(&path, 8).map(drop),
+                _ => SqliteArchive::open(&path).map(drop),
+            }
+            .unwrap_err()
+            .to_string();
+            let named = format!("opening {}: ", path.display());
+            assert!(
+                err.contains(&named) && err.contains("not a database"),
+                "{err}"
+            );
+        }
+    }
 }

@@ -207,13 +207,26 @@ impl TestServer {
     /// SIGTERM and wait; returns the exit status.
     pub fn terminate(&mut self) -> std::process::ExitStatus {
         self.sigterm();
-        self.child.take().expect("running").wait().unwrap()
+        self.wait()
     }
 
     /// SIGTERM without waiting for the exit.
     pub fn sigterm(&self) {
+        self.signal("TERM");
+    }
+
+    /// Sends signal `name` (`TERM`, `HUP`, …) without waiting for the exit.
+    pub fn signal(&self, name: &str) {
         let pid = self.child.as_ref().expect("running").id().to_string();
-        Command::new("kill").args(["-TERM", &pid]).status().unwrap();
+        Command::new("kill")
+            .args([&format!("-{name}"), &pid])
+            .status()
+            .unwrap();
+    }
+
+    /// Waits for the process to exit (after a signal).
+    pub fn wait(&mut self) -> std::process::ExitStatus {
+        self.child.take().expect("running").wait().unwrap()
     }
 
     pub fn url(&self, path: &str) -> String {

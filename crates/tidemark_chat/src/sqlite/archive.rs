@@ -118,6 +118,10 @@ impl SqliteArchive {
     /// Like [`SqliteArchive::open`], the writer thread at `priority`
     /// ([`crate::config::ChatMode::archive_priority`]).
     pub fn open_with_priority(path: &Path, priority: Priority) -> Result<Self> {
+        Self::open_unnamed(path, priority).map_err(|e| super::opening(path, e))
+    }
+
+    fn open_unnamed(path: &Path, priority: Priority) -> Result<Self> {
         // A background archive's batches reach the disk in small steps too, not in one burst
         // at their commit's fsync that the SENDs' fsyncs would queue behind.
         let conn = open_rw_with(path, Writeback::for_priority(priority))?;

@@ -119,6 +119,10 @@ impl SqliteHot {
     /// Reads the client dedup entries of the window into memory (see [`super::dedup`]: a few
     /// seconds for millions of entries).
     pub fn open(path: &Path, max_batch: usize) -> Result<Self> {
+        Self::open_unnamed(path, max_batch).map_err(|e| super::opening(path, e))
+    }
+
+    fn open_unnamed(path: &Path, max_batch: usize) -> Result<Self> {
         let conn = open_rw_paged(path, HOT_PAGE_SIZE)?;
         conn.execute_batch(SCHEMA)?;
         outbox::open(&conn)?;
