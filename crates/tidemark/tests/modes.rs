@@ -238,11 +238,10 @@ async fn switching_from_hot_only_to_tiered_backfills_before_trimming() {
     assert_eq!(msgs[0]["body"], "hot-only 1");
 }
 
-/// A tiered data dir whose history was trimmed into the archive, restarted `hot-only`, still
-/// reads that history and counts it unread: the archive is not written in `hot-only`, but it is
-/// read (found by a new user: every read below a floor got 500 `corrupt_history`).
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() {
+/// A tiered server's data dir with one conversation whose 10 messages (bodies `b1`..`b10`, from
+/// `u2`) were all trimmed into the archive, the server stopped; with a client and the
+/// conversation's id.
+async fn ten_messages_trimmed_and_stopped() -> (TestServer, reqwest::Client, String) {
     let mut server = TestServer::start(&TRIM_SOON).await;
     let c = client();
     let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
@@ -252,6 +251,15 @@ async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() 
     }
     wait_trimmed(&server.dir, 10).await;
     assert!(server.terminate().success());
+    (server, c, cid)
+}
+
+/// A tiered data dir whose history was trimmed into the archive, restarted `hot-only`, still
+/// reads that history and counts it unread: the archive is not written in `hot-only`, but it is
+/// read (found by a new user: every read below a floor got 500 `corrupt_history`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() {
+    let (mut server, c, cid) = ten_messages_trimmed_and_stopped().await;
 
     server
         .env
@@ -306,15 +314,7 @@ fn refused_start(server: &TestServer, env: &[(String, String)]) -> String {
 /// both started, `/readyz` said ready, and reads below the floor answered 200 with holes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_replaced_archive_is_refused_at_startup() {
-    let mut server = TestServer::start(&TRIM_SOON).await;
-    let c = client();
-    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
-    for i in 1..=10 {
-        let (st, v) = send(&c, &server, &cid, "u2", &format!("m{i}"), &format!("b{i}")).await;
-        assert_eq!(st, 201, "{v}");
-    }
-    wait_trimmed(&server.dir, 10).await;
-    assert!(server.terminate().success());
+    let (mut server, c, cid) = ten_messages_trimmed_and_stopped().await;
 
     let chat = server.dir.join("chat");
     let aside = tempfile::tempdir().unwrap();
