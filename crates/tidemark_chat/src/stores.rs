@@ -76,12 +76,29 @@ impl ChatStores {
     /// Redis that is not durable ([`ChatError::NotDurable`]), an archive missing or not the
     /// one the hot tier's history is in ([`check_archive`]).
     pub async fn open(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
+        let sqlite_archive = dir.join("chat").join("archive.db");
+        let (archive_at, made_here) =
+            match Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])? {
+                Engine::Mysql(url) => (tidemark_core::mysql::redact(&url), false),
+                _ => (
+                    sqlite_archive.display().to_string(),
+                    !sqlite_archive.exists(),
+                ),
+            };
         let stores = Self::open_unchecked(dir, cfg).await?;
-        let archive_at = match Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])? {
-            Engine::Mysql(url) => tidemark_core::mysql::redact(&url),
-            _ => dir.join("chat").join("archive.db").display().to_string(),
-        };
-        check_archive(stores.hot.as_ref(), stores.archive.as_deref(), &archive_at).await?;
+        let checked =
+            check_archive(stores.hot.as_ref(), stores.archive.as_deref(), &archive_at).await;
+        if let Err(e) = checked {
+            drop(stores);
+            if made_here {
+                // A refused start leaves no new, empty archive behind, beside which the old
+                // one would have to be put back.
+                for suffix in ["", "-wal", "-shm"] {
+                    let _ = std::fs::remove_file(format!("{}{suffix}", sqlite_archive.display()));
+                }
+            }
+            return Err(e);
+        }
         Ok(stores)
     }
 
