@@ -104,7 +104,11 @@ pub fn quoted(text: &str, max_bytes: usize) -> std::borrow::Cow<'_, str> {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         if self.status.is_server_error() {
-            tracing::warn!(status = %self.status, code = self.code, message = %self.message, "request failed");
+            static FAILED: crate::throttle::Throttle =
+                crate::throttle::Throttle::new(crate::throttle::LOG_EVERY);
+            if let Some(left_out) = FAILED.allow() {
+                tracing::warn!(status = %self.status, code = self.code, message = %self.message, left_out, "request failed (left_out: failed requests not logged since the last line)");
+            }
         }
         let body = ErrorBody {
             error: ErrorDetail {

@@ -15,6 +15,7 @@
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
 //!   the bearer security scheme, for the document each subsystem contributes to.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
+//! - [`throttle`]: at most one log line per second for errors that repeat on every request.
 
 pub mod clock;
 pub mod day;
@@ -23,6 +24,7 @@ pub mod mysql;
 pub mod openapi;
 pub mod sqlite;
 pub mod store;
+pub mod throttle;
 pub mod timefmt;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -476,6 +476,8 @@ fn writer_loop(
 ) {
     let mut completions: Vec<Completion> = Vec::with_capacity(max_batch);
     let mut groups = 0_u64;
+    // On a full disk every group fails alike: one line a second says so.
+    let failed_commits = crate::throttle::Throttle::new(crate::throttle::LOG_EVERY);
     while let Ok(first) = rx.recv() {
         let began = conn.execute_batch("BEGIN IMMEDIATE");
         if let Err(e) = began {
@@ -512,7 +514,9 @@ fn writer_loop(
             Err("rolled back by SQLite after a job of the same group failed (e.g. disk full); nothing of the group was written".to_owned())
         } else {
             conn.execute_batch("COMMIT").map_err(|e| {
-                tracing::error!(error = %e, "sqlite group commit failed");
+                if let Some(left_out) = failed_commits.allow() {
+                    tracing::error!(error = %e, left_out, "sqlite group commit failed (left_out: failed commits not logged since the last line)");
+                }
                 roll_back(conn);
                 e.to_string()
             })
