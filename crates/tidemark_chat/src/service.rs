@@ -517,7 +517,11 @@ impl ChatService {
                 .await
                 .inspect_err(|e| self.note_failure(e))?;
         }
-        self.health.succeeded();
+        if matches!(outcome, SendOutcome::Committed(_)) {
+            // A retry answered from the dedup entries committed nothing: it says nothing of
+            // whether commits work (second operator trial).
+            self.health.succeeded();
+        }
         timer.observe_duration();
         Ok(outcome)
     }

@@ -280,10 +280,49 @@ async fn sync_archive_answers_not_archived_for_a_committed_message_and_the_retry
             panic!("{retry:?}");
         };
         assert_eq!((ack.conversation_seq, ack.message_id), (seq, message_id));
-        assert_eq!(h.service.commit_health().check(), Ok(()));
+        assert!(
+            h.service.commit_health().check().is_err(),
+            "a retry commits nothing: /readyz still hears of the failure"
+        );
         let archived: Vec<u64> = (1..=seq).collect();
         assert_eq!(h.archived_seqs(&cid).await, (archived.clone(), archived));
     }
     assert_eq!(h.archive_row_counts().await, (3, 3));
     assert_eq!(h.metrics.sends.get(), 3);
+
+    // A retry of an archived message only reads the archive: it answers its ACK even while the
+    // archive's writes fail, and writes nothing. The next new message meets the failure.
+    let f = faulty(&h);
+    let writes = (
+        f.record_writes.load(Ordering::SeqCst),
+        f.index_writes.load(Ordering::SeqCst),
+    );
+    f.fail_next_records(1);
+    let retry = h.send(&cid, "alice", "c-1", "first").await;
+    assert!(
+        matches!(&retry, SendOutcome::Duplicate(ack) if ack.conversation_seq == 1),
+        "{retry:?}"
+    );
+    assert_eq!(
+        (
+            f.record_writes.load(Ordering::SeqCst),
+            f.index_writes.load(Ordering::SeqCst)
+        ),
+        writes
+    );
+    let cmd = common::command(&cid, "alice", "c-4", "later", MessageClass::Standard);
+    let err = h.service.send(cmd).await.unwrap_err();
+    assert!(
+        matches!(
+            err,
+            ChatError::NotArchived {
+                conversation_seq: 4,
+                ..
+            }
+        ),
+        "{err:?}"
+    );
+    // A new message committed and archived clears it.
+    h.commit(&cid, "alice", "c-5", "works").await;
+    assert_eq!(h.service.commit_health().check(), Ok(()));
 }
