@@ -123,14 +123,34 @@ pub enum ConfigError {
 }
 
 /// Whether `key` (an env var's name after `TIDEMARK_`) is one that Kubernetes sets in every
-/// pod of a namespace that has a Service named `tidemark` (service links, on by default):
-/// `TIDEMARK_SERVICE_HOST`, `TIDEMARK_SERVICE_PORT[_<name>]`, `TIDEMARK_PORT` and
-/// `TIDEMARK_PORT_<port>_<proto>[_PROTO|_PORT|_ADDR]`. No configuration key starts with
-/// `service_` or `port`, so these are skipped rather than refused as unknown keys (issue 2,
-/// operator trial: such a pod would not start).
+/// pod of a namespace that has a Service named `tidemark` or `tidemark-<x>` (service links, on
+/// by default): `<S>_SERVICE_HOST`, `<S>_SERVICE_PORT[_<name>]`, `<S>_PORT` and
+/// `<S>_PORT_<port>_<proto>[_PROTO|_PORT|_ADDR]`, `<S>` being `TIDEMARK` or `TIDEMARK_<X>`.
+/// These are skipped rather than refused as unknown keys (issue 2, operator trials: such a pod
+/// would not start). Only top-level names (no `__`), none of which is a configuration key.
 fn is_service_link(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
-    key == "port" || key.starts_with("port_") || key.starts_with("service_")
+    if key.contains("__") {
+        return false;
+    }
+    // `<x>_` before the part Kubernetes adds, for a Service `tidemark-<x>`.
+    let parts: Vec<&str> = key.split('_').collect();
+    (0..parts.len()).any(|start| {
+        let rest = &parts[start..];
+        let prefix_ok = start == 0 || !parts[..start].iter().any(|p| p.is_empty());
+        prefix_ok
+            && match rest {
+                ["service", "host"] => true,
+                ["service", "port", ..] => true,
+                ["port"] => true,
+                ["port", number, proto, tail @ ..] => {
+                    number.chars().all(|c| c.is_ascii_digit())
+                        && matches!(*proto, "tcp" | "udp" | "sctp")
+                        && matches!(tail, [] | ["proto"] | ["port"] | ["addr"])
+                }
+                _ => false,
+            }
+    })
 }
 
 impl Config {
@@ -303,9 +323,27 @@ mod tests {
             jail.set_env("TIDEMARK_PORT_8080_TCP_PROTO", "tcp");
             jail.set_env("TIDEMARK_PORT_8080_TCP_PORT", "8080");
             jail.set_env("TIDEMARK_PORT_8080_TCP_ADDR", "10.0.0.1");
+            // And for Services named `tidemark-redis` and `tidemark-chat-api`.
+            jail.set_env("TIDEMARK_REDIS_SERVICE_HOST", "10.0.0.2");
+            jail.set_env("TIDEMARK_REDIS_PORT", "tcp://10.0.0.2:6379");
+            jail.set_env("TIDEMARK_REDIS_PORT_6379_TCP_PORT", "6379");
+            jail.set_env("TIDEMARK_CHAT_API_SERVICE_PORT_HTTP", "80");
+            jail.set_env("TIDEMARK_CHAT_API_PORT_80_UDP", "udp://10.0.0.3:80");
             jail.set_env("TIDEMARK_LISTEN", "127.0.0.1:9005");
             let cfg = Config::load(None).expect("service links are not configuration");
             assert_eq!(cfg.listen.port(), 9005);
+            for not_a_link in [
+                "ports",
+                "port_8080",
+                "port_x_tcp",
+                "chat__port",
+                "chat__service_host",
+                "_port",
+                "listen",
+                "reporter",
+            ] {
+                assert!(!is_service_link(not_a_link), "{not_a_link}");
+            }
             jail.set_env("TIDEMARK_LISTN", "127.0.0.1:9006");
             let err = Config::load(None).expect_err("a misspelt key is still refused");
             assert!(err.to_string().contains("listn"), "{err}");
