@@ -60,6 +60,17 @@ pub enum SqliteError {
     /// The writer thread has stopped (shutdown or a fatal error).
     #[error("sqlite writer stopped")]
     WriterStopped,
+    /// A database file is missing but its write-ahead log is there, holding `bytes`: a new,
+    /// empty file would take that log, which belongs to the missing one, for its own.
+    #[error(
+        "{wal} holds {bytes} bytes of log but its database file is missing: put the database file back beside it, or move the log away"
+    )]
+    OrphanLog {
+        /// The log's path.
+        wal: String,
+        /// Its size.
+        bytes: u64,
+    },
     /// The read pool could not hand out a connection.
     #[error("sqlite read pool: {0}")]
     Pool(#[from] r2d2::Error),
@@ -145,6 +156,7 @@ fn open_rw_inner(
     writeback: Writeback,
     page_size: Option<u32>,
 ) -> Result<Connection, SqliteError> {
+    refuse_orphan_log(path)?;
     let conn = open_with(path, writeback)?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     if let Some(size) = page_size {
@@ -158,6 +170,23 @@ fn open_rw_inner(
     conn.pragma_update(None, "temp_store", "MEMORY")?;
     cache::size_writer_cache(&conn)?;
     Ok(conn)
+}
+
+/// [`SqliteError::OrphanLog`] if `path` does not exist but a non-empty `<path>-wal` does (an
+/// operator moved a database file away without its log: SQLite would replay that log into the
+/// new file it creates, and a later checkpoint would empty it; second operator trial).
+fn refuse_orphan_log(path: &Path) -> Result<(), SqliteError> {
+    if path.exists() {
+        return Ok(());
+    }
+    let wal = format!("{}-wal", path.display());
+    match std::fs::metadata(&wal) {
+        Ok(m) if m.len() > 0 => Err(SqliteError::OrphanLog {
+            wal,
+            bytes: m.len(),
+        }),
+        _ => Ok(()),
+    }
 }
 
 type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
@@ -724,6 +753,22 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(count, 0);
+    }
+
+    #[test]
+    fn a_log_without_its_database_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("gone.db");
+        std::fs::write(dir.path().join("gone.db-wal"), [7u8; 4096]).unwrap();
+        let err = open_rw(&path).unwrap_err().to_string();
+        assert!(
+            err.ends_with("gone.db-wal holds 4096 bytes of log but its database file is missing: put the database file back beside it, or move the log away"),
+            "{err}"
+        );
+        assert!(!path.exists(), "no new database file was made");
+        // An empty log (left by a clean stop) is no one's: the file is made.
+        std::fs::write(dir.path().join("gone.db-wal"), []).unwrap();
+        open_rw(&path).unwrap();
     }
 
     #[test]
