@@ -386,3 +386,103 @@ async fn metrics_are_as_of_the_scrape_and_count_every_answer() {
     assert_eq!(count("POST", messages, 403), 1, "{text}");
     assert_eq!(count("POST", "/v1/conversations", 201), 1, "{text}");
 }
+
+/// How far `dir`'s archive says the archiver's batches reached (an outbox offset).
+fn archived_through(dir: &std::path::Path) -> Option<i64> {
+    let conn = rusqlite::Connection::open_with_flags(
+        dir.join("chat").join("archive.db"),
+        rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY,
+    )
+    .unwrap();
+    conn.query_row(
+        "SELECT value FROM archive_meta WHERE key = 'archived_through'",
+        [],
+        |r| r.get(0),
+    )
+    .ok()
+}
+
+/// Waits (up to 15 s) until `dir`'s archive indexes the `n` messages of one conversation and
+/// says so (they are the outbox's first `n` records).
+async fn wait_archived(dir: &std::path::Path, n: i64) {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while (archived_count(dir), archived_through(dir)) != (Some(n), Some(n)) {
+        assert!(
+            Instant::now() < deadline,
+            "archived: {:?}, through {:?}",
+            archived_count(dir),
+            archived_through(dir)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// Sends `m<i>` / `b<i>` from u2 for each `i` of `range`, each answered 201.
+async fn send_each(
+    c: &reqwest::Client,
+    s: &TestServer,
+    cid: &str,
+    range: std::ops::RangeInclusive<u32>,
+) {
+    for i in range {
+        let (st, v) = send(c, s, cid, "u2", &format!("m{i}"), &format!("b{i}")).await;
+        assert_eq!(st, 201, "{v}");
+    }
+}
+
+/// Runs `env`'s server through 5 messages, copies its archive (`VACUUM INTO`), sends 5 more,
+/// waits until `settled` says they are through, stops it and puts the older copy back.
+async fn archive_restored_from_an_older_copy(
+    env: &[(&str, &str)],
+    settled: fn(
+        &std::path::Path,
+        i64,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>,
+) -> (TestServer, reqwest::Client, String) {
+    let mut server = TestServer::start(env).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    send_each(&c, &server, &cid, 1..=5).await;
+    settled(&server.dir, 5).await;
+    let chat = server.dir.join("chat");
+    let copy = tempfile::tempdir().unwrap();
+    let older = copy.path().join("archive.db");
+    rusqlite::Connection::open(chat.join("archive.db"))
+        .unwrap()
+        .execute("VACUUM INTO ?1", [older.to_str().unwrap()])
+        .unwrap();
+    send_each(&c, &server, &cid, 6..=10).await;
+    settled(&server.dir, 10).await;
+    assert!(server.terminate().success());
+    for log in ["archive.db-wal", "archive.db-shm"] {
+        let _ = std::fs::remove_file(chat.join(log));
+    }
+    std::fs::copy(&older, chat.join("archive.db")).unwrap();
+    (server, c, cid)
+}
+
+/// An archive put back from an older copy of itself (same identity, without what was archived
+/// since) is caught up from the outbox while the hot tier still holds those messages, and
+/// refused when they were trimmed (they are then only in a newer copy). Second operator trial:
+/// the server started, and the pages of the newer history answered 200 empty, for good.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_restored_from_an_older_copy_is_caught_up_or_refused() {
+    let (mut server, c, cid) =
+        archive_restored_from_an_older_copy(&[], |dir, n| Box::pin(wait_archived(dir, n))).await;
+    assert!(archived_count(&server.dir) < Some(10));
+    server.spawn().await;
+    wait_archived(&server.dir, 10).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    assert_eq!((latest, msgs.len()), (10, 10));
+    assert!(server.terminate().success());
+
+    let (server, _, _) =
+        archive_restored_from_an_older_copy(&TRIM_SOON, |dir, n| Box::pin(wait_trimmed(dir, n)))
+            .await;
+    let stderr = refused_start(&server, &server.env);
+    assert!(
+        stderr.contains("(restored from an older copy?)")
+            && stderr.contains("restore a newer copy of the archive"),
+        "{stderr}"
+    );
+}

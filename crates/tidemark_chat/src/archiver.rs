@@ -8,11 +8,15 @@
 //! outside `[low, high]`, and the start rule below refuses to start.
 //!
 //! Start rule: a stored position must lie in `[low, high]`; with none stored the outbox must
-//! start at 0; otherwise the archiver refuses to start (a backfill is needed).
+//! start at 0; otherwise the archiver refuses to start (a backfill is needed). And the archive
+//! must have reached the position ([`resume_behind_archive`]): one restored from an older copy
+//! of itself is caught up from the outbox, or refused if the outbox can no longer give back
+//! what it lacks.
 //!
 //! Per batch (at most `archive_batch_max` records and about [`DEFAULT_BATCH_BYTES_MAX`] of
 //! bodies): take `T0, H0` ([`Outbox::watermark_snapshot`]), write all records, then their index
-//! entries, and only when both are acknowledged store the new position. Any failure stores
+//! entries, then record in the archive how far it reaches ([`Archive::record_archived_through`]),
+//! and only when all are acknowledged store the new position. Any failure stores
 //! nothing and the batch is replayed. Once the stored position is ≥ H0, publish the watermark
 //! `T = T0`: every message committed before T is in the archive.
 
@@ -67,6 +71,54 @@ pub fn start_position(stored: Option<u64>, low: u64, high: u64) -> Result<u64> {
     }
 }
 
+/// Start rule, second part: where the archiver starts when the archive has not reached its
+/// stored `position` ([`Archive::archived_through`] below it).
+///
+/// That happens only to an archive restored from an older copy of itself: it passes the
+/// identity check ([`crate::stores::check_archive`]) but lacks what was archived after the
+/// copy, and reads answered 200 without those messages, for good (issue 2, second operator
+/// trial). If the outbox can still give back the records from where the archive stops, the
+/// archiver starts there and writes them again (idempotently). If it cannot (the embedded
+/// outbox refers to hot-tier records, and those behind the watermark were trimmed; a broker
+/// may have dropped them), what the archive lacks is in no store the archiver can read:
+/// [`ChatError::WrongArchive`]. An archive that records nothing (made by an earlier build)
+/// is taken at its word.
+///
+/// # Errors
+/// [`ChatError::WrongArchive`], or a store's own.
+pub async fn resume_behind_archive(
+    outbox: &dyn Outbox,
+    archive: &dyn Archive,
+    low: u64,
+    position: u64,
+) -> Result<u64> {
+    let through = match archive.archived_through().await? {
+        Some(through) if through < position => through,
+        _ => return Ok(position),
+    };
+    let behind = |why: String| {
+        ChatError::WrongArchive(format!(
+            "the archive holds what the archiver wrote below outbox offset {through}, not up to its position {position} (restored from an older copy?), and {why}: restore a newer copy of the archive"
+        ))
+    };
+    if through < low {
+        return Err(behind(format!("the outbox now starts at offset {low}")));
+    }
+    match outbox.fetch(through, 1).await {
+        Ok(_) => {
+            tracing::warn!(
+                position,
+                from = through,
+                "the archive has not reached the archiver's position (restored from an older copy?): archiving the outbox again from where it stops"
+            );
+            Ok(through)
+        }
+        Err(e) => Err(behind(format!(
+            "the outbox cannot give those records back ({e})"
+        ))),
+    }
+}
+
 /// What one [`Archiver::run_once`] did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BatchOutcome {
@@ -91,6 +143,8 @@ impl Archiver {
         let stored = outbox.position(ARCHIVER_CONSUMER).await?;
         let (low, high) = outbox.offsets().await?;
         let position = start_position(stored, low, high)?;
+        let position =
+            resume_behind_archive(outbox.as_ref(), archive.as_ref(), low, position).await?;
         Ok(Self {
             outbox,
             archive,
@@ -126,6 +180,9 @@ impl Archiver {
             self.archive.put_records(&records).await?;
             let index: Vec<_> = records.iter().map(MessageRecord::index_entry).collect();
             self.archive.put_index(&index).await?;
+            self.archive
+                .record_archived_through(last_offset + 1)
+                .await?;
             self.outbox
                 .store_position(ARCHIVER_CONSUMER, last_offset + 1)
                 .await?;

@@ -371,6 +371,11 @@ pub async fn archive(archive: Arc<dyn Archive>) {
     let identity = archive.identity().await.unwrap();
     assert_ne!(identity, 0);
     assert_eq!(archive.identity().await.unwrap(), identity);
+    // How far the archiver's batches reached: nothing yet, then the last recorded.
+    assert_eq!(archive.archived_through().await.unwrap(), None);
+    archive.record_archived_through(7).await.unwrap();
+    archive.record_archived_through(9).await.unwrap();
+    assert_eq!(archive.archived_through().await.unwrap(), Some(9));
     let rec = |seq: u64, class: MessageClass| {
         let mut c = cmd("t1", "c1", "u1", &format!("k{seq}"));
         c.class = class;

@@ -260,6 +260,16 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
     /// is refused at startup instead of reading as holes in history
     /// ([`crate::stores::check_archive`]).
     async fn identity(&self) -> Result<i64>;
+
+    /// Records that the archive holds every record and index entry of the outbox below offset
+    /// `through`; the archiver calls it after each batch's index, before it stores its position.
+    async fn record_archived_through(&self, through: u64) -> Result<()>;
+
+    /// What [`Archive::record_archived_through`] last recorded: `None` before the first batch
+    /// (or in an archive made by an earlier build). Less than the archiver's stored position
+    /// only in an archive restored from an older copy of itself
+    /// ([`crate::archiver::resume_behind_archive`]).
+    async fn archived_through(&self) -> Result<Option<u64>>;
 }
 
 /// A fresh [`Archive::identity`]: 63 random bits of a UUID v7, never 0.

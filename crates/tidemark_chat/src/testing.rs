@@ -91,6 +91,12 @@ impl Archive for FaultyArchive {
     async fn identity(&self) -> Result<i64> {
         self.inner.identity().await
     }
+    async fn record_archived_through(&self, through: u64) -> Result<()> {
+        self.inner.record_archived_through(through).await
+    }
+    async fn archived_through(&self) -> Result<Option<u64>> {
+        self.inner.archived_through().await
+    }
 }
 
 /// A private `redis-server` (`/usr/bin/redis-server`, or `TEST_REDIS_SERVER`) on a free

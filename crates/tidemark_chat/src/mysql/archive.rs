@@ -277,6 +277,27 @@ impl Archive for MysqlArchive {
             .transpose()
     }
 
+    async fn record_archived_through(&self, through: u64) -> Result<()> {
+        sqlx::query(
+            "INSERT INTO archive_meta (name, value) VALUES ('archived_through', ?)
+             ON DUPLICATE KEY UPDATE value = VALUES(value)",
+        )
+        .bind(through as i64)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn archived_through(&self) -> Result<Option<u64>> {
+        let row = sqlx::query("SELECT value FROM archive_meta WHERE name = 'archived_through'")
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(row
+            .map(|r| r.try_get::<i64, _>(0))
+            .transpose()?
+            .map(|v| v as u64))
+    }
+
     async fn identity(&self) -> Result<i64> {
         let row = sqlx::query("SELECT value FROM archive_meta WHERE name = 'identity'")
             .fetch_one(&self.pool)

@@ -31,7 +31,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::clock::{Clock, SystemClock};
 use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, Writeback, open_rw_with};
 
@@ -421,6 +421,34 @@ impl Archive for SqliteArchive {
                     )?
                     .query_row(params![tenant, cid, now_ms], |r| r.get(0))?;
                 Ok(v.map(|s| s as u64).into_iter().chain(pending).min())
+            })
+            .await
+    }
+
+    async fn record_archived_through(&self, through: u64) -> Result<()> {
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO archive_meta (key, value) VALUES ('archived_through', ?1)
+                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    [through as i64],
+                )?;
+                Ok(())
+            })
+            .await
+    }
+
+    async fn archived_through(&self) -> Result<Option<u64>> {
+        self.reads
+            .read(|conn| {
+                Ok(conn
+                    .query_row(
+                        "SELECT value FROM archive_meta WHERE key = 'archived_through'",
+                        [],
+                        |r| r.get::<_, i64>(0),
+                    )
+                    .optional()?
+                    .map(|v| v as u64))
             })
             .await
     }
