@@ -430,14 +430,15 @@ async fn send_each(
     }
 }
 
+/// Waits until a data dir's first `n` messages are through (archived, or trimmed).
+type Settled =
+    fn(&std::path::Path, i64) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>;
+
 /// Runs `env`'s server through 5 messages, copies its archive (`VACUUM INTO`), sends 5 more,
 /// waits until `settled` says they are through, stops it and puts the older copy back.
 async fn archive_restored_from_an_older_copy(
     env: &[(&str, &str)],
-    settled: fn(
-        &std::path::Path,
-        i64,
-    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = ()> + '_>>,
+    settled: Settled,
 ) -> (TestServer, reqwest::Client, String) {
     let mut server = TestServer::start(env).await;
     let c = client();
