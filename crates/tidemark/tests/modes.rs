@@ -245,10 +245,7 @@ async fn ten_messages_trimmed_and_stopped() -> (TestServer, reqwest::Client, Str
     let mut server = TestServer::start(&TRIM_SOON).await;
     let c = client();
     let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
-    for i in 1..=10 {
-        let (st, v) = send(&c, &server, &cid, "u2", &format!("m{i}"), &format!("b{i}")).await;
-        assert_eq!(st, 201, "{v}");
-    }
+    send_each(&c, &server, &cid, 1..=10).await;
     wait_trimmed(&server.dir, 10).await;
     assert!(server.terminate().success());
     (server, c, cid)

@@ -15,8 +15,8 @@
 //!
 //! Per batch (at most `archive_batch_max` records and about [`DEFAULT_BATCH_BYTES_MAX`] of
 //! bodies): take `T0, H0` ([`Outbox::watermark_snapshot`]), write all records, then their index
-//! entries, then record in the archive how far it reaches ([`Archive::record_archived_through`]),
-//! and only when all are acknowledged store the new position. Any failure stores
+//! entries with how far the batch reaches ([`Archive::archived_through`]), and only when both
+//! are acknowledged store the new position. Any failure stores
 //! nothing and the batch is replayed. Once the stored position is ≥ H0, publish the watermark
 //! `T = T0`: every message committed before T is in the archive.
 
@@ -179,9 +179,8 @@ impl Archiver {
             // Records first, then the index: an index entry is never visible without its record.
             self.archive.put_records(&records).await?;
             let index: Vec<_> = records.iter().map(MessageRecord::index_entry).collect();
-            self.archive.put_index(&index).await?;
             self.archive
-                .record_archived_through(last_offset + 1)
+                .put_index(&index, Some(last_offset + 1))
                 .await?;
             self.outbox
                 .store_position(ARCHIVER_CONSUMER, last_offset + 1)

@@ -13,8 +13,10 @@
 //! ([`Committer::archive_before_ack`]), after the commit: a SEND whose archive write fails is
 //! committed all the same (hot tier and outbox; the archiver archives it later), and answers
 //! 503 `not_archived` naming its seq instead of an ACK. A retry with the same `client_msg_id`
-//! writes the archive again before its 200, so every ACK of that mode means archived.
+//! writes the archive before its 200 if it still lacks the message, so every ACK of that mode
+//! means archived.
 
+use std::borrow::Cow;
 use std::sync::Arc;
 
 use tidemark_core::clock::SharedClock;
@@ -110,9 +112,8 @@ impl Committer {
         };
         let ack = outcome.ack();
         let write = async {
-            let retried;
-            let record = match outcome {
-                SendOutcome::Committed(record) => record,
+            let record: Cow<'_, MessageRecord> = match outcome {
+                SendOutcome::Committed(record) => Cow::Borrowed(record),
                 SendOutcome::Duplicate(ack) => {
                     let (seq, now) = (ack.conversation_seq, self.clock.now_ms());
                     let indexed = archive.index_range(tenant, conversation_id, seq, seq, now);
@@ -123,16 +124,13 @@ impl Committer {
                         .hot_slice(tenant, conversation_id, seq, seq, now)
                         .await?;
                     match slice.records.into_iter().next() {
-                        Some(record) => {
-                            retried = record;
-                            &retried
-                        }
+                        Some(record) => Cow::Owned(record),
                         None => return Ok(()),
                     }
                 }
             };
-            archive.put_records(std::slice::from_ref(record)).await?;
-            archive.put_index(&[record.index_entry()]).await
+            archive.put_records(std::slice::from_ref(&*record)).await?;
+            archive.put_index(&[record.index_entry()], None).await
         };
         write.await.map_err(|e| ChatError::NotArchived {
             conversation_seq: ack.conversation_seq,

@@ -373,8 +373,8 @@ pub async fn archive(archive: Arc<dyn Archive>) {
     assert_eq!(archive.identity().await.unwrap(), identity);
     // How far the archiver's batches reached: nothing yet, then the last recorded.
     assert_eq!(archive.archived_through().await.unwrap(), None);
-    archive.record_archived_through(7).await.unwrap();
-    archive.record_archived_through(9).await.unwrap();
+    archive.put_index(&[], Some(7)).await.unwrap();
+    archive.put_index(&[], Some(9)).await.unwrap();
     assert_eq!(archive.archived_through().await.unwrap(), Some(9));
     let rec = |seq: u64, class: MessageClass| {
         let mut c = cmd("t1", "c1", "u1", &format!("k{seq}"));
@@ -396,9 +396,9 @@ pub async fn archive(archive: Arc<dyn Archive>) {
             .is_empty()
     );
     let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
-    archive.put_index(&index).await.unwrap();
+    archive.put_index(&index, None).await.unwrap();
     archive.put_records(&recs).await.unwrap();
-    archive.put_index(&index).await.unwrap();
+    archive.put_index(&index, None).await.unwrap();
     let got = archive
         .index_range("t1", "c1", 999, 1002, T0)
         .await

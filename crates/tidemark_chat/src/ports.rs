@@ -220,8 +220,11 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
     /// Writes message records (idempotent).
     async fn put_records(&self, records: &[MessageRecord]) -> Result<()>;
 
-    /// Writes history-index entries (idempotent). Callers write the records first.
-    async fn put_index(&self, entries: &[IndexEntry]) -> Result<()>;
+    /// Writes history-index entries (idempotent). Callers write the records first. `through`:
+    /// the archiver's batch reaches outbox offset `through`, recorded with the entries (on
+    /// SQLite in their transaction) as [`Archive::archived_through`]; `None` for the writes
+    /// of `sync-archive`'s SENDs, which are no batch of the outbox.
+    async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()>;
 
     /// Unexpired index entries with `lo ≤ seq ≤ hi`, ascending.
     async fn index_range(
@@ -261,11 +264,8 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
     /// ([`crate::stores::check_archive`]).
     async fn identity(&self) -> Result<i64>;
 
-    /// Records that the archive holds every record and index entry of the outbox below offset
-    /// `through`; the archiver calls it after each batch's index, before it stores its position.
-    async fn record_archived_through(&self, through: u64) -> Result<()>;
-
-    /// What [`Archive::record_archived_through`] last recorded: `None` before the first batch
+    /// How far the archive holds every record and index entry of the outbox: the last
+    /// `through` given to [`Archive::put_index`]; `None` before the first batch
     /// (or in an archive made by an earlier build). Less than the archiver's stored position
     /// only in an archive restored from an older copy of itself
     /// ([`crate::archiver::resume_behind_archive`]).

@@ -62,12 +62,12 @@ impl Archive for FaultyArchive {
         }
         self.inner.put_records(records).await
     }
-    async fn put_index(&self, entries: &[IndexEntry]) -> Result<()> {
+    async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()> {
         self.index_writes.fetch_add(1, Ordering::SeqCst);
         if take_failure(&self.fail_index) {
             return Err(ChatError::Unavailable("injected put_index failure".into()));
         }
-        self.inner.put_index(entries).await
+        self.inner.put_index(entries, through).await
     }
     async fn index_range(
         &self,
@@ -90,9 +90,6 @@ impl Archive for FaultyArchive {
     }
     async fn identity(&self) -> Result<i64> {
         self.inner.identity().await
-    }
-    async fn record_archived_through(&self, through: u64) -> Result<()> {
-        self.inner.record_archived_through(through).await
     }
     async fn archived_through(&self) -> Result<Option<u64>> {
         self.inner.archived_through().await

@@ -44,7 +44,7 @@ async fn batches_larger_than_one_insert_land_whole_and_stay_idempotent() {
     let recs: Vec<MessageRecord> = (1..=1_234).map(record).collect();
     archive.put_records(&recs).await.unwrap();
     let index: Vec<_> = recs.iter().map(MessageRecord::index_entry).collect();
-    archive.put_index(&index).await.unwrap();
+    archive.put_index(&index, None).await.unwrap();
     archive.put_records(&recs[100..700]).await.unwrap();
     let count = |table: &'static str| {
         let pool = archive.pool().clone();

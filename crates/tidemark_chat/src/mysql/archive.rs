@@ -176,13 +176,23 @@ impl Archive for MysqlArchive {
         Ok(())
     }
 
-    async fn put_index(&self, entries: &[IndexEntry]) -> Result<()> {
+    async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()> {
         try_join_all(
             entries
                 .chunks(ROWS_PER_INSERT)
                 .map(|c| self.insert_index(c)),
         )
         .await?;
+        // After every entry is in: `through` promises them.
+        if let Some(through) = through {
+            sqlx::query(
+                "INSERT INTO archive_meta (name, value) VALUES ('archived_through', ?)
+                 ON DUPLICATE KEY UPDATE value = VALUES(value)",
+            )
+            .bind(through as i64)
+            .execute(&self.pool)
+            .await?;
+        }
         Ok(())
     }
 
@@ -275,17 +285,6 @@ impl Archive for MysqlArchive {
         .await?;
         row.map(|r| r.try_get::<u64, _>(0).map_err(ChatError::from))
             .transpose()
-    }
-
-    async fn record_archived_through(&self, through: u64) -> Result<()> {
-        sqlx::query(
-            "INSERT INTO archive_meta (name, value) VALUES ('archived_through', ?)
-             ON DUPLICATE KEY UPDATE value = VALUES(value)",
-        )
-        .bind(through as i64)
-        .execute(&self.pool)
-        .await?;
-        Ok(())
     }
 
     async fn archived_through(&self) -> Result<Option<u64>> {

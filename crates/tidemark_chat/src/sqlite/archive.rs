@@ -285,12 +285,22 @@ impl Archive for SqliteArchive {
             .await
     }
 
-    async fn put_index(&self, entries: &[IndexEntry]) -> Result<()> {
+    async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()> {
         let owned = entries.to_vec();
         let mut cycle = self.last_cycle();
         let ids = self
             .writer
-            .write(move |conn| index_log::append(conn, &owned, &mut cycle))
+            .write(move |conn| {
+                let ids = index_log::append(conn, &owned, &mut cycle)?;
+                if let Some(through) = through {
+                    conn.prepare_cached(
+                        "INSERT INTO archive_meta (key, value) VALUES ('archived_through', ?1)
+                         ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                    )?
+                    .execute([through as i64])?;
+                }
+                Ok::<_, crate::error::ChatError>(ids)
+            })
             .await?;
         // A call dropped while its job runs (a `sync-archive` SEND whose client went away)
         // leaves its entries in the log but not in memory until the next open; the archiver,
@@ -421,19 +431,6 @@ impl Archive for SqliteArchive {
                     )?
                     .query_row(params![tenant, cid, now_ms], |r| r.get(0))?;
                 Ok(v.map(|s| s as u64).into_iter().chain(pending).min())
-            })
-            .await
-    }
-
-    async fn record_archived_through(&self, through: u64) -> Result<()> {
-        self.writer
-            .write(move |conn| {
-                conn.execute(
-                    "INSERT INTO archive_meta (key, value) VALUES ('archived_through', ?1)
-                     ON CONFLICT (key) DO UPDATE SET value = excluded.value",
-                    [through as i64],
-                )?;
-                Ok(())
             })
             .await
     }
@@ -600,7 +597,7 @@ mod tests {
         let recs: Vec<MessageRecord> = (1..=3).map(|s| record("c", s, Standard)).collect();
         archive.put_records(&recs).await.unwrap();
         let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
-        archive.put_index(&index).await.unwrap();
+        archive.put_index(&index, None).await.unwrap();
         // Three pending entries, below the merge size: all in the log, readable from memory.
         assert_eq!(log_rows(&path), (3, 0));
         assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3], 3));
@@ -615,7 +612,7 @@ mod tests {
         let more = vec![record("c", 4, Standard), record("d", 1, Standard)];
         archive.put_records(&more).await.unwrap();
         let entries: Vec<IndexEntry> = more.iter().map(MessageRecord::index_entry).collect();
-        archive.put_index(&entries).await.unwrap();
+        archive.put_index(&entries, None).await.unwrap();
         assert_eq!(log_rows(&path), (0, 5));
         assert_eq!(archive.pending().len(), 0);
         assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3, 4], 4));
@@ -624,7 +621,7 @@ mod tests {
 
         // A replay of merged entries is pending again and read once.
         archive.put_records(&recs).await.unwrap();
-        archive.put_index(&index).await.unwrap();
+        archive.put_index(&index, None).await.unwrap();
         assert_eq!(log_rows(&path), (3, 5));
         assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3, 4], 4));
         assert_eq!(archive.merge_index_log().await.unwrap(), Some(8));
@@ -641,7 +638,7 @@ mod tests {
         let recs = vec![record("c", 1, Standard), record("c", 2, Ephemeral24h)];
         archive.put_records(&recs).await.unwrap();
         let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
-        archive.put_index(&index).await.unwrap();
+        archive.put_index(&index, None).await.unwrap();
         let expiry = recs[1].expires_at_ms.unwrap();
         assert_eq!(
             archive_seqs(&archive, "c", expiry - 1).await,
@@ -688,7 +685,7 @@ mod tests {
         let recs = vec![record("c", 2, Standard), record("c", 3, Standard)];
         archive.put_records(&recs).await.unwrap();
         let index: Vec<IndexEntry> = recs.iter().map(MessageRecord::index_entry).collect();
-        archive.put_index(&index).await.unwrap();
+        archive.put_index(&index, None).await.unwrap();
         assert_eq!(archive_seqs(&archive, "c", T0).await, (vec![1, 2, 3], 3));
         assert_eq!(
             archive.records("t", "c", &[1]).await.unwrap()[0].body,
