@@ -99,6 +99,9 @@ fn main() -> anyhow::Result<()> {
         // Colours only on a terminal: a log file or a collector gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
+    // Before any thread or connection: SQLite's page cache can only be wrapped before it
+    // initializes (`tidemark_core::sqlite::pcache`).
+    tidemark_core::sqlite::setup()?;
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

@@ -30,6 +30,8 @@ mod cache;
 mod coalesce;
 mod job_thread;
 mod pacing;
+#[allow(unsafe_code)] // SQLite's page cache interface is C: see the module docs.
+pub mod pcache;
 #[allow(unsafe_code)] // SQLite's VFS interface is C: see the module docs.
 mod writeback;
 
@@ -77,6 +79,49 @@ pub enum SqliteError {
     /// A blocking task panicked or was cancelled.
     #[error("sqlite task failed: {0}")]
     Task(String),
+    /// Opening the database file at `path` failed (see [`opening`]).
+    #[error("opening {path}: {source}")]
+    Open {
+        /// The file.
+        path: String,
+        /// Why.
+        source: Box<SqliteError>,
+    },
+}
+
+/// Runs `open`, the opening of the database file at `path` (connection, schema, read pool),
+/// and names the file in its error ([`SqliteError::Open`]): SQLite's own words name none
+/// ("file is not a database", "disk I/O error" from `xShmMap` on a full disk; operator trial).
+///
+/// # Errors
+/// `open`'s error, wrapped.
+pub fn opening<T>(
+    path: &Path,
+    open: impl FnOnce() -> Result<T, SqliteError>,
+) -> Result<T, SqliteError> {
+    open().map_err(|e| SqliteError::Open {
+        path: path.display().to_string(),
+        source: Box::new(e),
+    })
+}
+
+/// Prepares the embedded engine, once per process (later calls only return the first outcome
+/// of the VFSes'): wraps SQLite's page cache ([`pcache`]) and registers [`COALESCED_VFS`] and
+/// [`PACED_VFS`]. Every connection this module opens calls it first. The page cache can only be
+/// wrapped before SQLite initializes, i.e. before the process's first connection of any kind, so
+/// a program calls this before it starts its threads; where it comes too late the page cache
+/// stays SQLite's own (correct, slower at each commit; logged at `debug`).
+///
+/// # Errors
+/// [`SqliteError::Task`] if the VFSes could not be registered.
+pub fn setup() -> Result<(), SqliteError> {
+    static PAGE_CACHE: std::sync::Once = std::sync::Once::new();
+    PAGE_CACHE.call_once(|| {
+        if let Err(reason) = pcache::install() {
+            tracing::debug!(%reason, "sqlite keeps its own page cache");
+        }
+    });
+    writeback::register().map_err(SqliteError::Task)
 }
 
 /// How long a connection waits for a lock another holds before it gives up (`SQLITE_BUSY`).
@@ -123,7 +168,7 @@ impl Writeback {
 /// Both VFSes coalesce a WAL's appends until the next sync, so every connection opened here
 /// must sync each commit: [`open_rw_with`] sets `synchronous = FULL` (see [`coalesce`]).
 fn open_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
-    writeback::register().map_err(SqliteError::Task)?;
+    setup()?;
     let vfs = match writeback {
         Writeback::Direct => COALESCED_VFS,
         Writeback::Paced => PACED_VFS,
@@ -575,6 +620,7 @@ pub struct ReadPool {
 impl ReadPool {
     /// Opens up to `size` read-only connections to `path` (the file must exist).
     pub fn open(path: &Path, size: u32) -> Result<Self, SqliteError> {
+        setup()?;
         let manager = r2d2_sqlite::SqliteConnectionManager::file(path)
             .with_flags(read_only_flags())
             .with_init(|c| c.busy_timeout(BUSY_TIMEOUT));

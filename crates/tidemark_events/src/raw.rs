@@ -10,7 +10,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
-use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
+use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
 use tidemark_core::store::StoreError;
 
 use crate::model::Event;
@@ -184,12 +184,17 @@ fn ensure_day(conn: &Connection, day: UtcDay) -> rusqlite::Result<()> {
 
 impl SqliteRaw {
     /// Opens (creating if needed) the raw tier at `path`.
+    ///
+    /// # Errors
+    /// [`SqliteError::Open`], naming the file.
     pub fn open(path: &Path) -> Result<Self, SqliteError> {
-        let conn = open_rw(path)?;
-        catalog::open(&conn)?;
-        let writer = GroupWriter::start("events-raw", conn, 256);
-        let reads = ReadPool::open(path, 4)?;
-        Ok(Self { writer, reads })
+        opening(path, || {
+            let conn = open_rw(path)?;
+            catalog::open(&conn)?;
+            let writer = GroupWriter::start("events-raw", conn, 256);
+            let reads = ReadPool::open(path, 4)?;
+            Ok(Self { writer, reads })
+        })
     }
 }
 

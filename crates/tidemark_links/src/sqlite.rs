@@ -12,7 +12,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::day::UtcDay;
-use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw};
+use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
 
 use crate::error::{LinksError, Result};
 use crate::id::LinkId;
@@ -94,12 +94,17 @@ pub struct SqliteLinks {
 
 impl SqliteLinks {
     /// Opens (creating if needed) the store at `path`.
+    ///
+    /// # Errors
+    /// [`LinksError::Unavailable`] naming the file ([`opening`]).
     pub fn open(path: &Path) -> Result<Self> {
-        let conn = open_rw(path)?;
-        conn.execute_batch(SCHEMA)?;
-        let writer = GroupWriter::start("links", conn, 64);
-        let reads = ReadPool::open(path, 8)?;
-        Ok(Self { writer, reads })
+        Ok(opening(path, || {
+            let conn = open_rw(path)?;
+            conn.execute_batch(SCHEMA)?;
+            let writer = GroupWriter::start("links", conn, 64);
+            let reads = ReadPool::open(path, 8)?;
+            Ok(Self { writer, reads })
+        })?)
     }
 }
 
@@ -314,5 +319,24 @@ impl MailingStore for SqliteLinks {
                 Ok(out)
             })
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A file that is not a database is refused naming the file (SQLite's message names none).
+    #[test]
+    fn an_open_error_names_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("links.db");
+        std::fs::write(&path, vec![b'x'; 8192]).unwrap();
+        let err = SqliteLinks::open(&path).map(drop).unwrap_err().to_string();
+        let named = format!("opening {}: ", path.display());
+        assert!(
+            err.contains(&named) && err.contains("not a database"),
+            "{err}"
+        );
     }
 }

@@ -14,6 +14,9 @@
 //! smaller than that and [`WRITER_CACHE_KIB`] from then on; the group writer looks again every
 //! [`RESIZE_EVERY_GROUPS`] commits. (A file never shrinks back under 1 GiB here: nothing runs
 //! `VACUUM`; if one did, its writer would keep the large hash table until reopened.)
+//!
+//! Since session 24 the walk is skipped where it would find nothing to drop ([`super::pcache`]);
+//! the small cache stays for a process whose SQLite initialized before that could be installed.
 
 use rusqlite::Connection;
 

@@ -51,7 +51,7 @@ use async_trait::async_trait;
 use reqwest_object_store as reqwest;
 use serde_json::{Map, Value};
 use tidemark_core::day::UtcDay;
-use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw};
+use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
 use tidemark_core::store::StoreError;
 
 use super::catalog::{self, Mark};
@@ -358,10 +358,12 @@ impl InfluxRaw {
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| unavailable(format!("HTTP client: {e}")))?;
-        let conn = open_rw(catalog_path)?;
-        catalog::open(&conn)?;
-        let writer = GroupWriter::start("events-influx-catalog", conn, 64);
-        let reads = ReadPool::open(catalog_path, 4)?;
+        let (writer, reads) = opening(catalog_path, || {
+            let conn = open_rw(catalog_path)?;
+            catalog::open(&conn)?;
+            let writer = GroupWriter::start("events-influx-catalog", conn, 64);
+            Ok((writer, ReadPool::open(catalog_path, 4)?))
+        })?;
         let raw = Self {
             http,
             target,

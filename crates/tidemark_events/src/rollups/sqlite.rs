@@ -28,7 +28,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use tidemark_core::day::UtcDay;
-use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw};
+use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
 use tidemark_core::store::StoreError;
 
 use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
@@ -75,12 +75,17 @@ pub struct SqliteRollups {
 
 impl SqliteRollups {
     /// Opens (creating if needed) the summary tier at `path`.
+    ///
+    /// # Errors
+    /// [`SqliteError::Open`], naming the file.
     pub fn open(path: &Path) -> Result<Self, SqliteError> {
-        let conn = open_rw(path)?;
-        conn.execute_batch(SCHEMA)?;
-        let writer = GroupWriter::start("events-rollups", conn, 64);
-        let reads = ReadPool::open(path, 4)?;
-        Ok(Self { writer, reads })
+        opening(path, || {
+            let conn = open_rw(path)?;
+            conn.execute_batch(SCHEMA)?;
+            let writer = GroupWriter::start("events-rollups", conn, 64);
+            let reads = ReadPool::open(path, 4)?;
+            Ok(Self { writer, reads })
+        })
     }
 }
 
