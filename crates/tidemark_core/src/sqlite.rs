@@ -80,12 +80,12 @@ pub enum SqliteError {
     #[error("sqlite task failed: {0}")]
     Task(String),
     /// Opening the database file at `path` failed (see [`opening`]).
-    #[error("opening {path}: {source}")]
+    #[error("opening {path}: {reason}")]
     Open {
         /// The file.
         path: String,
-        /// Why.
-        source: Box<SqliteError>,
+        /// Why (in the message, not a `source`: a chain-printing reporter would say it twice).
+        reason: Box<SqliteError>,
     },
 }
 
@@ -101,27 +101,8 @@ pub fn opening<T>(
 ) -> Result<T, SqliteError> {
     open().map_err(|e| SqliteError::Open {
         path: path.display().to_string(),
-        source: Box::new(e),
+        reason: Box::new(e),
     })
-}
-
-/// Prepares the embedded engine, once per process (later calls only return the first outcome
-/// of the VFSes'): wraps SQLite's page cache ([`pcache`]) and registers [`COALESCED_VFS`] and
-/// [`PACED_VFS`]. Every connection this module opens calls it first. The page cache can only be
-/// wrapped before SQLite initializes, i.e. before the process's first connection of any kind, so
-/// a program calls this before it starts its threads; where it comes too late the page cache
-/// stays SQLite's own (correct, slower at each commit; logged at `debug`).
-///
-/// # Errors
-/// [`SqliteError::Task`] if the VFSes could not be registered.
-pub fn setup() -> Result<(), SqliteError> {
-    static PAGE_CACHE: std::sync::Once = std::sync::Once::new();
-    PAGE_CACHE.call_once(|| {
-        if let Err(reason) = pcache::install() {
-            tracing::debug!(%reason, "sqlite keeps its own page cache");
-        }
-    });
-    writeback::register().map_err(SqliteError::Task)
 }
 
 /// How long a connection waits for a lock another holds before it gives up (`SQLITE_BUSY`).
@@ -168,7 +149,7 @@ impl Writeback {
 /// Both VFSes coalesce a WAL's appends until the next sync, so every connection opened here
 /// must sync each commit: [`open_rw_with`] sets `synchronous = FULL` (see [`coalesce`]).
 fn open_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
-    setup()?;
+    writeback::register().map_err(SqliteError::Task)?;
     let vfs = match writeback {
         Writeback::Direct => COALESCED_VFS,
         Writeback::Paced => PACED_VFS,
@@ -620,7 +601,6 @@ pub struct ReadPool {
 impl ReadPool {
     /// Opens up to `size` read-only connections to `path` (the file must exist).
     pub fn open(path: &Path, size: u32) -> Result<Self, SqliteError> {
-        setup()?;
         let manager = r2d2_sqlite::SqliteConnectionManager::file(path)
             .with_flags(read_only_flags())
             .with_init(|c| c.busy_timeout(BUSY_TIMEOUT));

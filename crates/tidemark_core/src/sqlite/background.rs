@@ -87,7 +87,6 @@ pub struct ReadThread {
 impl ReadThread {
     /// Opens `path` (which must exist) read-only and starts the thread `sqlite-read-<name>`.
     pub fn open(path: &Path, name: &str) -> Result<Self, SqliteError> {
-        super::setup()?;
         let conn = Connection::open_with_flags(path, read_only_flags())?;
         conn.busy_timeout(BUSY_TIMEOUT)?;
         let jobs = JobThread::<ReadJob>::spawn(format!("sqlite-read-{name}"), move |rx| {

@@ -16,7 +16,7 @@
 //! `VACUUM`; if one did, its writer would keep the large hash table until reopened.)
 //!
 //! Since session 24 the walk is skipped where it would find nothing to drop ([`super::pcache`]);
-//! the small cache stays for a process whose SQLite initialized before that could be installed.
+//! the small cache stays for a process that does not install it (the libraries' tests).
 
 use rusqlite::Connection;
 

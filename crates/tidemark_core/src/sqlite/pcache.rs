@@ -16,13 +16,12 @@
 //! How: every page cache is SQLite's default one (got with `SQLITE_CONFIG_GETPCACHE2`) wrapped,
 //! each call passed through; the wrapper keeps a [`Bound`] of the page numbers its cache may
 //! hold and passes a truncation on only when a page at or past its limit may be cached.
-//! Installed once per process before SQLite initializes ([`install`], from
-//! [`super::setup`]); where another part of the process initialized SQLite first, SQLite's
-//! cache stays as it is (correct, only slower) and [`installed`] says so.
+//! Installed once per process, by `main` before SQLite initializes ([`install`]); a process
+//! that does not, keeps SQLite's cache as it is (correct, only slower) and [`installed`] says so.
 
 use std::ffi::{c_int, c_uint, c_void};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use rusqlite::ffi;
 
@@ -78,7 +77,7 @@ impl Bound {
             self.at_spare = self.at_spare.saturating_sub(1);
         }
         if new == self.spare {
-            self.at_spare += 1;
+            self.at_spare = self.at_spare.saturating_add(1);
             self.swapped = true;
         } else {
             self.max_key = self.max_key.max(new);
@@ -91,9 +90,11 @@ impl Bound {
         self.max_key >= limit || (self.at_spare > 0 && self.spare >= limit)
     }
 
-    /// Whether SQLite's own cache would walk itself whole at a truncation now (see `swapped`).
-    pub fn would_walk(&self) -> bool {
-        self.swapped
+    /// Whether SQLite's own cache would walk itself whole at a truncation to `limit` now: a
+    /// page went to the spare number since the last truncation passed on, and the spare number
+    /// is at or past `limit` (a file past the lock byte has no walk to save).
+    pub fn would_walk(&self, limit: u32) -> bool {
+        self.swapped && self.spare >= limit
     }
 
     /// The cache dropped every page numbered `limit` or more.
@@ -101,8 +102,9 @@ impl Bound {
         self.max_key = self.max_key.min(limit.saturating_sub(1));
         if self.spare >= limit {
             self.at_spare = 0;
-            self.swapped = false;
         }
+        // SQLite's own cache is back to its largest key below `limit`.
+        self.swapped = false;
     }
 }
 
@@ -117,12 +119,15 @@ unsafe impl Sync for Base {}
 
 static BASE: OnceLock<Base> = OnceLock::new();
 
+/// Set once SQLite took the wrapped methods.
+static INSTALLED: AtomicBool = AtomicBool::new(false);
+
 /// Truncations not passed on at which SQLite's own cache would have walked itself whole.
 static WALKS_SAVED: AtomicU64 = AtomicU64::new(0);
 
 /// Whether this process's page caches are the wrapped ones (see the module docs).
 pub fn installed() -> bool {
-    BASE.get().is_some()
+    INSTALLED.load(Ordering::Relaxed)
 }
 
 /// How many walks of a whole cache the wrapper saved in this process so far: truncations it did
@@ -152,10 +157,16 @@ unsafe fn wrapped<'a>(p: *mut ffi::sqlite3_pcache) -> &'a mut Wrapped {
 
 /// Wraps SQLite's default page cache for every cache made from now on (see the module docs).
 ///
+/// Call it once, first thing in `main`, before any thread or connection exists: SQLite takes a
+/// page cache only before it initializes (its first connection of any kind, or VFS lookup),
+/// and `sqlite3_config` is not thread-safe, so a call racing another thread's first connection
+/// could hand SQLite's own caches to the wrapper. Hence no open path calls it lazily; a process
+/// that does not call it (the libraries' tests) keeps SQLite's own cache: correct, only slower.
+///
 /// # Errors
-/// SQLite's code when it refuses the configuration: it was initialized already (another part
-/// of the process opened a connection first), or it has no default cache.
-pub(super) fn install() -> Result<(), String> {
+/// SQLite's code when it refuses the configuration (it was initialized already), or a message
+/// if its default cache lacks a method or this was called before.
+pub fn install() -> Result<(), String> {
     let mut base = std::mem::MaybeUninit::<ffi::sqlite3_pcache_methods2>::zeroed();
     // SAFETY: GETPCACHE2 writes one `sqlite3_pcache_methods2` to the pointer it is given.
     let rc = unsafe { ffi::sqlite3_config(ffi::SQLITE_CONFIG_GETPCACHE2, base.as_mut_ptr()) };
@@ -202,6 +213,7 @@ pub(super) fn install() -> Result<(), String> {
     if rc != ffi::SQLITE_OK {
         return Err(format!("sqlite3_config(PCACHE2) = {rc}"));
     }
+    INSTALLED.store(true, Ordering::Relaxed);
     Ok(())
 }
 
@@ -283,7 +295,7 @@ unsafe extern "C" fn x_truncate(p: *mut ffi::sqlite3_pcache, limit: c_uint) {
         // SAFETY: forwarded to the cache it wraps.
         unsafe { base().xTruncate.expect("checked at install")(cache.inner, limit) };
         cache.bound.truncated(limit);
-    } else if cache.bound.would_walk() {
+    } else if cache.bound.would_walk(limit) {
         WALKS_SAVED.fetch_add(1, Ordering::Relaxed);
     }
 }
@@ -329,12 +341,13 @@ mod tests {
         b.rekeyed(3, 9);
         b.rekeyed(spare, 3);
         assert!(!b.may_hold_from(10));
-        assert!(b.would_walk(), "SQLite's own cache would walk here");
+        assert!(b.would_walk(10), "SQLite's own cache would walk here");
+        assert!(!b.would_walk(spare + 1), "nor past the lock byte");
         assert!(b.may_hold_from(9));
         b.truncated(5);
         assert!(!b.may_hold_from(5));
         assert!(b.may_hold_from(4));
-        assert!(!b.would_walk());
+        assert!(!b.would_walk(5));
     }
 
     #[derive(Debug, Clone)]
@@ -348,7 +361,7 @@ mod tests {
 
     fn op() -> impl Strategy<Value = Op> {
         prop_oneof![
-            (1u32..64).prop_map(Op::Fetch),
+            (1u32..=65).prop_map(Op::Fetch), // 65: the spare number itself
             any::<usize>().prop_map(Op::Drop),
             (any::<usize>(), 1u32..64).prop_map(|(i, k)| Op::Rekey(i, k)),
             any::<usize>().prop_map(Op::RekeyToSpare),
