@@ -71,20 +71,12 @@ mod tests {
     #[test]
     fn an_open_error_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        for name in ["hot.db", "archive.db"] {
-            let path = dir.path().join(name);
-            std::fs::write(&path, vec![b'x'; 8192]).unwrap();
-            let err = match name {
-                "hot.db" => SqliteHot::open(&path, 8).map(drop),
-                _ => SqliteArchive::open(&path).map(drop),
-            }
-            .unwrap_err()
-            .to_string();
-            let named = format!("opening {}: ", path.display());
-            assert!(
-                err.contains(&named) && err.contains("not a database"),
-                "{err}"
-            );
-        }
+        tidemark_core::sqlite::assert_open_names_the_file(&dir.path().join("hot.db"), |p| {
+            SqliteHot::open(p, 8)
+        });
+        tidemark_core::sqlite::assert_open_names_the_file(
+            &dir.path().join("archive.db"),
+            SqliteArchive::open,
+        );
     }
 }

@@ -105,6 +105,25 @@ pub fn opening<T>(
     })
 }
 
+/// Test support: writes 8 KiB that are not a database to `path`, opens it with `open` and
+/// panics unless the error names the file as [`opening`] does ("opening <path>: … not a
+/// database"; SQLite's own message names none).
+pub fn assert_open_names_the_file<T, E: std::fmt::Display>(
+    path: &Path,
+    open: impl FnOnce(&Path) -> Result<T, E>,
+) {
+    std::fs::write(path, vec![b'x'; 8192]).expect("writing the test file");
+    let Err(err) = open(path).map(drop) else {
+        panic!("{} opened although it is not a database", path.display());
+    };
+    let err = err.to_string();
+    let named = format!("opening {}: ", path.display());
+    assert!(
+        err.contains(&named) && err.contains("not a database"),
+        "{err}"
+    );
+}
+
 /// How long a connection waits for a lock another holds before it gives up (`SQLITE_BUSY`).
 pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 

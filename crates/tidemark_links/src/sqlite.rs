@@ -330,13 +330,9 @@ mod tests {
     #[test]
     fn an_open_error_names_the_file() {
         let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join("links.db");
-        std::fs::write(&path, vec![b'x'; 8192]).unwrap();
-        let err = SqliteLinks::open(&path).map(drop).unwrap_err().to_string();
-        let named = format!("opening {}: ", path.display());
-        assert!(
-            err.contains(&named) && err.contains("not a database"),
-            "{err}"
+        tidemark_core::sqlite::assert_open_names_the_file(
+            &dir.path().join("links.db"),
+            SqliteLinks::open,
         );
     }
 }

@@ -47,19 +47,12 @@ async fn the_report_seeks_each_listing_and_kind_and_sums_without_sorting() {
 #[test]
 fn an_open_error_names_the_file() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["raw.db", "rollups.db"] {
-        let path = dir.path().join(name);
-        std::fs::write(&path, vec![b'x'; 8192]).unwrap();
-        let err = match name {
-            "raw.db" => crate::raw::SqliteRaw::open(&path).map(drop),
-            _ => SqliteRollups::open(&path).map(drop),
-        }
-        .unwrap_err()
-        .to_string();
-        let named = format!("opening {}: ", path.display());
-        assert!(
-            err.contains(&named) && err.contains("not a database"),
-            "{err}"
-        );
-    }
+    tidemark_core::sqlite::assert_open_names_the_file(
+        &dir.path().join("raw.db"),
+        crate::raw::SqliteRaw::open,
+    );
+    tidemark_core::sqlite::assert_open_names_the_file(
+        &dir.path().join("rollups.db"),
+        SqliteRollups::open,
+    );
 }
