@@ -484,3 +484,47 @@ async fn an_archive_restored_from_an_older_copy_is_caught_up_or_refused() {
         "{stderr}"
     );
 }
+
+/// A hot tier put back from an older copy, or deleted, beside the archive its later history
+/// went to is refused at startup (`check_archive`): it would hand out the archived seqs again,
+/// and a retry of an acknowledged message would commit anew. Session 26's new-user trial: the
+/// server started, SENDs took seq 6 again and the archive held two records of it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hot_tier_older_than_the_archive_is_refused_at_startup() {
+    let mut server = TestServer::start(&[]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    send_each(&c, &server, &cid, 1..=5).await;
+    wait_archived(&server.dir, 5).await;
+    assert!(server.terminate().success());
+    let chat = server.dir.join("chat");
+    let copy = tempfile::tempdir().unwrap();
+    let older = copy.path().join("hot.db");
+    std::fs::copy(chat.join("hot.db"), &older).unwrap();
+
+    server.spawn().await;
+    send_each(&c, &server, &cid, 6..=10).await;
+    wait_archived(&server.dir, 10).await;
+    assert!(server.terminate().success());
+    let put_back = |from: Option<&std::path::Path>| {
+        for file in ["hot.db", "hot.db-wal", "hot.db-shm"] {
+            let _ = std::fs::remove_file(chat.join(file));
+        }
+        if let Some(from) = from {
+            std::fs::copy(from, chat.join("hot.db")).unwrap();
+        }
+    };
+
+    put_back(Some(&older));
+    let stderr = refused_start(&server, &server.env);
+    assert!(
+        stderr.contains("holds the outbox through offset 10, but the outbox ends at offset 5"),
+        "{stderr}"
+    );
+    put_back(None);
+    let stderr = refused_start(&server, &server.env);
+    assert!(
+        stderr.contains("holds the outbox through offset 10, but the outbox ends at offset 0"),
+        "{stderr}"
+    );
+}

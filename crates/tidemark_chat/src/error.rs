@@ -44,7 +44,8 @@ pub enum ChatError {
         cause: String,
     },
     /// Startup rule ([`crate::stores::check_archive`]): the archive is missing, or is not the
-    /// one the hot tier's history is archived into.
+    /// one the hot tier's history is archived into, or holds more of the outbox than the outbox
+    /// does (a hot tier put back from an older copy).
     #[error("refusing to start: {0}")]
     WrongArchive(String),
     /// A store could not be reached or failed; nothing was acknowledged. Retryable.

@@ -86,8 +86,13 @@ impl ChatStores {
                 ),
             };
         let stores = Self::open_unchecked(dir, cfg).await?;
-        let checked =
-            check_archive(stores.hot.as_ref(), stores.archive.as_deref(), &archive_at).await;
+        let checked = check_archive(
+            stores.hot.as_ref(),
+            stores.outbox.as_deref(),
+            stores.archive.as_deref(),
+            &archive_at,
+        )
+        .await;
         if let Err(e) = checked {
             drop(stores);
             if made_here {
@@ -196,13 +201,31 @@ impl ChatStores {
 /// answered 200 with holes and `/readyz` said ready (issue 2, operator trial). `archive_at` says
 /// where the archive is looked for.
 ///
+/// The other way round, with an outbox: an archive that holds the outbox through offset
+/// `through` ([`Archive::archived_through`]) beside an outbox whose `high` is below it is
+/// refused too. With the embedded outbox (in `hot.db`) that is a hot tier put back from an
+/// older copy, or deleted, beside the archive its later history went to: it would hand out the
+/// same `conversation_seq`s again, and a retry of an acknowledged message would commit anew
+/// (DESIGN.md part A: seqs are never reused; issue 2, session 26's new-user trial).
+///
 /// # Errors
 /// [`ChatError::WrongArchive`], or a store's own.
 pub async fn check_archive(
     hot: &dyn HotStore,
+    outbox: Option<&dyn Outbox>,
     archive: Option<&dyn Archive>,
     archive_at: &str,
 ) -> Result<()> {
+    if let (Some(outbox), Some(archive)) = (outbox, archive)
+        && let Some(through) = archive.archived_through().await?
+    {
+        let (_, high) = outbox.offsets().await?;
+        if high < through {
+            return Err(ChatError::WrongArchive(format!(
+                "{archive_at} holds the outbox through offset {through}, but the outbox ends at offset {high}: the hot tier (with its outbox) is older than the archive, restored from an older copy or new; put back the hot tier that wrote the archive"
+            )));
+        }
+    }
     let recorded = hot.archive_identity().await?;
     let found = match archive {
         Some(archive) => Some(archive.identity().await?),
