@@ -527,4 +527,7 @@ async fn a_hot_tier_older_than_the_archive_is_refused_at_startup() {
         stderr.contains("holds the outbox through offset 10, but the outbox ends at offset 0"),
         "{stderr}"
     );
+    // The refused start left no new, empty hot tier behind (the older copy goes back alone).
+    assert!(!chat.join("hot.db").exists());
+    assert!(!chat.join("hot.db-wal").exists());
 }

@@ -76,15 +76,17 @@ impl ChatStores {
     /// Redis that is not durable ([`ChatError::NotDurable`]), an archive missing or not the
     /// one the hot tier's history is in ([`check_archive`]).
     pub async fn open(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
-        let sqlite_archive = dir.join("chat").join("archive.db");
-        let (archive_at, made_here) =
-            match Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])? {
-                Engine::Mysql(url) => (tidemark_core::mysql::redact(&url), false),
-                _ => (
-                    sqlite_archive.display().to_string(),
-                    !sqlite_archive.exists(),
-                ),
-            };
+        let chat_dir = dir.join("chat");
+        let archive_at = match Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])? {
+            Engine::Mysql(url) => tidemark_core::mysql::redact(&url),
+            _ => chat_dir.join("archive.db").display().to_string(),
+        };
+        // The embedded files this start may create: those not there yet.
+        let made_here: Vec<_> = ["hot.db", "outbox.db", "archive.db"]
+            .into_iter()
+            .map(|name| chat_dir.join(name))
+            .filter(|path| !path.exists())
+            .collect();
         let stores = Self::open_unchecked(dir, cfg).await?;
         let checked = check_archive(
             stores.hot.as_ref(),
@@ -95,11 +97,11 @@ impl ChatStores {
         .await;
         if let Err(e) = checked {
             drop(stores);
-            if made_here {
-                // A refused start leaves no new, empty archive behind, beside which the old
-                // one would have to be put back.
+            // A refused start leaves no new, empty file behind (an archive, or a hot tier
+            // beside a newer archive), beside which the old one would have to be put back.
+            for path in &made_here {
                 for suffix in ["", "-wal", "-shm"] {
-                    let _ = std::fs::remove_file(format!("{}{suffix}", sqlite_archive.display()));
+                    let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
                 }
             }
             return Err(e);
