@@ -21,7 +21,7 @@ const TENANT: &str = "demo";
 /// History index entries the archive holds for the conversation (seqs 1..=1,000).
 async fn archived(archive: &MysqlArchive, cid: &str) -> usize {
     archive
-        .index_range(TENANT, cid, 1, 1_000, 0)
+        .index_range(TENANT, cid, 1, 1_000)
         .await
         .unwrap()
         .len()
@@ -475,7 +475,7 @@ async fn recovered_exactly_once(
                 "recovered messages were not archived: outbox {offsets} log {log:?} archiver at {position}; \
                  archive {:?}; hot {:?}",
                 archive
-                    .index_range(TENANT, &cid, 1, 100, 0)
+                    .index_range(TENANT, &cid, 1, 100)
                     .await
                     .map(|v| v.len()),
                 hot.held_seqs(TENANT, &cid).await,

@@ -116,7 +116,7 @@ impl Committer {
                 SendOutcome::Committed(record) => Cow::Borrowed(record),
                 SendOutcome::Duplicate(ack) => {
                     let (seq, now) = (ack.conversation_seq, self.clock.now_ms());
-                    let indexed = archive.index_range(tenant, conversation_id, seq, seq, now);
+                    let indexed = archive.index_range(tenant, conversation_id, seq, seq);
                     if !indexed.await?.is_empty() {
                         return Ok(());
                     }

@@ -156,7 +156,7 @@ pub struct RecordKey {
 }
 
 /// An archive history-index entry. Written only after its record (seed 000: a reader treats
-/// an index entry without its record as corruption).
+/// an unexpired index entry without its record as corruption).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
     /// Tenant.
@@ -167,8 +167,17 @@ pub struct IndexEntry {
     pub conversation_seq: u64,
     /// Id of the record it points at.
     pub message_id: String,
-    /// Expiry of an ephemeral message (Unix ms).
+    /// Expiry of an ephemeral message (Unix ms). From then on the entry is a tombstone: its
+    /// record is hidden, then purged, and the entry stays ([`crate::ports::Archive::index_range`]).
     pub expires_at_ms: Option<i64>,
+}
+
+impl IndexEntry {
+    /// Whether the entry's message expired at `now_ms` (same rule as
+    /// [`MessageRecord::is_expired`]).
+    pub fn is_expired(&self, now_ms: i64) -> bool {
+        self.expires_at_ms.is_some_and(|e| e <= now_ms)
+    }
 }
 
 /// SEND_ACK: returned only once the message is durable in the outbox.
@@ -243,6 +252,11 @@ pub struct HotSlice {
     pub records: Vec<MessageRecord>,
     /// Lowest committed, unexpired seq above F (whatever the asked range).
     pub earliest_seq: Option<u64>,
+    /// How many seqs of `max(lo, F + 1)..=min(hi, latest)` the hot tier holds a row for, in any
+    /// state (committed, RESERVED, expired). Seqs above F are dense and leave the hot tier only
+    /// by trimming (which raises F past them), so a smaller count is a lost hot record, and
+    /// the read fails whole ([`crate::reads::check_held`]).
+    pub held: u64,
 }
 
 /// An atomic unread count over the hot tier.
@@ -254,6 +268,9 @@ pub struct HotUnread {
     pub latest_seq: u64,
     /// Messages in `(max(read_seq, F), latest]` not sent by the user.
     pub unread_above_floor: u64,
+    /// How many seqs of `(max(read_seq, F), latest]` the hot tier holds a row for, in any
+    /// state (see [`HotSlice::held`]).
+    pub held: u64,
 }
 
 /// One of a user's conversations with its read pointer.

@@ -82,7 +82,7 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<MessageRecord>>;
 
     /// Committed, unexpired records with `lo ≤ seq ≤ hi` and `seq > F`, read atomically with
-    /// F and the latest seq.
+    /// F, the latest seq and how many seqs of the range the tier holds ([`HotSlice::held`]).
     async fn hot_slice(
         &self,
         tenant: &str,
@@ -92,7 +92,8 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
         now_ms: i64,
     ) -> Result<HotSlice>;
 
-    /// Unread messages above `max(read_seq, F)` not sent by `user`, read atomically with F.
+    /// Unread messages above `max(read_seq, F)` not sent by `user`, read atomically with F
+    /// and how many seqs above `max(read_seq, F)` the tier holds ([`HotUnread::held`]).
     async fn hot_unread(
         &self,
         tenant: &str,
@@ -226,14 +227,17 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
     /// of `sync-archive`'s SENDs, which are no batch of the outbox.
     async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()>;
 
-    /// Unexpired index entries with `lo ≤ seq ≤ hi`, ascending.
+    /// Index entries with `lo ≤ seq ≤ hi`, ascending, expired ones included: an ephemeral
+    /// message's entry outlives its record as a tombstone (its `expires_at_ms` says it
+    /// expired), so that the archived seqs stay dense and a reader tells an expired message
+    /// from a lost one ([`crate::reads::archive_range`]; DESIGN.md part A "Reads": any missing
+    /// record in a needed range fails the whole request).
     async fn index_range(
         &self,
         tenant: &str,
         conversation_id: &str,
         lo: u64,
         hi: u64,
-        now_ms: i64,
     ) -> Result<Vec<IndexEntry>>;
 
     /// The records with these seqs that exist (any order; missing ones are simply absent).
@@ -254,8 +258,10 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
         now_ms: i64,
     ) -> Result<Option<u64>>;
 
-    /// Deletes expired ephemeral index entries, then their records, in a batch; returns how many
-    /// records were purged.
+    /// Deletes up to `batch` records of ephemeral messages expired at `now_ms`; returns how
+    /// many. Their index entries stay, as tombstones (see [`Archive::index_range`]). The
+    /// trimmer passes a time [`crate::trimmer::EXPIRED_RECORD_GRACE`] back, so that a read
+    /// that found an entry unexpired just before its expiry still finds its record.
     async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize>;
 
     /// The archive's identity: a random non-zero number it was given with its tables, the same

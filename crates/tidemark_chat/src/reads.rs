@@ -1,14 +1,22 @@
 //! Tiered reads (DESIGN.md part A "Reads", seed 000 decision 4).
 //!
 //! The hot store answers atomically with its floor F: seq > F comes from the hot tier, seq ≤ F
-//! from the archive, merged by seq. In the archive, every index entry must have its record
-//! (same message id, unexpired); anything missing fails the whole request with
-//! [`ChatError::Corrupt`] rather than returning a partial page or a low unread count.
+//! from the archive, merged by seq. Both tiers are dense over the seqs a read needs, so a
+//! missing one is corruption, and it fails the whole request with [`ChatError::Corrupt`]
+//! rather than returning a partial page or a low unread count (DESIGN.md part A "Reads"):
+//!
+//! - hot, `F < seq ≤ latest`: every seq has a row (committed, RESERVED or expired) until the
+//!   trimmer removes it and raises F past it ([`check_held`]);
+//! - archive, `seq ≤ F`: every seq has an index entry — an expired ephemeral message's entry
+//!   stays as a tombstone after its record is purged — and every unexpired entry has its
+//!   record, with the same message id ([`archive_range`]).
+//!
+//! An expired ephemeral message is thus the one gap a page may have.
 
 use std::collections::HashMap;
 
 use crate::error::{ChatError, Result};
-use crate::model::MessageRecord;
+use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::{Archive, HotStore};
 
 /// Where a page starts.
@@ -136,6 +144,12 @@ pub async fn pull_history(
     let slice = hot
         .hot_slice(tenant, conversation_id, lo, hi, now_ms)
         .await?;
+    check_held(
+        conversation_id,
+        lo.max(slice.floor + 1),
+        hi.min(slice.latest_seq),
+        slice.held,
+    )?;
     let mut messages = Vec::new();
     let mut earliest = slice.earliest_seq;
     if slice.floor > 0 {
@@ -211,6 +225,12 @@ pub async fn unread_count(
     let h = hot
         .hot_unread(tenant, conversation_id, user, read_seq, now_ms)
         .await?;
+    check_held(
+        conversation_id,
+        read_seq.max(h.floor) + 1,
+        h.latest_seq,
+        h.held,
+    )?;
     let mut unread = h.unread_above_floor;
     if read_seq < h.floor {
         let archive = archive.ok_or_else(|| {
@@ -234,7 +254,35 @@ pub async fn unread_count(
     })
 }
 
-/// Archive records in `[lo, hi]`, ascending, checked: each index entry must have its record.
+/// Fails with [`ChatError::Corrupt`] unless the hot tier holds all of `lo..=hi` (`held` of
+/// them, in any state: [`crate::model::HotSlice::held`]). Seqs above F are dense and leave the
+/// hot tier only when the trimmer raises F past them, so a missing one was lost behind the
+/// server's back. An empty range (`lo > hi`) wants none.
+pub fn check_held(conversation_id: &str, lo: u64, hi: u64, held: u64) -> Result<()> {
+    let want = if lo > hi { 0 } else { hi - lo + 1 };
+    if held == want {
+        return Ok(());
+    }
+    Err(ChatError::Corrupt(format!(
+        "conversation {conversation_id} seqs {lo}..={hi}: the hot tier holds {held} of their \
+         {want} records"
+    )))
+}
+
+/// The first seq of `lo..=hi` that `index` (ascending, one entry per seq) has no entry for.
+fn first_unindexed(index: &[IndexEntry], lo: u64, hi: u64) -> Option<u64> {
+    let mut want = lo;
+    for e in index {
+        if e.conversation_seq != want {
+            return Some(want);
+        }
+        want += 1;
+    }
+    (want <= hi).then_some(want)
+}
+
+/// Unexpired archive records in `[lo, hi]`, ascending, checked: every seq has an index entry
+/// (a tombstone if it expired), and every unexpired entry its record with the same message id.
 pub async fn archive_range(
     archive: &dyn Archive,
     tenant: &str,
@@ -243,9 +291,13 @@ pub async fn archive_range(
     hi: u64,
     now_ms: i64,
 ) -> Result<Vec<MessageRecord>> {
-    let index = archive
-        .index_range(tenant, conversation_id, lo, hi, now_ms)
-        .await?;
+    let mut index = archive.index_range(tenant, conversation_id, lo, hi).await?;
+    if let Some(seq) = first_unindexed(&index, lo, hi) {
+        return Err(ChatError::Corrupt(format!(
+            "conversation {conversation_id} seq {seq}: no index entry in the archive"
+        )));
+    }
+    index.retain(|e| !e.is_expired(now_ms));
     if index.is_empty() {
         return Ok(Vec::new());
     }

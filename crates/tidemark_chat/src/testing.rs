@@ -69,15 +69,8 @@ impl Archive for FaultyArchive {
         }
         self.inner.put_index(entries, through).await
     }
-    async fn index_range(
-        &self,
-        t: &str,
-        c: &str,
-        lo: u64,
-        hi: u64,
-        now: i64,
-    ) -> Result<Vec<IndexEntry>> {
-        self.inner.index_range(t, c, lo, hi, now).await
+    async fn index_range(&self, t: &str, c: &str, lo: u64, hi: u64) -> Result<Vec<IndexEntry>> {
+        self.inner.index_range(t, c, lo, hi).await
     }
     async fn records(&self, t: &str, c: &str, seqs: &[u64]) -> Result<Vec<MessageRecord>> {
         self.inner.records(t, c, seqs).await

@@ -46,6 +46,12 @@ use crate::error::Result;
 use crate::metrics::ChatMetrics;
 use crate::ports::{Archive, HotStore, Outbox};
 
+/// How long after its expiry an ephemeral message's archive record is purged. Reads hide it
+/// from the instant it expires; the grace is for a read that found its index entry unexpired
+/// just before that instant and asks for the record just after: it still finds it, instead of
+/// an unexpired entry without its record (which fails a read as corruption).
+pub const EXPIRED_RECORD_GRACE: Duration = Duration::from_secs(60);
+
 /// The window a store records as its first floor ([`HotStore::hot_window_floor`]):
 /// `hot_window_ms`, or, if it already holds candidates (`oldest_score_ms`, the smallest score,
 /// Some) that a build which recorded no windows scored, at most `oldest − now`, never below 0.
@@ -161,8 +167,9 @@ impl Trimmer {
         let (_, stopped) = in_batches(batch, cancel, || self.hot.purge_dedup(now, batch)).await?;
         out.stopped |= stopped;
         if let Some(archive) = &self.archive {
+            let expired_by = now - EXPIRED_RECORD_GRACE.as_millis() as i64;
             let (n, stopped) =
-                in_batches(batch, cancel, || archive.purge_expired(now, batch)).await?;
+                in_batches(batch, cancel, || archive.purge_expired(expired_by, batch)).await?;
             out.purged = n;
             out.stopped |= stopped;
         }

@@ -39,10 +39,7 @@ async fn send_many(h: &Harness, cid: &str, from: usize, n: usize) {
 /// Checks, through the archive port, that every visible index entry of `1..=hi` has its record.
 async fn assert_index_has_records(h: &Harness, cid: &str, hi: u64) {
     let archive = h.archive();
-    let index = archive
-        .index_range(TENANT, cid, 1, hi, h.now())
-        .await
-        .unwrap();
+    let index = archive.index_range(TENANT, cid, 1, hi).await.unwrap();
     let wanted: Vec<u64> = index.iter().map(|e| e.conversation_seq).collect();
     let mut found: Vec<u64> = archive
         .records(TENANT, cid, &wanted)

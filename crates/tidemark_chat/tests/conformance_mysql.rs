@@ -60,10 +60,7 @@ async fn batches_larger_than_one_insert_land_whole_and_stay_idempotent() {
         (count("message_record").await, count("history_index").await),
         (1_234, 1_234)
     );
-    let got = archive
-        .index_range("t1", "c1", 990, 2_010, 0)
-        .await
-        .unwrap();
+    let got = archive.index_range("t1", "c1", 990, 2_010).await.unwrap();
     assert_eq!(got.len(), 1_234 - 989);
     assert_eq!(
         (

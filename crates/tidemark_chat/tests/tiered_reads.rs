@@ -13,6 +13,7 @@ use futures::future::join_all;
 use tidemark_chat::model::{EPHEMERAL_TTL_MS, MessageClass};
 use tidemark_chat::reads::Anchor;
 use tidemark_chat::service::ConversationSummary;
+use tidemark_chat::trimmer::EXPIRED_RECORD_GRACE;
 use tidemark_chat::{ChatConfig, ChatError};
 
 fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, ChatError>, seq: u64) {
@@ -266,7 +267,8 @@ async fn unread_counts_span_both_tiers_and_read_pointers_on_trimmed_seqs_on(h: H
 on_every_backend!(
     /// Ephemeral 24 h messages vanish from history and unread counts in both tiers exactly when
     /// the clock reaches `committed_at + 24 h` (still there 1 ms before), and the trimmer then
-    /// purges them from the archive without breaking reads; `earliest_available_seq` skips them.
+    /// purges their records from the archive ([`EXPIRED_RECORD_GRACE`] later) and keeps their
+    /// index entries as tombstones, without breaking reads; `earliest_available_seq` skips them.
     #[tokio::test]
     ephemeral_messages_vanish_from_both_tiers_after_24_hours,
     small_windows(),
@@ -339,21 +341,153 @@ async fn ephemeral_messages_vanish_from_both_tiers_after_24_hours_on(h: Harness)
         "the window 4..=4 holds only an expired message"
     );
 
-    // The trimmer purges expired seq 1 from the archive; 4 and 5 stay hot (T is old).
+    // The trimmer purges expired seq 1's record from the archive once the grace is over; its
+    // index entry stays, a tombstone. 4 and 5 stay hot (T is old).
     assert_eq!(h.archive_row_counts().await, (3, 3));
     let out = h.trim().await;
+    assert_eq!(
+        (out.trimmed, out.purged),
+        (0, 0),
+        "seq 1 expired 11.5 s ago"
+    );
+    h.advance(ms(EXPIRED_RECORD_GRACE));
+    let out = h.trim().await;
     assert_eq!((out.trimmed, out.purged), (0, 1));
-    assert_eq!(h.archived_seqs(&cid).await, (vec![2, 3], vec![2, 3]));
+    assert_eq!(h.archived_seqs(&cid).await, (vec![2, 3], vec![1, 2, 3]));
     assert_eq!(h.hot_seqs(&cid).await, vec![4, 5]);
     assert_eq!(seqs(&history().await.messages), vec![2, 3, 5]);
 
     // Archived and trimmed late, the expired seq 4 is purged too; reads are unchanged.
     assert_eq!(h.archive_and_trim_everything().await, 2);
     assert_eq!(h.floor(&cid).await, 5);
-    assert_eq!(h.archived_seqs(&cid).await, (vec![2, 3, 5], vec![2, 3, 5]));
+    assert_eq!(
+        h.archived_seqs(&cid).await,
+        (vec![2, 3, 5], vec![1, 2, 3, 4, 5])
+    );
     let page = history().await;
     assert_eq!(seqs(&page.messages), vec![2, 3, 5]);
     assert_eq!((page.earliest_available_seq, page.latest_seq), (2, 5));
     assert_eq!(unread("alice").await, 1);
     assert_eq!(unread("bob").await, 2);
+}
+
+on_every_backend!(
+    /// DESIGN.md part A "Reads": both tiers are dense over what a read needs, so a lost index
+    /// entry (archive, seq ≤ F) or a lost hot record (seq > F), deleted behind the server's
+    /// back, fails every history window and unread count that needs it with
+    /// `ChatError::Corrupt`, not a page or a count with a silent gap (issue 2, session 26's
+    /// new-user trial: both read as 200 with a seq missing). An expired ephemeral message stays
+    /// the one gap a page may have, in either tier, also once its archive record is purged.
+    #[tokio::test]
+    a_lost_index_entry_or_hot_record_fails_whole,
+    small_windows(),
+    a_lost_index_entry_or_hot_record_fails_whole_on
+);
+
+async fn a_lost_index_entry_or_hot_record_fails_whole_on(h: Harness) {
+    let cid = h.conversation(&["alice", "bob"]).await;
+    for seq in 1..=20 {
+        send_numbered(&h, &cid, seq).await;
+    }
+    assert_eq!(h.archive_and_trim_everything().await, 20);
+    for seq in 21..=30 {
+        send_numbered(&h, &cid, seq).await;
+    }
+    assert_eq!(h.floor(&cid).await, 20);
+    // Both ephemeral messages expire, and the archive's record of seq 5 is purged.
+    h.advance(EPHEMERAL_TTL_MS + ms(EXPIRED_RECORD_GRACE));
+    let out = h.trim().await;
+    assert_eq!((out.trimmed, out.purged), (0, 1));
+    let without = |range: std::ops::RangeInclusive<u64>| -> Vec<u64> {
+        range.filter(|s| s % 20 != 5).collect()
+    };
+    assert_eq!(h.archived_seqs(&cid).await.0, without(1..=20));
+
+    let h = {
+        let history = |anchor, limit| h.service.history(TENANT, &cid, anchor, limit);
+        assert_eq!(
+            seqs(&history(Anchor::After(0), 200).await.unwrap().messages),
+            without(1..=30)
+        );
+        // Bob's unread: alice's odd seqs but the two expired ones.
+        assert_eq!(h.service.unread(TENANT, &cid, "bob").await.unwrap(), 13);
+
+        // A lost index entry (seq 12, archived). A restart drops the open archive's copy.
+        h.delete_index_entry(&cid, 12).await;
+        h.restart().await
+    };
+    let history = |anchor, limit| h.service.history(TENANT, &cid, anchor, limit);
+    assert_corrupt(history(Anchor::After(0), 200).await, 12);
+    assert_corrupt(history(Anchor::Latest, 30).await, 12);
+    assert_corrupt(history(Anchor::Before(13), 1).await, 12);
+    assert_corrupt(history(Anchor::After(11), 1).await, 12);
+    assert_corrupt(h.service.unread(TENANT, &cid, "bob").await, 12);
+    assert_corrupt(h.service.user_conversations(TENANT, "alice").await, 12);
+    // What does not need seq 12 still reads, the expired seqs 5 and 25 as the only gaps.
+    assert_eq!(
+        seqs(&history(Anchor::Before(12), 50).await.unwrap().messages),
+        without(1..=11)
+    );
+    assert_eq!(
+        seqs(&history(Anchor::After(12), 50).await.unwrap().messages),
+        without(13..=30)
+    );
+    h.service.mark_read(TENANT, &cid, "bob", 12).await.unwrap();
+    assert_eq!(h.service.unread(TENANT, &cid, "bob").await.unwrap(), 8);
+    h.service
+        .mark_read(TENANT, &cid, "alice", 12)
+        .await
+        .unwrap();
+
+    // A lost hot record (seq 27): every window and count over the hot seqs that holds it.
+    h.delete_hot_record(&cid, 27).await;
+    let hot_gap = 21..=30;
+    assert_hot_gap(history(Anchor::After(12), 50).await, &hot_gap);
+    assert_hot_gap(history(Anchor::Latest, 10).await, &hot_gap);
+    assert_hot_gap(history(Anchor::Before(28), 1).await, &(27..=27));
+    assert_hot_gap(h.service.unread(TENANT, &cid, "bob").await, &hot_gap);
+    assert_hot_gap(h.service.unread(TENANT, &cid, "alice").await, &hot_gap);
+    assert_hot_gap(h.service.user_conversations(TENANT, "bob").await, &hot_gap);
+    assert_eq!(
+        seqs(&history(Anchor::After(27), 50).await.unwrap().messages),
+        vec![28, 29, 30]
+    );
+    assert_eq!(
+        seqs(&history(Anchor::Before(27), 14).await.unwrap().messages),
+        without(13..=26)
+    );
+    h.service.mark_read(TENANT, &cid, "bob", 27).await.unwrap();
+    assert_eq!(h.service.unread(TENANT, &cid, "bob").await.unwrap(), 1);
+}
+
+/// Commits the message that gets `seq` (checked): alice sends the odd seqs, bob the even ones;
+/// seqs 5, 25, 45, … are ephemeral.
+async fn send_numbered(h: &Harness, cid: &str, seq: u64) {
+    let sender = if seq % 2 == 1 { "alice" } else { "bob" };
+    let class = if seq % 20 == 5 {
+        MessageClass::Ephemeral24h
+    } else {
+        MessageClass::Standard
+    };
+    let r = committed(
+        h.send_class(cid, sender, &format!("k{seq}"), "b", class)
+            .await,
+    );
+    assert_eq!(r.conversation_seq, seq);
+}
+
+/// A `ChatError::Corrupt` that names the hot seqs `range` as short of a record.
+fn assert_hot_gap<T: std::fmt::Debug>(
+    result: Result<T, ChatError>,
+    range: &std::ops::RangeInclusive<u64>,
+) {
+    let want = format!(
+        "seqs {}..={}: the hot tier holds",
+        range.start(),
+        range.end()
+    );
+    match result {
+        Err(ChatError::Corrupt(msg)) => assert!(msg.contains(&want), "{want:?} in {msg:?}"),
+        other => panic!("expected ChatError::Corrupt for hot seqs {range:?}, got {other:?}"),
+    }
 }

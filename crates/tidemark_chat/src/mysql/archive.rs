@@ -8,8 +8,9 @@
 //! rows, run concurrently on the pool: re-writing a row is a no-op, while any other error (a
 //! too-long value under strict mode, the server down) still fails the call — unlike
 //! `INSERT IGNORE`, which would turn those into warnings. Ephemeral rows carry `expires_at`;
-//! reads hide them from that instant on and [`Archive::purge_expired`] deletes them in batches,
-//! index entries first, so an index entry never outlives its record.
+//! reads hide them from that instant on and [`Archive::purge_expired`] deletes their records in
+//! batches. Their index entries stay, as tombstones: a seq without one is a lost one
+//! ([`crate::reads::archive_range`]).
 
 use async_trait::async_trait;
 use futures::future::try_join_all;
@@ -51,8 +52,7 @@ const SCHEMA: [&str; 3] = [
         conversation_seq BIGINT UNSIGNED NOT NULL,
         message_id VARCHAR(64) NOT NULL,
         expires_at BIGINT NULL,
-        PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq),
-        KEY history_index_expiry (expires_at)
+        PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
     ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
 ];
 
@@ -202,13 +202,11 @@ impl Archive for MysqlArchive {
         conversation_id: &str,
         lo: u64,
         hi: u64,
-        now_ms: i64,
     ) -> Result<Vec<IndexEntry>> {
         let rows = sqlx::query(
             "SELECT conversation_seq, message_id, expires_at FROM history_index
              WHERE tenant = ? AND conversation_id = ? AND seq_bucket BETWEEN ? AND ?
                AND conversation_seq BETWEEN ? AND ?
-               AND (expires_at IS NULL OR expires_at > ?)
              ORDER BY seq_bucket, conversation_seq",
         )
         .bind(tenant)
@@ -217,7 +215,6 @@ impl Archive for MysqlArchive {
         .bind(bucket(hi))
         .bind(lo)
         .bind(hi)
-        .bind(now_ms)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
@@ -305,29 +302,13 @@ impl Archive for MysqlArchive {
     }
 
     async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize> {
-        let batch = batch as u64;
-        // Index entries first, then records that no longer have one: never an index entry
-        // without its record.
-        sqlx::query(
-            "DELETE FROM history_index
+        // Records only: the index entries stay as tombstones (see `Archive::index_range`).
+        let done = sqlx::query(
+            "DELETE FROM message_record
              WHERE expires_at IS NOT NULL AND expires_at <= ? LIMIT ?",
         )
         .bind(now_ms)
-        .bind(batch)
-        .execute(&self.pool)
-        .await?;
-        let done = sqlx::query(
-            "DELETE FROM message_record
-             WHERE expires_at IS NOT NULL AND expires_at <= ?
-               AND NOT EXISTS (SELECT 1 FROM history_index i
-                   WHERE i.tenant = message_record.tenant
-                     AND i.conversation_id = message_record.conversation_id
-                     AND i.seq_bucket = message_record.seq_bucket
-                     AND i.conversation_seq = message_record.conversation_seq)
-             LIMIT ?",
-        )
-        .bind(now_ms)
-        .bind(batch)
+        .bind(batch as u64)
         .execute(&self.pool)
         .await?;
         Ok(done.rows_affected() as usize)

@@ -481,7 +481,7 @@ impl HotStore for RedisHot {
             .arg(hi)
             .arg(now_ms);
         let reply: Vec<Value> = inv.invoke_async(&mut self.conn()).await?;
-        let [floor, latest, earliest, rest @ ..] = reply.as_slice() else {
+        let [floor, latest, earliest, held, rest @ ..] = reply.as_slice() else {
             return Err(ChatError::UnknownConversation(conversation_id.to_owned()));
         };
         let records = rest
@@ -501,6 +501,7 @@ impl HotStore for RedisHot {
             latest_seq: int(latest)? as u64,
             records,
             earliest_seq: (earliest > 0).then_some(earliest),
+            held: int(held)? as u64,
         })
     }
 
@@ -521,13 +522,14 @@ impl HotStore for RedisHot {
             .arg(read_seq)
             .arg(now_ms);
         let reply: Vec<i64> = inv.invoke_async(&mut self.conn()).await?;
-        let [floor, latest, unread] = reply.as_slice() else {
+        let [floor, latest, unread, held] = reply.as_slice() else {
             return Err(ChatError::UnknownConversation(conversation_id.to_owned()));
         };
         Ok(HotUnread {
             floor: *floor as u64,
             latest_seq: *latest as u64,
             unread_above_floor: *unread as u64,
+            held: *held as u64,
         })
     }
 

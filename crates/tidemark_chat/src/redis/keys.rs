@@ -57,6 +57,12 @@ pub(crate) fn shard_prefix(n: usize) -> String {
     format!("{{tm:{n:02}}}:")
 }
 
+/// The key of a conversation's records hash (`{tm:NN}:m:P`: seq → record value), for operators
+/// and tests that look at the hot tier behind the store's back.
+pub fn records_key(tenant: &str, conversation_id: &str) -> String {
+    ConvKeys::new(tenant, conversation_id).messages()
+}
+
 /// A conversation's name P and its keys.
 #[derive(Debug, Clone)]
 pub(crate) struct ConvKeys {

@@ -3,7 +3,9 @@
 //! `(tenant, conversation_id, seq_bucket, conversation_seq)`, written first in time order to
 //! `history_index_log` and merged into `history_index` in large sorted steps
 //! ([`super::index_log`]). Both writes are idempotent (`INSERT OR IGNORE`); an index entry
-//! reaches its record through its `message_id`.
+//! reaches its record through its `message_id`. An expired ephemeral message loses its record
+//! to [`Archive::purge_expired`] and keeps its entry, as a tombstone: a seq of the archive
+//! without an entry is a lost one ([`crate::reads::archive_range`]).
 //!
 //! Pacing: in `tiered` mode the archive's writer is a background thread, and a batch (a few
 //! thousand inserts, tens of ms of CPU every [`crate::config::ChatConfig::archive_idle`]) is
@@ -68,8 +70,10 @@ CREATE TABLE IF NOT EXISTS history_index (
     expires_at INTEGER,
     PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
 ) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS history_index_expiry ON history_index (expires_at)
-    WHERE expires_at IS NOT NULL;
+-- The purge of expired entries these served ended when entries became tombstones (issue 2,
+-- session 27); files made before drop them at open.
+DROP INDEX IF EXISTS history_index_expiry;
+DROP INDEX IF EXISTS history_index_log_expiry;
 ";
 
 /// The least share of time a paced archive batch keeps its writer busy (see the module docs):
@@ -330,12 +334,9 @@ impl Archive for SqliteArchive {
         conversation_id: &str,
         lo: u64,
         hi: u64,
-        now_ms: i64,
     ) -> Result<Vec<IndexEntry>> {
         // Pending entries first, then the snapshot (see the `index_log` module docs).
-        let pending = self
-            .pending()
-            .range(tenant, conversation_id, lo, hi, now_ms);
+        let pending = self.pending().range(tenant, conversation_id, lo, hi);
         let (tenant, cid) = (tenant.to_owned(), conversation_id.to_owned());
         self.reads
             .read(move |conn| {
@@ -343,19 +344,10 @@ impl Archive for SqliteArchive {
                     "SELECT conversation_seq, message_id, expires_at FROM history_index
                      WHERE tenant = ?1 AND conversation_id = ?2 AND seq_bucket BETWEEN ?3 AND ?4
                        AND conversation_seq BETWEEN ?5 AND ?6
-                       AND (expires_at IS NULL OR expires_at > ?7)
                      ORDER BY seq_bucket, conversation_seq",
                 )?;
                 let rows = stmt.query_map(
-                    params![
-                        tenant,
-                        cid,
-                        bucket(lo),
-                        bucket(hi),
-                        lo as i64,
-                        hi as i64,
-                        now_ms
-                    ],
+                    params![tenant, cid, bucket(lo), bucket(hi), lo as i64, hi as i64],
                     |r| {
                         Ok(IndexEntry {
                             tenant: tenant.clone(),
@@ -463,47 +455,18 @@ impl Archive for SqliteArchive {
     }
 
     async fn purge_expired(&self, now_ms: i64, batch: usize) -> Result<usize> {
-        let (purged, log_ids) = self
-            .writer
-            .write(move |conn| -> Result<(usize, Vec<i64>)> {
-                // Index entries first (merged and pending), then records no entry points at:
-                // never an index entry without its record. An ephemeral entry expires with its
-                // record (same `expires_at`), which finds a pending one by the log's expiry index.
-                conn.execute(
-                    "DELETE FROM history_index
-                     WHERE (tenant, conversation_id, seq_bucket, conversation_seq) IN (
-                         SELECT tenant, conversation_id, seq_bucket, conversation_seq
-                         FROM history_index
-                         WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)",
-                    params![now_ms, batch as i64],
-                )?;
-                let log_ids = conn
+        // Records only: the index entries stay as tombstones (see `Archive::index_range`).
+        self.writer
+            .write(move |conn| -> Result<usize> {
+                Ok(conn
                     .prepare_cached(
-                        "DELETE FROM history_index_log WHERE id IN (
-                             SELECT id FROM history_index_log
-                             WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)
-                         RETURNING id",
+                        "DELETE FROM message_record WHERE rowid IN (
+                             SELECT rowid FROM message_record
+                             WHERE expires_at IS NOT NULL AND expires_at <= ?1 LIMIT ?2)",
                     )?
-                    .query_map(params![now_ms, batch as i64], |r| r.get(0))?
-                    .collect::<rusqlite::Result<Vec<i64>>>()?;
-                let purged = conn.execute(
-                    "DELETE FROM message_record WHERE rowid IN (
-                         SELECT r.rowid FROM message_record r
-                         WHERE r.expires_at IS NOT NULL AND r.expires_at <= ?1
-                           AND NOT EXISTS (SELECT 1 FROM history_index i
-                               WHERE i.tenant = r.tenant AND i.conversation_id = r.conversation_id
-                                 AND i.seq_bucket = r.seq_bucket
-                                 AND i.conversation_seq = r.conversation_seq)
-                           AND NOT EXISTS (SELECT 1 FROM history_index_log l
-                               WHERE l.expires_at = r.expires_at AND l.message_id = r.message_id)
-                         LIMIT ?2)",
-                    params![now_ms, batch as i64],
-                )?;
-                Ok((purged, log_ids))
+                    .execute(params![now_ms, batch as i64])?)
             })
-            .await?;
-        self.pending().purged(&log_ids);
-        Ok(purged)
+            .await
     }
 }
 
@@ -569,12 +532,14 @@ mod tests {
 
     const T0: i64 = 1_800_000_000_000;
 
+    /// The unexpired indexed seqs at `now_ms`, and how many of their records there are.
     async fn archive_seqs(archive: &SqliteArchive, cid: &str, now_ms: i64) -> (Vec<u64>, usize) {
-        let index = archive
-            .index_range("t", cid, 1, 1_000, now_ms)
-            .await
-            .unwrap();
-        let seqs: Vec<u64> = index.iter().map(|e| e.conversation_seq).collect();
+        let index = archive.index_range("t", cid, 1, 1_000).await.unwrap();
+        let seqs: Vec<u64> = index
+            .iter()
+            .filter(|e| !e.is_expired(now_ms))
+            .map(|e| e.conversation_seq)
+            .collect();
         let records = archive.records("t", cid, &seqs).await.unwrap();
         (seqs, records.len())
     }
@@ -630,7 +595,7 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn a_pending_ephemeral_entry_is_purged_before_its_record() {
+    async fn a_purge_takes_an_expired_record_and_leaves_its_pending_entry_as_a_tombstone() {
         use crate::model::MessageClass::{Ephemeral24h, Standard};
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
@@ -647,9 +612,16 @@ mod tests {
         assert_eq!(archive_seqs(&archive, "c", expiry).await, (vec![1], 1));
         assert_eq!(archive.purge_expired(expiry - 1, 100).await.unwrap(), 0);
         assert_eq!(archive.purge_expired(expiry, 100).await.unwrap(), 1);
-        assert_eq!(log_rows(&path), (1, 0));
-        assert_eq!(archive.pending().len(), 1);
         assert!(archive.records("t", "c", &[2]).await.unwrap().is_empty());
+        // Both entries stay, pending and after a merge: seq 2's is a tombstone.
+        assert_eq!((log_rows(&path), archive.pending().len()), ((2, 0), 2));
+        let tombstone = |index: Vec<IndexEntry>| (index.len(), index[1].expires_at_ms);
+        let index = archive.index_range("t", "c", 1, 2).await.unwrap();
+        assert_eq!(tombstone(index), (2, Some(expiry)));
+        archive.merge_index_log().await.unwrap();
+        assert_eq!(log_rows(&path), (0, 2));
+        let index = archive.index_range("t", "c", 1, 2).await.unwrap();
+        assert_eq!(tombstone(index), (2, Some(expiry)));
     }
 
     /// An `archive.db` of the layout before the index log (records unique by their key, no

@@ -474,11 +474,13 @@ impl HotStore for SqliteHot {
                            AND (expires_at IS NULL OR expires_at > ?4)"
                     ))?
                     .query_row(params![tenant, cid, floor as i64, now_ms], |r| r.get(0))?;
+                let held = held_rows(&tx, &tenant, &cid, lo, hi.min(latest))?;
                 Ok(HotSlice {
                     floor,
                     latest_seq: latest,
                     records,
                     earliest_seq: earliest.map(|s| s as u64),
+                    held,
                 })
             })
             .await
@@ -516,6 +518,7 @@ impl HotStore for SqliteHot {
                     floor,
                     latest_seq: latest,
                     unread_above_floor: unread as u64,
+                    held: held_rows(&tx, &tenant, &cid, from + 1, latest)?,
                 })
             })
             .await
@@ -735,6 +738,21 @@ impl HotStore for SqliteHot {
             })
             .await
     }
+}
+
+/// How many rows (any state, expired ones too) the hot tier holds with `lo ≤ seq ≤ hi`: one
+/// seek and a walk of the `(tenant, conversation_id, conversation_seq)` key.
+fn held_rows(conn: &Connection, tenant: &str, cid: &str, lo: u64, hi: u64) -> Result<u64> {
+    if lo > hi {
+        return Ok(0);
+    }
+    let n: i64 = conn
+        .prepare_cached(
+            "SELECT count(*) FROM message
+             WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq BETWEEN ?3 AND ?4",
+        )?
+        .query_row(params![tenant, cid, lo as i64, hi as i64], |r| r.get(0))?;
+    Ok(n as u64)
 }
 
 fn floor_and_latest(conn: &Connection, tenant: &str, cid: &str) -> Result<(u64, u64)> {

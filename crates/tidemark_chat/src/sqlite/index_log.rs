@@ -21,9 +21,10 @@
 //!    writer the SENDs wait on, on a blocking thread instead).
 //!
 //! Readers ([`super::SqliteArchive`]) take what they need of [`PendingIndex`] *before* their
-//! database snapshot: an entry leaves it only after its merge committed (or after a purge of
-//! expired entries deleted its row), so a reader that no longer finds it there reads a
-//! snapshot that has it in `history_index`; one that finds it in both gets it once. An append
+//! database snapshot: an entry leaves it only after its merge committed, so a reader that no
+//! longer finds it there reads a snapshot that has it in `history_index`; one that finds it in
+//! both gets it once. Nothing else deletes the log's rows or the keyed index's entries: an
+//! expired ephemeral message's entry stays, as a tombstone (see [`super::SqliteArchive`]). An append
 //! that committed before a merge but reaches memory after it leaves an entry that is in both
 //! until the next merge: harmless. When the archive opens, [`PendingIndex::load`] reads the
 //! log back into memory: about one merge's worth of rows (twice that in `sync-archive`, where
@@ -33,8 +34,8 @@
 //! table, unique by its time-ordered `message_id`), and an index entry points at its record
 //! through that id.
 
+use std::collections::BTreeMap;
 use std::collections::btree_map::Range;
-use std::collections::{BTreeMap, HashSet};
 use std::iter::{Map, Peekable};
 
 use rusqlite::{Connection, params};
@@ -43,7 +44,7 @@ use tidemark_core::sqlite::DutyCycle;
 use crate::error::Result;
 use crate::model::{IndexEntry, SEQ_BUCKET_SIZE};
 
-/// The log's table, its expiry index (ephemeral entries only) and `history_index_all`: the
+/// The log's table and `history_index_all`: the
 /// whole history index as readers see it (for operators and tests; an entry both merged and
 /// in the log again — a replayed batch, `sync-archive`'s second append — appears once).
 ///
@@ -59,8 +60,6 @@ CREATE TABLE IF NOT EXISTS history_index_log (
     message_id TEXT NOT NULL,
     expires_at INTEGER
 );
-CREATE INDEX IF NOT EXISTS history_index_log_expiry ON history_index_log (expires_at)
-    WHERE expires_at IS NOT NULL;
 CREATE VIEW IF NOT EXISTS history_index_all AS
     SELECT tenant, conversation_id, conversation_seq, message_id, expires_at FROM history_index
     UNION
@@ -134,9 +133,8 @@ pub(super) struct PendingIndex {
     /// Entries added since the last merge began.
     entries: BTreeMap<Key, Pending>,
     /// The entries taken by the last [`PendingIndex::begin_merge`] (committed before that
-    /// merge read the log, so at or below the row it reads up to, unless a purge removed the
-    /// log's last rows first), until a merge commits them; a failed merge leaves them to the
-    /// next.
+    /// merge read the log, so at or below the row it reads up to), until a merge commits
+    /// them; a failed merge leaves them to the next.
     merging: BTreeMap<Key, Pending>,
     /// The lowest and highest log rows in `entries` (or a wider range; `None` when empty):
     /// an entry at or below a merge's last row reaches `entries` only through an append that
@@ -292,17 +290,15 @@ impl PendingIndex {
         })
     }
 
-    /// The unexpired pending entries with `lo ≤ seq ≤ hi`, ascending.
+    /// The pending entries with `lo ≤ seq ≤ hi`, ascending (expired ones too: tombstones).
     pub(super) fn range(
         &self,
         tenant: &str,
         conversation_id: &str,
         lo: u64,
         hi: u64,
-        now_ms: i64,
     ) -> Vec<IndexEntry> {
         self.conversation(tenant, conversation_id, lo, hi)
-            .filter(|(_, p)| p.live(now_ms))
             .map(|(seq, p)| IndexEntry {
                 tenant: tenant.to_owned(),
                 conversation_id: conversation_id.to_owned(),
@@ -313,8 +309,7 @@ impl PendingIndex {
             .collect()
     }
 
-    /// The message ids of the pending entries among `seqs` (expired ones too: records are
-    /// looked up for entries a reader already holds).
+    /// The message ids of the pending entries among `seqs`.
     pub(super) fn message_ids(
         &self,
         tenant: &str,
@@ -373,17 +368,6 @@ impl PendingIndex {
             self.entries_rows = self.entries.values().map(|p| p.log_id).fold(None, widen);
         }
         Merged(merged)
-    }
-
-    /// Drops the entries whose log rows a purge deleted (`log_ids`), after its commit: only
-    /// those, so that a reader never misses the entry of a record that is still there.
-    pub(super) fn purged(&mut self, log_ids: &[i64]) {
-        if log_ids.is_empty() {
-            return;
-        }
-        let gone: HashSet<i64> = log_ids.iter().copied().collect();
-        self.entries.retain(|_, p| !gone.contains(&p.log_id));
-        self.merging.retain(|_, p| !gone.contains(&p.log_id));
     }
 }
 
@@ -450,11 +434,6 @@ pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<LogRow>)
 /// job). The chunks follow key order, so each leaf page is written in about one of them: the
 /// merge's page writes are those of one sorted pass, in transactions of [`MERGE_CHUNK`]
 /// entries instead of one burst.
-///
-/// Only rows still in the log go in. The trimmer's purge of expired entries may run between
-/// the merge's read and a chunk (writer jobs of their own): it deletes the row, then the record
-/// no entry points at any more, and inserting the row after that would leave an index entry
-/// without its record (issue 2, session 16, found by review).
 pub(super) fn insert_merged(
     conn: &Connection,
     chunk: &[LogRow],
@@ -463,10 +442,9 @@ pub(super) fn insert_merged(
     let mut insert = conn.prepare_cached(
         "INSERT OR IGNORE INTO history_index (tenant, conversation_id, seq_bucket,
              conversation_seq, message_id, expires_at)
-         SELECT ?1, ?2, ?3, ?4, ?5, ?6
-         WHERE EXISTS (SELECT 1 FROM history_index_log WHERE id = ?7)",
+         VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
-    for (id, e) in chunk {
+    for (_, e) in chunk {
         cycle.step();
         insert.execute(params![
             e.tenant,
@@ -475,7 +453,6 @@ pub(super) fn insert_merged(
             e.conversation_seq as i64,
             e.message_id,
             e.expires_at_ms,
-            id
         ])?;
     }
     Ok(())
@@ -505,7 +482,7 @@ mod tests {
     }
 
     #[test]
-    fn ranges_are_per_conversation_ascending_and_skip_expired_entries() {
+    fn ranges_are_per_conversation_ascending_and_keep_expired_entries() {
         let mut p = PendingIndex::default();
         let es = [
             entry("b", 3, None),
@@ -516,10 +493,12 @@ mod tests {
         ];
         p.insert(&es, &[1, 2, 3, 4, 5]);
         let seqs = |v: Vec<IndexEntry>| v.iter().map(|e| e.conversation_seq).collect::<Vec<_>>();
-        assert_eq!(seqs(p.range("t", "b", 1, 3, 99)), vec![1, 2, 3]);
-        assert_eq!(seqs(p.range("t", "b", 1, 3, 100)), vec![2, 3]);
-        assert_eq!(seqs(p.range("t", "b", 3, 1, 0)), Vec::<u64>::new());
-        assert_eq!(seqs(p.range("u", "b", 1, 3, 0)), Vec::<u64>::new());
+        // Seq b/1 expires at 100; its entry is a tombstone from then on, still in the range.
+        assert_eq!(seqs(p.range("t", "b", 1, 3)), vec![1, 2, 3]);
+        assert_eq!(p.range("t", "b", 1, 1)[0].expires_at_ms, Some(100));
+        assert_eq!(seqs(p.range("t", "b", 2, 9)), vec![2, 3]);
+        assert_eq!(seqs(p.range("t", "b", 3, 1)), Vec::<u64>::new());
+        assert_eq!(seqs(p.range("u", "b", 1, 3)), Vec::<u64>::new());
         assert_eq!(p.earliest("t", "b", 99), Some(1));
         assert_eq!(p.earliest("t", "b", 100), Some(2));
         assert_eq!(p.earliest("t", "zz", 0), None);
@@ -542,7 +521,7 @@ mod tests {
         assert_eq!(p.merged(2).len(), 1, "seq 2's row");
         assert_eq!(p.len(), 2);
         assert_eq!(
-            p.range("t", "a", 0, 9, 0)
+            p.range("t", "a", 0, 9)
                 .iter()
                 .map(|e| e.conversation_seq)
                 .collect::<Vec<_>>(),
@@ -573,7 +552,7 @@ mod tests {
         // An older row of seq 4 arriving late does not take the place of the newer one.
         p.insert(&[tagged(4, "older")], &[2]);
         let ids = |p: &PendingIndex| -> Vec<(u64, String)> {
-            p.range("t", "a", 0, 9, 0)
+            p.range("t", "a", 0, 9)
                 .into_iter()
                 .map(|e| (e.conversation_seq, e.message_id))
                 .collect()
@@ -587,8 +566,8 @@ mod tests {
         assert_eq!(ids(&p), during);
         assert_eq!(p.message_ids("t", "a", &[1, 2])[&1], "replay");
         assert_eq!(p.earliest("t", "a", 0), Some(1));
-        assert_eq!(p.range("t", "a", 2, 3, 0).len(), 2);
-        assert_eq!(p.range("t", "a", 3, 2, 0).len(), 0);
+        assert_eq!(p.range("t", "a", 2, 3).len(), 2);
+        assert_eq!(p.range("t", "a", 3, 2).len(), 0);
         assert_eq!(
             p.len(),
             5,
@@ -619,7 +598,7 @@ mod tests {
         assert_eq!(p.message_ids("t", "a", &[2])[&2], "replay");
         // A merge up to row 3 only (row 4 committed after its read): seq 3 stays.
         assert_eq!(p.merged(3).len(), 2);
-        assert_eq!(p.range("t", "a", 0, 9, 0).len(), 1);
+        assert_eq!(p.range("t", "a", 0, 9).len(), 1);
         assert_eq!(p.merged(4).len(), 1);
         assert_eq!(p.len(), 0);
     }
@@ -637,34 +616,6 @@ mod tests {
             "seqs 1 and 2 expired at 10"
         );
         assert_eq!(p.earliest("t", "b", 0), None);
-    }
-
-    #[test]
-    fn a_purge_reaches_both_generations() {
-        let mut p = PendingIndex::default();
-        p.insert(&[entry("a", 1, Some(10)), entry("a", 2, Some(10))], &[1, 2]);
-        p.begin_merge();
-        p.insert(&[entry("a", 3, Some(10))], &[3]);
-        p.purged(&[1, 3]);
-        assert_eq!(p.message_ids("t", "a", &[1, 2, 3]).len(), 1);
-        assert_eq!(p.merged(3).len(), 1);
-    }
-
-    #[test]
-    fn a_purge_drops_only_the_entries_whose_rows_it_deleted() {
-        let mut p = PendingIndex::default();
-        let es = [
-            entry("a", 1, Some(10)),
-            entry("a", 2, Some(10)),
-            entry("a", 3, None),
-        ];
-        p.insert(&es, &[1, 2, 3]);
-        // The purge's batch reached row 1 only: seq 2 (expired, its record still there) stays
-        // for a reader that holds it from a read at an earlier time.
-        p.purged(&[1]);
-        assert_eq!(p.message_ids("t", "a", &[1, 2, 3]).len(), 2);
-        p.purged(&[]);
-        assert_eq!(p.len(), 2);
     }
 
     /// An in-memory database with the keyed `history_index` and the log's tables.
@@ -728,33 +679,7 @@ mod tests {
             vec![5]
         );
         let reloaded = PendingIndex::load(&conn).unwrap();
-        assert_eq!(reloaded.range("t", "c", 1, 1, 0).len(), 1);
+        assert_eq!(reloaded.range("t", "c", 1, 1).len(), 1);
         assert_eq!(reloaded.len(), 1);
-    }
-
-    /// A row a purge deleted after the merge read the log (its record is gone with it) does
-    /// not go into the keyed index with a later chunk.
-    #[test]
-    fn a_chunk_skips_rows_purged_since_the_merge_read_the_log() {
-        let conn = merge_db();
-        let mut cycle = DutyCycle::new(1.0);
-        let rows = [
-            entry("a", 1, None),
-            entry("a", 2, Some(50)),
-            entry("a", 3, None),
-        ];
-        append(&conn, &rows, &mut cycle).unwrap();
-        let (_, sorted) = read_sorted(&conn).unwrap().unwrap();
-        conn.execute("DELETE FROM history_index_log WHERE id = 2", [])
-            .unwrap();
-        insert_merged(&conn, &sorted, &mut cycle).unwrap();
-        let merged: Vec<i64> = conn
-            .prepare("SELECT conversation_seq FROM history_index ORDER BY conversation_seq")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<rusqlite::Result<_>>()
-            .unwrap();
-        assert_eq!(merged, vec![1, 3]);
     }
 }

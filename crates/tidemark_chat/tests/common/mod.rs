@@ -567,15 +567,18 @@ impl Harness {
         (records[0] as u64, index[0] as u64)
     }
 
-    /// Index entries whose record is missing from the archive (must always be 0).
+    /// Unexpired index entries (at the harness's clock) whose record is missing from the
+    /// archive (must always be 0; an expired ephemeral message's entry is a tombstone).
     pub async fn orphan_index_entries(&self) -> u64 {
         let sql = format!(
-            "SELECT count(*) FROM {} i WHERE NOT EXISTS (
+            "SELECT count(*) FROM {} i
+             WHERE (i.expires_at IS NULL OR i.expires_at > {}) AND NOT EXISTS (
                  SELECT 1 FROM message_record r
                  WHERE r.tenant = i.tenant AND r.conversation_id = i.conversation_id
                    AND r.conversation_seq = i.conversation_seq
                    AND r.message_id = i.message_id)",
-            self.index_table()
+            self.index_table(),
+            self.now()
         );
         self.archive_ints(&sql, &[]).await[0] as u64
     }
@@ -627,6 +630,69 @@ impl Harness {
                 .expect("delete"),
         };
         assert_eq!(n, 1, "seq {seq} was in the archive");
+    }
+}
+
+impl Harness {
+    /// Deletes one history-index entry behind the server's back (its record stays): on SQLite
+    /// from the keyed index and the log, wherever it is (a pending entry stays in the open
+    /// archive's memory until [`Harness::restart`]), on MariaDB from the one table.
+    pub async fn delete_index_entry(&self, cid: &str, seq: u64) {
+        let n = match &self.wiring {
+            ArchiveWiring::Production(p) => sqlx::query(
+                "DELETE FROM history_index
+                 WHERE tenant = ? AND conversation_id = ? AND conversation_seq = ?",
+            )
+            .bind(TENANT)
+            .bind(cid)
+            .bind(seq)
+            .execute(&p.pool)
+            .await
+            .expect("delete")
+            .rows_affected() as usize,
+            _ => ["history_index", "history_index_log"]
+                .iter()
+                .map(|table| {
+                    let sql = format!(
+                        "DELETE FROM {table}
+                         WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq = ?3"
+                    );
+                    self.raw("archive.db")
+                        .execute(&sql, params![TENANT, cid, seq as i64])
+                        .expect("delete")
+                })
+                .sum(),
+        };
+        assert!(n >= 1, "seq {seq} was indexed");
+    }
+
+    /// Deletes one record of the hot tier behind the server's back: on SQLite its `message`
+    /// row, on Redis its field of the conversation's records hash.
+    pub async fn delete_hot_record(&self, cid: &str, seq: u64) {
+        let n: usize = match &self.wiring {
+            ArchiveWiring::Production(p) => {
+                let client = redis::Client::open(p.redis.url()).expect("redis url");
+                let mut conn = client
+                    .get_multiplexed_async_connection()
+                    .await
+                    .expect("redis");
+                redis::cmd("HDEL")
+                    .arg(tidemark_chat::redis::keys::records_key(TENANT, cid))
+                    .arg(seq)
+                    .query_async(&mut conn)
+                    .await
+                    .expect("HDEL")
+            }
+            _ => self
+                .raw("hot.db")
+                .execute(
+                    "DELETE FROM message
+                     WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq = ?3",
+                    params![TENANT, cid, seq as i64],
+                )
+                .expect("delete"),
+        };
+        assert_eq!(n, 1, "seq {seq} was hot");
     }
 }
 

@@ -30,3 +30,10 @@ local function next_visible(index, messages, from, to, now)
   end
   return nil
 end
+-- How many seqs of [from, to] have a record in `messages`, in any state, expired ones too (the
+-- reader's check for a lost hot record: seqs above F are dense).
+local function held(messages, from, to)
+  local n = 0
+  for s = from, to do n = n + redis.call('HEXISTS', messages, s) end
+  return n
+end
