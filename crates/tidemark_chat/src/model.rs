@@ -17,7 +17,8 @@ pub enum MessageClass {
     /// Kept for the life of the history.
     #[default]
     Standard,
-    /// Vanishes from both tiers 24 h after commit.
+    /// Vanishes from reads in both tiers 24 h after commit; the archive then purges its
+    /// record and keeps its index entry (seq, message id, expiry) as a tombstone.
     #[serde(rename = "ephemeral24h")]
     Ephemeral24h,
 }

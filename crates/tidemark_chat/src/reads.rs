@@ -11,7 +11,11 @@
 //!   stays as a tombstone after its record is purged — and every unexpired entry has its
 //!   record, with the same message id ([`archive_range`]).
 //!
-//! An expired ephemeral message is thus the one gap a page may have.
+//! So a page leaves out only expired ephemeral messages and, above F, seqs still RESERVED (a
+//! send in flight on the staged commit path, held but not yet committed).
+//!
+//! Archives written before tombstones (issue 2 before session 27) lost the index entries of
+//! the ephemeral messages they purged; a read over one of those seqs fails as corrupt.
 
 use std::collections::HashMap;
 

@@ -102,3 +102,52 @@ async fn a_bad_url_or_a_down_server_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// A `history_index` made before tombstones (with the expiry index the old purge of entries
+/// used) loses that index at connect, keeps its rows, and a second connect finds nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_older_history_index_loses_its_expiry_index_at_connect() {
+    let url = scratch_database(&test_server_url(), "tm_chat_archive")
+        .await
+        .unwrap();
+    let pool = tidemark_core::mysql::connect(&url, 2).await.unwrap();
+    sqlx::query(
+        "CREATE TABLE history_index (
+            tenant VARCHAR(128) NOT NULL, conversation_id VARCHAR(128) NOT NULL,
+            seq_bucket BIGINT UNSIGNED NOT NULL, conversation_seq BIGINT UNSIGNED NOT NULL,
+            message_id VARCHAR(64) NOT NULL, expires_at BIGINT NULL,
+            PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq),
+            KEY history_index_expiry (expires_at)
+        ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
+    )
+    .execute(&pool)
+    .await
+    .unwrap();
+    sqlx::query("INSERT INTO history_index VALUES ('t1', 'c1', 0, 1, 'm-1', NULL)")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let indexes = || async {
+        sqlx::query(
+            "SELECT DISTINCT index_name FROM information_schema.statistics
+             WHERE table_schema = DATABASE() AND table_name = 'history_index'",
+        )
+        .fetch_all(&pool)
+        .await
+        .unwrap()
+        .iter()
+        .map(|r| String::from_utf8(r.get::<Vec<u8>, _>(0)).unwrap())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect::<Vec<_>>()
+    };
+    assert_eq!(indexes().await, vec!["PRIMARY", "history_index_expiry"]);
+    for _ in 0..2 {
+        let archive = MysqlArchive::with_pool(pool.clone()).await.unwrap();
+        assert_eq!(indexes().await, vec!["PRIMARY"]);
+        let entries = archive.index_range("t1", "c1", 1, 1).await.unwrap();
+        assert_eq!(entries.len(), 1);
+    }
+    pool.close().await;
+    drop_database(&url).await.unwrap();
+}

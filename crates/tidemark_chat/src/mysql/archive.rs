@@ -79,6 +79,21 @@ impl MysqlArchive {
         for ddl in SCHEMA {
             sqlx::query(ddl).execute(&pool).await?;
         }
+        // Tables made before tombstones (issue 2, session 27) have an expiry index on
+        // `history_index` that only the old purge of entries used: drop it (`DROP INDEX IF
+        // EXISTS` is MariaDB's alone, so look first).
+        let stale: Option<MySqlRow> = sqlx::query(
+            "SELECT 1 FROM information_schema.statistics
+             WHERE table_schema = DATABASE() AND table_name = 'history_index'
+               AND index_name = 'history_index_expiry' LIMIT 1",
+        )
+        .fetch_optional(&pool)
+        .await?;
+        if stale.is_some() {
+            sqlx::query("ALTER TABLE history_index DROP INDEX history_index_expiry")
+                .execute(&pool)
+                .await?;
+        }
         sqlx::query(
             "INSERT INTO archive_meta (name, value) VALUES ('identity', ?)
              ON DUPLICATE KEY UPDATE name = name",

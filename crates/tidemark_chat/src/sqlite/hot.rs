@@ -504,21 +504,23 @@ impl HotStore for SqliteHot {
                 let tx = conn.unchecked_transaction()?;
                 let (floor, latest) = floor_and_latest(&tx, &tenant, &cid)?;
                 let from = read_seq.max(floor);
-                let unread: i64 = tx
+                // One pass over the rows above `from` (none lie above `latest`): all of them
+                // are held, the committed, unexpired ones of others are unread.
+                let (held, unread): (i64, i64) = tx
                     .prepare_cached(&format!(
-                        "SELECT count(*) FROM message
-                         WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq > ?3
-                           AND state = {STATE_COMMITTED} AND sender <> ?4
-                           AND (expires_at IS NULL OR expires_at > ?5)"
+                        "SELECT count(*), coalesce(sum(state = {STATE_COMMITTED} AND sender <> ?4
+                                 AND (expires_at IS NULL OR expires_at > ?5)), 0)
+                         FROM message
+                         WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq > ?3"
                     ))?
                     .query_row(params![tenant, cid, from as i64, user, now_ms], |r| {
-                        r.get(0)
+                        Ok((r.get(0)?, r.get(1)?))
                     })?;
                 Ok(HotUnread {
                     floor,
                     latest_seq: latest,
                     unread_above_floor: unread as u64,
-                    held: held_rows(&tx, &tenant, &cid, from + 1, latest)?,
+                    held: held as u64,
                 })
             })
             .await
