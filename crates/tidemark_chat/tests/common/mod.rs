@@ -613,10 +613,40 @@ impl Harness {
 
     /// Deletes one archived message record behind the server's back (its index entry stays).
     pub async fn delete_archived_record(&self, cid: &str, seq: u64) {
-        let sql = "DELETE FROM message_record
-                   WHERE tenant = ? AND conversation_id = ? AND conversation_seq = ?";
-        let n = match &self.wiring {
-            ArchiveWiring::Production(p) => sqlx::query(sql)
+        let n = self
+            .delete_from_archive(cid, seq, &["message_record"], "message_record")
+            .await;
+        assert_eq!(n, 1, "seq {seq} was in the archive");
+    }
+
+    /// Deletes one history-index entry behind the server's back (its record stays): on SQLite
+    /// from the keyed index and the log, wherever it is (a pending entry stays in the open
+    /// archive's memory until [`Harness::restart`]), on MariaDB from the one table.
+    pub async fn delete_index_entry(&self, cid: &str, seq: u64) {
+        let tables = ["history_index", "history_index_log"];
+        let n = self
+            .delete_from_archive(cid, seq, &tables, "history_index")
+            .await;
+        assert!(n >= 1, "seq {seq} was indexed");
+    }
+
+    /// Deletes the rows of `seq` from the archive's `sqlite` tables (embedded) or its `mariadb`
+    /// table (production); returns how many went.
+    async fn delete_from_archive(
+        &self,
+        cid: &str,
+        seq: u64,
+        sqlite: &[&str],
+        mariadb: &str,
+    ) -> usize {
+        let sql = |table: &str| {
+            format!(
+                "DELETE FROM {table}
+                 WHERE tenant = ? AND conversation_id = ? AND conversation_seq = ?"
+            )
+        };
+        match &self.wiring {
+            ArchiveWiring::Production(p) => sqlx::query(&sql(mariadb))
                 .bind(TENANT)
                 .bind(cid)
                 .bind(seq)
@@ -624,46 +654,15 @@ impl Harness {
                 .await
                 .expect("delete")
                 .rows_affected() as usize,
-            _ => self
-                .raw("archive.db")
-                .execute(sql, params![TENANT, cid, seq as i64])
-                .expect("delete"),
-        };
-        assert_eq!(n, 1, "seq {seq} was in the archive");
-    }
-}
-
-impl Harness {
-    /// Deletes one history-index entry behind the server's back (its record stays): on SQLite
-    /// from the keyed index and the log, wherever it is (a pending entry stays in the open
-    /// archive's memory until [`Harness::restart`]), on MariaDB from the one table.
-    pub async fn delete_index_entry(&self, cid: &str, seq: u64) {
-        let n = match &self.wiring {
-            ArchiveWiring::Production(p) => sqlx::query(
-                "DELETE FROM history_index
-                 WHERE tenant = ? AND conversation_id = ? AND conversation_seq = ?",
-            )
-            .bind(TENANT)
-            .bind(cid)
-            .bind(seq)
-            .execute(&p.pool)
-            .await
-            .expect("delete")
-            .rows_affected() as usize,
-            _ => ["history_index", "history_index_log"]
+            _ => sqlite
                 .iter()
                 .map(|table| {
-                    let sql = format!(
-                        "DELETE FROM {table}
-                         WHERE tenant = ?1 AND conversation_id = ?2 AND conversation_seq = ?3"
-                    );
                     self.raw("archive.db")
-                        .execute(&sql, params![TENANT, cid, seq as i64])
+                        .execute(&sql(table), params![TENANT, cid, seq as i64])
                         .expect("delete")
                 })
                 .sum(),
-        };
-        assert!(n >= 1, "seq {seq} was indexed");
+        }
     }
 
     /// Deletes one record of the hot tier behind the server's back: on SQLite its `message`
