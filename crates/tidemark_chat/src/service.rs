@@ -73,7 +73,8 @@ impl ChatStores {
 /// A new conversation as asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewConversation {
-    /// Members (2..=100 distinct non-empty ids).
+    /// Members (2..=100 distinct ids: not blank, at most [`MAX_ID_BYTES`] bytes, no control
+    /// character, no whitespace at either end).
     pub members: Vec<String>,
     /// The listing it is about.
     pub listing_id: Option<u64>,
@@ -165,15 +166,32 @@ fn require_member(members: &[String], user: &str, conversation_id: &str) -> Resu
     }
 }
 
-/// An id a request names: not blank, at most [`MAX_ID_BYTES`] bytes.
+/// An id a request names, whether it creates it (a member, a `client_msg_id`) or only looks
+/// it up (a sender, a reader, a user): not empty, not blank, at most [`MAX_ID_BYTES`] bytes,
+/// and no whitespace or invisible character ([`is_invisible`]) at either end. Ids are compared
+/// byte for byte, so `" buyer1"` can never match the member `"buyer1"`: it is refused as what
+/// it is (400 naming the field), not answered "not a member" (403) or an empty list (a new
+/// user's trial). No such id can be created either, since members and keys pass here too.
 fn check_id(what: &str, v: &str) -> Result<()> {
-    if v.trim().is_empty() {
+    if v.is_empty() {
         return Err(ChatError::Invalid(format!("{what} must not be empty")));
     }
     if v.len() > MAX_ID_BYTES {
         return Err(ChatError::Invalid(format!(
             "{what} is {} bytes; the limit is {MAX_ID_BYTES}",
             v.len()
+        )));
+    }
+    let edge = |c: char| c.is_whitespace() || is_invisible(c);
+    if v.chars().all(edge) {
+        return Err(ChatError::Invalid(format!(
+            "{what} must not be blank: {v:?} is only whitespace or invisible characters"
+        )));
+    }
+    if v.trim_matches(edge) != v {
+        return Err(ChatError::Invalid(format!(
+            "{what} {v:?} starts or ends with whitespace or an invisible character \
+             (ids are compared byte for byte)"
         )));
     }
     Ok(())
@@ -190,11 +208,11 @@ fn same_conversation(existing: &ConversationMeta, asked: &NewConversation) -> bo
     existing.listing_id == asked.listing_id && sorted(&existing.members) == sorted(&asked.members)
 }
 
-/// An id a request creates (a member of a new conversation, a message's `client_msg_id`):
-/// [`check_id`], and no control character and no whitespace at either end, which would make
-/// ids that look alike on screen and in logs differ in the store (issue 2's new-user trial:
-/// `"u1\n"` and `" u1"` were members beside `"u1"`). Ids that only look something up (a
-/// sender, a reader) are checked by [`check_id`] alone: they must match a stored member.
+/// An id a request creates (a member of a new conversation, a message's `client_msg_id`, a
+/// `client_conversation_id`): [`check_id`], and no control character anywhere, which would
+/// make ids that look alike on screen and in logs differ in the store (issue 2's new-user
+/// trial: `"u\u{7}1"` beside `"u1"`). An id that only looks something up may hold one: it is
+/// then simply not found.
 fn check_new_id(what: &str, v: &str) -> Result<()> {
     check_id(what, v)?;
     if let Some(c) = v.chars().find(|c| c.is_control()) {
@@ -202,18 +220,13 @@ fn check_new_id(what: &str, v: &str) -> Result<()> {
             "{what} {v:?} holds the control character {c:?}"
         )));
     }
-    if v.trim_matches(|c: char| c.is_whitespace() || is_invisible(c)) != v {
-        return Err(ChatError::Invalid(format!(
-            "{what} {v:?} starts or ends with whitespace or an invisible character"
-        )));
-    }
     Ok(())
 }
 
 /// Characters that print as nothing but are not whitespace to [`char::is_whitespace`]: the
 /// soft hyphen, the zero-width space and joiners, the direction marks, the word joiner and
-/// invisible operators, the byte order mark. Not allowed at either end of a new id
-/// ([`check_new_id`]), where `"\u{200b}"` would be a blank id and `"x\u{200b}"` one that looks
+/// invisible operators, the byte order mark. Not allowed at either end of an id
+/// ([`check_id`]), where `"\u{200b}"` would be a blank id and `"x\u{200b}"` one that looks
 /// like `"x"` (issue 2's new-user trial); inside an id they may be meant (emoji sequences).
 fn is_invisible(c: char) -> bool {
     matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
@@ -721,5 +734,81 @@ pub fn parse_class(s: Option<&str>) -> Result<MessageClass> {
         Some(other) => Err(ChatError::Invalid(format!(
             "class must be \"standard\" or \"ephemeral24h\", got {other:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message of the [`ChatError::Invalid`] that `check` returns, or `"ok"`.
+    fn refusal(check: Result<()>) -> String {
+        match check {
+            Ok(()) => "ok".to_owned(),
+            Err(ChatError::Invalid(message)) => message,
+            Err(other) => format!("not Invalid: {other}"),
+        }
+    }
+
+    /// Each id is refused with what is wrong with it: an empty one as empty, a whitespace-only
+    /// one as blank (it was told "must not be empty"), and one with whitespace or an invisible
+    /// character at either end as such, whether it is created (a member) or only looked up (a
+    /// sender: `" buyer1"` got 403 "not a member", which it could never be).
+    #[test]
+    fn an_id_is_refused_with_what_is_wrong_with_it() {
+        let cases = [
+            ("member", "", "member must not be empty"),
+            (
+                "sender",
+                " \t",
+                r#"sender must not be blank: " \t" is only whitespace or invisible characters"#,
+            ),
+            (
+                "user",
+                "\u{200b}",
+                r#"user must not be blank: "\u{200b}" is only whitespace or invisible characters"#,
+            ),
+            (
+                "sender",
+                " buyer1",
+                r#"sender " buyer1" starts or ends with whitespace or an invisible character (ids are compared byte for byte)"#,
+            ),
+            (
+                "user",
+                "seller7\n",
+                r#"user "seller7\n" starts or ends with whitespace or an invisible character (ids are compared byte for byte)"#,
+            ),
+            (
+                "member",
+                "x\u{feff}",
+                r#"member "x\u{feff}" starts or ends with whitespace or an invisible character (ids are compared byte for byte)"#,
+            ),
+            (
+                "client_msg_id",
+                &"k".repeat(MAX_ID_BYTES + 1),
+                "client_msg_id is 129 bytes; the limit is 128",
+            ),
+            ("sender", "buyer 1", "ok"),
+            ("sender", &"é".repeat(MAX_ID_BYTES / 2), "ok"),
+        ];
+        for (what, id, expected) in cases {
+            assert_eq!(refusal(check_id(what, id)), expected, "{what} {id:?}");
+        }
+    }
+
+    /// An id a request creates passes [`check_id`] and holds no control character anywhere; one
+    /// that only looks up may (it is then not found).
+    #[test]
+    fn a_new_id_holds_no_control_character() {
+        assert_eq!(
+            refusal(check_new_id("member", "u\u{7}1")),
+            r#"member "u\u{7}1" holds the control character '\u{7}'"#
+        );
+        assert_eq!(refusal(check_id("sender", "u\u{7}1")), "ok");
+        assert_eq!(
+            refusal(check_new_id("member", "\t")),
+            r#"member must not be blank: "\t" is only whitespace or invisible characters"#
+        );
+        assert_eq!(refusal(check_new_id("member", "buyer1")), "ok");
     }
 }
