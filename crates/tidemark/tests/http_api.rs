@@ -697,6 +697,32 @@ async fn a_users_conversations_come_in_pages() {
         let (st, v) = list(bad).await;
         assert_eq!((st, error_code(&v)), (400, "bad_request"), "{bad}: {v}");
     }
+
+    // `after` is a conversation id as a page spells it: anything else is refused and says so
+    // (a new user's `after=garbage` got 200 and an empty list). A well-formed id that names no
+    // conversation is a cursor like any other.
+    let refused = |shown: &str| {
+        format!(
+            "after {shown} is not a conversation id: give a page's next_after, a UUID in \
+             lowercase hex with hyphens (8-4-4-4-12)"
+        )
+    };
+    let upper = cids[0].to_uppercase();
+    let simple = cids[0].replace('-', "");
+    for (query, shown) in [
+        ("after=garbage".to_owned(), r#""garbage""#.to_owned()),
+        ("after=".to_owned(), r#""""#.to_owned()),
+        (format!("after={upper}"), format!("{upper:?}")),
+        (format!("after={simple}&limit=2"), format!("{simple:?}")),
+    ] {
+        let (st, v) = list(&query).await;
+        assert_eq!((st, error_code(&v)), (400, "bad_request"), "{query}: {v}");
+        assert_eq!(v["error"]["message"], refused(&shown), "{query}");
+    }
+    let (st, from_nil) = list("after=00000000-0000-0000-0000-000000000000").await;
+    assert_eq!((st, ids(&from_nil)), (200, cids.clone()), "{from_nil}");
+    let (st, from_max) = list("after=ffffffff-ffff-ffff-ffff-ffffffffffff").await;
+    assert_eq!((st, ids(&from_max).len()), (200, 0), "{from_max}");
 }
 
 /// An id that is empty, blank or has whitespace (or an invisible character) at either end is

@@ -223,6 +223,26 @@ fn check_new_id(what: &str, v: &str) -> Result<()> {
     Ok(())
 }
 
+/// A page cursor of [`ChatService::user_conversations_page`] (`after`): a conversation id as a
+/// page's `next_after` spells it. Every conversation id is a UUID in lowercase hex with hyphens
+/// (version 7, or version 5 of a `client_conversation_id`: [`conversation_id_for_key`]), and
+/// the page is the ids that sort after the cursor as strings, so anything else (`garbage`, a
+/// UUID in capitals or without hyphens, which would sort elsewhere) is refused instead of
+/// answering a page that is silently empty or wrong (a new user's trial: `after=garbage` got
+/// 200 and no conversations). A well-formed id that names no conversation is a valid cursor.
+fn check_cursor(after: &str) -> Result<()> {
+    let canonical =
+        uuid::Uuid::try_parse(after).is_ok_and(|id| id.hyphenated().to_string() == after);
+    if canonical {
+        return Ok(());
+    }
+    Err(ChatError::Invalid(format!(
+        "after {:?} is not a conversation id: give a page's next_after, a UUID in lowercase \
+         hex with hyphens (8-4-4-4-12)",
+        tidemark_core::http::quoted(after, MAX_ID_BYTES)
+    )))
+}
+
 /// Characters that print as nothing but are not whitespace to [`char::is_whitespace`]: the
 /// soft hyphen, the zero-width space and joiners, the direction marks, the word joiner and
 /// invisible operators, the byte order mark. Not allowed at either end of an id
@@ -633,7 +653,8 @@ impl ChatService {
     /// least 1) whose id sorts after `after`, each with its latest seq and unread count (fails
     /// whole if any count cannot be computed). Only the page's counts are read: a user in
     /// thousands of conversations costs one membership read, not thousands of counts, per
-    /// page (issue 2's new-user trial).
+    /// page (issue 2's new-user trial). Errors: [`ChatError::Invalid`] for a bad `user` or an
+    /// `after` that cannot be a conversation id (not a UUID in lowercase hex with hyphens).
     pub async fn user_conversations_page(
         &self,
         tenant: &str,
@@ -642,6 +663,9 @@ impl ChatService {
         limit: usize,
     ) -> Result<ConversationsPage> {
         check_id("user", user)?;
+        if let Some(after) = after {
+            check_cursor(after)?;
+        }
         let limit = limit.max(1);
         let mut memberships = self.stores.hot.memberships(tenant, user).await?;
         memberships.retain(|m| after.is_none_or(|a| m.conversation_id.as_str() > a));
@@ -810,5 +834,43 @@ mod tests {
             r#"member must not be blank: "\t" is only whitespace or invisible characters"#
         );
         assert_eq!(refusal(check_new_id("member", "buyer1")), "ok");
+    }
+
+    /// A page cursor is a conversation id as ids are made (a UUID in lowercase hex with
+    /// hyphens), named or not; anything else is refused, quoted to 128 bytes.
+    #[test]
+    fn a_cursor_is_a_conversation_id_as_a_page_spells_it() {
+        let made = "0190f3a2-7c4e-7d1b-9a3f-2e5b6c7d8e9f";
+        let fresh = uuid::Uuid::now_v7().to_string();
+        let keyed = conversation_id_for_key("demo", "buyer1-48213");
+        for ok in [
+            made,
+            fresh.as_str(),
+            keyed.as_str(),
+            "00000000-0000-0000-0000-000000000000",
+        ] {
+            assert_eq!(refusal(check_cursor(ok)), "ok", "{ok}");
+        }
+        let refused = |shown: &str| {
+            format!(
+                "after {shown} is not a conversation id: give a page's next_after, a UUID in \
+                 lowercase hex with hyphens (8-4-4-4-12)"
+            )
+        };
+        let upper = made.to_uppercase();
+        let simple = made.replace('-', "");
+        let braced = format!("{{{made}}}");
+        let long = "g".repeat(5_000);
+        let long_shown = format!("\"{}…\"", "g".repeat(MAX_ID_BYTES));
+        for (bad, shown) in [
+            ("garbage", r#""garbage""#.to_owned()),
+            ("", r#""""#.to_owned()),
+            (upper.as_str(), format!("{upper:?}")),
+            (simple.as_str(), format!("{simple:?}")),
+            (braced.as_str(), format!("{braced:?}")),
+            (long.as_str(), long_shown),
+        ] {
+            assert_eq!(refusal(check_cursor(bad)), refused(&shown), "{bad:?}");
+        }
     }
 }
