@@ -239,17 +239,32 @@ async fn a_second_sigterm_ends_the_drain_at_once() {
     assert_stopped_cleanly(&mut server, &c, &cid).await;
 }
 
+/// The default key is refused off loopback, and the refusal is one line on stderr and exit
+/// code 1, never a stack trace, whatever `RUST_BACKTRACE` says (a new user's trial: with
+/// `RUST_BACKTRACE=1` the refusal printed one).
 #[test]
 fn default_key_is_refused_off_loopback() {
     let tmp = tempfile::tempdir().unwrap();
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
-        .arg(tmp.path())
-        .output()
-        .unwrap();
-    assert!(!out.status.success());
-    let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("default key"), "stderr: {err}");
+    for backtrace in [None, Some("1"), Some("full")] {
+        let mut serve = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"));
+        serve
+            .args(["serve", "--listen", "0.0.0.0:0", "--data-dir"])
+            .arg(tmp.path())
+            .env_remove("RUST_BACKTRACE")
+            .env_remove("RUST_LIB_BACKTRACE");
+        if let Some(b) = backtrace {
+            serve.env("RUST_BACKTRACE", b);
+        }
+        let out = serve.output().unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{backtrace:?}, stderr: {err}");
+        assert_eq!(
+            err,
+            "Error: refusing to start: tenant \"demo\" uses the default key \"dev-key\" while \
+             listening on 0.0.0.0:0, which is not loopback; set a real key\n",
+            "{backtrace:?}"
+        );
+    }
 }
 
 /// A server that cannot start says what it could not do and with what (new-user trial: `File

@@ -697,6 +697,163 @@ async fn a_users_conversations_come_in_pages() {
         let (st, v) = list(bad).await;
         assert_eq!((st, error_code(&v)), (400, "bad_request"), "{bad}: {v}");
     }
+
+    // `after` is a conversation id as a page spells it: anything else is refused and says so
+    // (a new user's `after=garbage` got 200 and an empty list). A well-formed id that names no
+    // conversation is a cursor like any other.
+    let refused = |shown: &str| {
+        format!(
+            "after {shown} is not a conversation id: give a page's next_after, a UUID in \
+             lowercase hex with hyphens (8-4-4-4-12)"
+        )
+    };
+    let upper = cids[0].to_uppercase();
+    let simple = cids[0].replace('-', "");
+    for (query, shown) in [
+        ("after=garbage".to_owned(), r#""garbage""#.to_owned()),
+        ("after=".to_owned(), r#""""#.to_owned()),
+        (format!("after={upper}"), format!("{upper:?}")),
+        (format!("after={simple}&limit=2"), format!("{simple:?}")),
+    ] {
+        let (st, v) = list(&query).await;
+        assert_eq!((st, error_code(&v)), (400, "bad_request"), "{query}: {v}");
+        assert_eq!(v["error"]["message"], refused(&shown), "{query}");
+    }
+    let (st, from_nil) = list("after=00000000-0000-0000-0000-000000000000").await;
+    assert_eq!((st, ids(&from_nil)), (200, cids.clone()), "{from_nil}");
+    let (st, from_max) = list("after=ffffffff-ffff-ffff-ffff-ffffffffffff").await;
+    assert_eq!((st, ids(&from_max).len()), (200, 0), "{from_max}");
+}
+
+/// An id that is empty, blank or has whitespace (or an invisible character) at either end is
+/// refused with a 400 that names the field and says which, whether the request creates it (a
+/// member, a `client_msg_id`) or only looks it up (a sender, a reader, a user): ids are
+/// compared byte for byte, so `" u1"` can never match the member `"u1"` (a new user's trial:
+/// `" buyer1"` got 403 "not a member", `"  "` was told "must not be empty", `/v1/users/%20u1`
+/// answered an empty list). Nothing is written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn blank_ids_and_ids_with_whitespace_at_either_end_are_refused_naming_the_field() {
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let msgs_url = server.url(&format!("/v1/conversations/{cid}/messages"));
+    let read_url = server.url(&format!("/v1/conversations/{cid}/read"));
+    let (st, _) = send(&c, &server, &cid, "u1", "m1", "hello").await;
+    assert_eq!(st, 201);
+    let edge = |what: &str, id: &str| {
+        format!(
+            "{what} {id:?} starts or ends with whitespace or an invisible character (ids are \
+             compared byte for byte)"
+        )
+    };
+    let blank = |what: &str, id: &str| {
+        format!("{what} must not be blank: {id:?} is only whitespace or invisible characters")
+    };
+    let cases: Vec<(Method, String, Option<Value>, String)> = vec![
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "w1", "sender": " u1", "body": "hi"})),
+            edge("sender", " u1"),
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "w2", "sender": "u1\t", "body": "hi"})),
+            edge("sender", "u1\t"),
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "w3", "sender": "   ", "body": "hi"})),
+            blank("sender", "   "),
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": " ", "sender": "u1", "body": "hi"})),
+            blank("client_msg_id", " "),
+        ),
+        (
+            Method::POST,
+            msgs_url.clone(),
+            Some(json!({"client_msg_id": "", "sender": "u1", "body": "hi"})),
+            "client_msg_id must not be empty".to_owned(),
+        ),
+        (
+            Method::PUT,
+            read_url.clone(),
+            Some(json!({"user": "u2 ", "seq": 1})),
+            edge("user", "u2 "),
+        ),
+        (
+            Method::PUT,
+            read_url.clone(),
+            Some(json!({"user": "\u{200b}", "seq": 1})),
+            blank("user", "\u{200b}"),
+        ),
+        (
+            Method::GET,
+            server.url("/v1/users/%20u1/conversations"),
+            None,
+            edge("user", " u1"),
+        ),
+        (
+            Method::GET,
+            server.url("/v1/users/%20%20/conversations"),
+            None,
+            blank("user", "  "),
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["a", "\t"]})),
+            blank("member", "\t"),
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": [" buyer1", "seller7"]})),
+            edge("member", " buyer1"),
+        ),
+        (
+            Method::POST,
+            server.url("/v1/conversations"),
+            Some(json!({"members": ["a", "b"], "client_conversation_id": " k"})),
+            edge("client_conversation_id", " k"),
+        ),
+    ];
+    for (method, url, body, message) in cases {
+        let (st, v) = call(&c, method.clone(), &url, body.clone()).await;
+        assert_eq!(
+            (st, error_code(&v)),
+            (400, "bad_request"),
+            "{method} {url} {body:?} → {v}"
+        );
+        assert_eq!(v["error"]["message"], message, "{method} {url} {body:?}");
+    }
+
+    // Nothing was written: the one message, u2's read pointer where it was, no conversation
+    // of the refused members.
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    assert_eq!((latest, msgs.len()), (1, 1));
+    let (st, v) = call(
+        &c,
+        Method::GET,
+        &server.url("/v1/users/u2/conversations"),
+        None,
+    )
+    .await;
+    assert_eq!(
+        (st, &v["conversations"][0]["unread"]),
+        (200, &json!(1)),
+        "{v}"
+    );
+    for user in ["a", "seller7"] {
+        let url = server.url(&format!("/v1/users/{user}/conversations"));
+        let (st, v) = call(&c, Method::GET, &url, None).await;
+        assert_eq!((st, &v["conversations"]), (200, &json!([])), "{user}: {v}");
+    }
 }
 
 /// A conversation created with a `client_conversation_id` is created once: a retry (also

@@ -160,7 +160,7 @@ struct SendMessage {
     /// first acknowledgement back (200) and appends nothing.
     #[schema(min_length = 1, max_length = 128)]
     client_msg_id: String,
-    /// The sending member (non-blank, at most 128 bytes).
+    /// The sending member (non-blank, at most 128 bytes, no whitespace at either end).
     #[schema(min_length = 1, max_length = 128)]
     sender: String,
     /// The text, 1 byte up to the configured limit (`chat.max_body_bytes`, 64 KiB by default).
@@ -358,7 +358,7 @@ async fn list_messages(
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
 struct MarkRead {
-    /// The member.
+    /// The member (non-blank, at most 128 bytes, no whitespace at either end).
     #[schema(min_length = 1, max_length = 128)]
     user: String,
     /// The last seq they have read: at most the latest seq; the pointer never moves back.
@@ -415,7 +415,9 @@ struct ConversationsBody {
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct ConversationsParams {
-    /// The page after this conversation id (a page's `next_after`); none: the first page.
+    /// The page after this conversation id (a page's `next_after`: a UUID in lowercase hex with
+    /// hyphens; anything else is refused with 400); none: the first page.
+    #[param(pattern = "^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$")]
     after: Option<String>,
     /// Conversations per page, 1 to 1,000 (default 200).
     #[param(minimum = 1, maximum = 1000)]
@@ -435,7 +437,7 @@ const DEFAULT_CONVERSATIONS_PAGE: usize = 200;
     params(("user" = String, Path, description = "User id"), ConversationsParams),
     responses(
         (status = 200, description = "A page of the user's conversations (none: an empty list)", body = ConversationsBody),
-        (status = 400, description = "`limit` out of range (`bad_request`)", body = ErrorBody),
+        (status = 400, description = "`limit` out of range, `after` not a conversation id, or a blank user id or one with whitespace at either end (`bad_request`)", body = ErrorBody),
         (status = 500, description = "An unread count could not be computed from corrupt data (`corrupt_history`)", body = ErrorBody),
     )
 )]

@@ -73,7 +73,8 @@ impl ChatStores {
 /// A new conversation as asked for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct NewConversation {
-    /// Members (2..=100 distinct non-empty ids).
+    /// Members (2..=100 distinct ids: not blank, at most [`MAX_ID_BYTES`] bytes, no control
+    /// character, no whitespace at either end).
     pub members: Vec<String>,
     /// The listing it is about.
     pub listing_id: Option<u64>,
@@ -165,15 +166,32 @@ fn require_member(members: &[String], user: &str, conversation_id: &str) -> Resu
     }
 }
 
-/// An id a request names: not blank, at most [`MAX_ID_BYTES`] bytes.
+/// An id a request names, whether it creates it (a member, a `client_msg_id`) or only looks
+/// it up (a sender, a reader, a user): not empty, not blank, at most [`MAX_ID_BYTES`] bytes,
+/// and no whitespace or invisible character ([`is_invisible`]) at either end. Ids are compared
+/// byte for byte, so `" buyer1"` can never match the member `"buyer1"`: it is refused as what
+/// it is (400 naming the field), not answered "not a member" (403) or an empty list (a new
+/// user's trial). No such id can be created either, since members and keys pass here too.
 fn check_id(what: &str, v: &str) -> Result<()> {
-    if v.trim().is_empty() {
+    if v.is_empty() {
         return Err(ChatError::Invalid(format!("{what} must not be empty")));
     }
     if v.len() > MAX_ID_BYTES {
         return Err(ChatError::Invalid(format!(
             "{what} is {} bytes; the limit is {MAX_ID_BYTES}",
             v.len()
+        )));
+    }
+    let edge = |c: char| c.is_whitespace() || is_invisible(c);
+    if v.chars().all(edge) {
+        return Err(ChatError::Invalid(format!(
+            "{what} must not be blank: {v:?} is only whitespace or invisible characters"
+        )));
+    }
+    if v.trim_matches(edge) != v {
+        return Err(ChatError::Invalid(format!(
+            "{what} {v:?} starts or ends with whitespace or an invisible character \
+             (ids are compared byte for byte)"
         )));
     }
     Ok(())
@@ -190,11 +208,11 @@ fn same_conversation(existing: &ConversationMeta, asked: &NewConversation) -> bo
     existing.listing_id == asked.listing_id && sorted(&existing.members) == sorted(&asked.members)
 }
 
-/// An id a request creates (a member of a new conversation, a message's `client_msg_id`):
-/// [`check_id`], and no control character and no whitespace at either end, which would make
-/// ids that look alike on screen and in logs differ in the store (issue 2's new-user trial:
-/// `"u1\n"` and `" u1"` were members beside `"u1"`). Ids that only look something up (a
-/// sender, a reader) are checked by [`check_id`] alone: they must match a stored member.
+/// An id a request creates (a member of a new conversation, a message's `client_msg_id`, a
+/// `client_conversation_id`): [`check_id`], and no control character anywhere, which would
+/// make ids that look alike on screen and in logs differ in the store (issue 2's new-user
+/// trial: `"u\u{7}1"` beside `"u1"`). An id that only looks something up may hold one: it is
+/// then simply not found.
 fn check_new_id(what: &str, v: &str) -> Result<()> {
     check_id(what, v)?;
     if let Some(c) = v.chars().find(|c| c.is_control()) {
@@ -202,18 +220,33 @@ fn check_new_id(what: &str, v: &str) -> Result<()> {
             "{what} {v:?} holds the control character {c:?}"
         )));
     }
-    if v.trim_matches(|c: char| c.is_whitespace() || is_invisible(c)) != v {
-        return Err(ChatError::Invalid(format!(
-            "{what} {v:?} starts or ends with whitespace or an invisible character"
-        )));
-    }
     Ok(())
+}
+
+/// A page cursor of [`ChatService::user_conversations_page`] (`after`): a conversation id as a
+/// page's `next_after` spells it. Every conversation id is a UUID in lowercase hex with hyphens
+/// (version 7, or version 5 of a `client_conversation_id`: [`conversation_id_for_key`]), and
+/// the page is the ids that sort after the cursor as strings, so anything else (`garbage`, a
+/// UUID in capitals or without hyphens, which would sort elsewhere) is refused instead of
+/// answering a page that is silently empty or wrong (a new user's trial: `after=garbage` got
+/// 200 and no conversations). A well-formed id that names no conversation is a valid cursor.
+fn check_cursor(after: &str) -> Result<()> {
+    let canonical =
+        uuid::Uuid::try_parse(after).is_ok_and(|id| id.hyphenated().to_string() == after);
+    if canonical {
+        return Ok(());
+    }
+    Err(ChatError::Invalid(format!(
+        "after {:?} is not a conversation id: give a page's next_after, a UUID in lowercase \
+         hex with hyphens (8-4-4-4-12)",
+        tidemark_core::http::quoted(after, MAX_ID_BYTES)
+    )))
 }
 
 /// Characters that print as nothing but are not whitespace to [`char::is_whitespace`]: the
 /// soft hyphen, the zero-width space and joiners, the direction marks, the word joiner and
-/// invisible operators, the byte order mark. Not allowed at either end of a new id
-/// ([`check_new_id`]), where `"\u{200b}"` would be a blank id and `"x\u{200b}"` one that looks
+/// invisible operators, the byte order mark. Not allowed at either end of an id
+/// ([`check_id`]), where `"\u{200b}"` would be a blank id and `"x\u{200b}"` one that looks
 /// like `"x"` (issue 2's new-user trial); inside an id they may be meant (emoji sequences).
 fn is_invisible(c: char) -> bool {
     matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
@@ -620,7 +653,8 @@ impl ChatService {
     /// least 1) whose id sorts after `after`, each with its latest seq and unread count (fails
     /// whole if any count cannot be computed). Only the page's counts are read: a user in
     /// thousands of conversations costs one membership read, not thousands of counts, per
-    /// page (issue 2's new-user trial).
+    /// page (issue 2's new-user trial). Errors: [`ChatError::Invalid`] for a bad `user` or an
+    /// `after` that cannot be a conversation id (not a UUID in lowercase hex with hyphens).
     pub async fn user_conversations_page(
         &self,
         tenant: &str,
@@ -629,6 +663,9 @@ impl ChatService {
         limit: usize,
     ) -> Result<ConversationsPage> {
         check_id("user", user)?;
+        if let Some(after) = after {
+            check_cursor(after)?;
+        }
         let limit = limit.max(1);
         let mut memberships = self.stores.hot.memberships(tenant, user).await?;
         memberships.retain(|m| after.is_none_or(|a| m.conversation_id.as_str() > a));
@@ -721,5 +758,119 @@ pub fn parse_class(s: Option<&str>) -> Result<MessageClass> {
         Some(other) => Err(ChatError::Invalid(format!(
             "class must be \"standard\" or \"ephemeral24h\", got {other:?}"
         ))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The message of the [`ChatError::Invalid`] that `check` returns, or `"ok"`.
+    fn refusal(check: Result<()>) -> String {
+        match check {
+            Ok(()) => "ok".to_owned(),
+            Err(ChatError::Invalid(message)) => message,
+            Err(other) => format!("not Invalid: {other}"),
+        }
+    }
+
+    /// Each id is refused with what is wrong with it: an empty one as empty, a whitespace-only
+    /// one as blank (it was told "must not be empty"), and one with whitespace or an invisible
+    /// character at either end as such, whether it is created (a member) or only looked up (a
+    /// sender: `" buyer1"` got 403 "not a member", which it could never be).
+    #[test]
+    fn an_id_is_refused_with_what_is_wrong_with_it() {
+        let cases = [
+            ("member", "", "member must not be empty"),
+            (
+                "sender",
+                " \t",
+                r#"sender must not be blank: " \t" is only whitespace or invisible characters"#,
+            ),
+            (
+                "user",
+                "\u{200b}",
+                r#"user must not be blank: "\u{200b}" is only whitespace or invisible characters"#,
+            ),
+            (
+                "sender",
+                " buyer1",
+                r#"sender " buyer1" starts or ends with whitespace or an invisible character (ids are compared byte for byte)"#,
+            ),
+            (
+                "user",
+                "seller7\n",
+                r#"user "seller7\n" starts or ends with whitespace or an invisible character (ids are compared byte for byte)"#,
+            ),
+            (
+                "member",
+                "x\u{feff}",
+                r#"member "x\u{feff}" starts or ends with whitespace or an invisible character (ids are compared byte for byte)"#,
+            ),
+            (
+                "client_msg_id",
+                &"k".repeat(MAX_ID_BYTES + 1),
+                "client_msg_id is 129 bytes; the limit is 128",
+            ),
+            ("sender", "buyer 1", "ok"),
+            ("sender", &"é".repeat(MAX_ID_BYTES / 2), "ok"),
+        ];
+        for (what, id, expected) in cases {
+            assert_eq!(refusal(check_id(what, id)), expected, "{what} {id:?}");
+        }
+    }
+
+    /// An id a request creates passes [`check_id`] and holds no control character anywhere; one
+    /// that only looks up may (it is then not found).
+    #[test]
+    fn a_new_id_holds_no_control_character() {
+        assert_eq!(
+            refusal(check_new_id("member", "u\u{7}1")),
+            r#"member "u\u{7}1" holds the control character '\u{7}'"#
+        );
+        assert_eq!(refusal(check_id("sender", "u\u{7}1")), "ok");
+        assert_eq!(
+            refusal(check_new_id("member", "\t")),
+            r#"member must not be blank: "\t" is only whitespace or invisible characters"#
+        );
+        assert_eq!(refusal(check_new_id("member", "buyer1")), "ok");
+    }
+
+    /// A page cursor is a conversation id as ids are made (a UUID in lowercase hex with
+    /// hyphens), named or not; anything else is refused, quoted to 128 bytes.
+    #[test]
+    fn a_cursor_is_a_conversation_id_as_a_page_spells_it() {
+        let made = "0190f3a2-7c4e-7d1b-9a3f-2e5b6c7d8e9f";
+        let fresh = uuid::Uuid::now_v7().to_string();
+        let keyed = conversation_id_for_key("demo", "buyer1-48213");
+        for ok in [
+            made,
+            fresh.as_str(),
+            keyed.as_str(),
+            "00000000-0000-0000-0000-000000000000",
+        ] {
+            assert_eq!(refusal(check_cursor(ok)), "ok", "{ok}");
+        }
+        let refused = |shown: &str| {
+            format!(
+                "after {shown} is not a conversation id: give a page's next_after, a UUID in \
+                 lowercase hex with hyphens (8-4-4-4-12)"
+            )
+        };
+        let upper = made.to_uppercase();
+        let simple = made.replace('-', "");
+        let braced = format!("{{{made}}}");
+        let long = "g".repeat(5_000);
+        let long_shown = format!("\"{}…\"", "g".repeat(MAX_ID_BYTES));
+        for (bad, shown) in [
+            ("garbage", r#""garbage""#.to_owned()),
+            ("", r#""""#.to_owned()),
+            (upper.as_str(), format!("{upper:?}")),
+            (simple.as_str(), format!("{simple:?}")),
+            (braced.as_str(), format!("{braced:?}")),
+            (long.as_str(), long_shown),
+        ] {
+            assert_eq!(refusal(check_cursor(bad)), refused(&shown), "{bad:?}");
+        }
     }
 }
