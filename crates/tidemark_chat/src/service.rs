@@ -436,7 +436,7 @@ impl ChatService {
         for m in &new.members {
             check_new_id("member", m)?;
             if !seen.insert(m.as_str()) {
-                return Err(ChatError::Invalid(format!("member {m} is listed twice")));
+                return Err(ChatError::Invalid(format!("member {m:?} is listed twice")));
             }
         }
         let conversation_id = match &new.client_conversation_id {
