@@ -117,9 +117,9 @@ impl MessageRecord {
             committed_at_ms: self.committed_at_ms,
         }
     }
-    /// Whether the record is expired (hidden from reads) at `now_ms`.
+    /// Whether the record is expired (hidden from reads) at `now_ms` ([`expired_at`]).
     pub fn is_expired(&self, now_ms: i64) -> bool {
-        self.expires_at_ms.is_some_and(|e| e <= now_ms)
+        expired_at(self.expires_at_ms, now_ms)
     }
     /// The archive bucket of this record.
     pub fn seq_bucket(&self) -> u64 {
@@ -174,11 +174,16 @@ pub struct IndexEntry {
 }
 
 impl IndexEntry {
-    /// Whether the entry's message expired at `now_ms` (same rule as
-    /// [`MessageRecord::is_expired`]).
+    /// Whether the entry's message expired at `now_ms` ([`expired_at`]).
     pub fn is_expired(&self, now_ms: i64) -> bool {
-        self.expires_at_ms.is_some_and(|e| e <= now_ms)
+        expired_at(self.expires_at_ms, now_ms)
     }
+}
+
+/// The one expiry rule of records and index entries: an ephemeral message (`expires_at_ms`
+/// Some, Unix ms) is expired from that instant on; a standard one never.
+pub fn expired_at(expires_at_ms: Option<i64>, now_ms: i64) -> bool {
+    expires_at_ms.is_some_and(|e| e <= now_ms)
 }
 
 /// SEND_ACK: returned only once the message is durable in the outbox.

@@ -99,7 +99,7 @@ struct Pending {
 
 impl Pending {
     fn live(&self, now_ms: i64) -> bool {
-        self.expires_at_ms.is_none_or(|e| e > now_ms)
+        !crate::model::expired_at(self.expires_at_ms, now_ms)
     }
 
     /// Of two entries of one key, the one whose log row is later: a replayed entry's later
