@@ -6,6 +6,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tidemark_core::clock::SharedClock;
+use tidemark_core::store::StoreError;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -51,7 +52,7 @@ impl ChatStores {
     pub fn open_embedded(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
         let dir = dir.join("chat");
         std::fs::create_dir_all(&dir)
-            .map_err(|e| ChatError::Unavailable(format!("creating {}: {e}", dir.display())))?;
+            .map_err(|e| StoreError::file(&dir, e).with_context("creating"))?;
         let hot = Arc::new(
             SqliteHot::open(&dir.join("hot.db"), cfg.commit_batch_max)?
                 .with_dedup_memory_keys(cfg.dedup_memory_keys),

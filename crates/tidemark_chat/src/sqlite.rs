@@ -31,9 +31,7 @@ use crate::model::{MessageClass, MessageRecord};
 /// operator trial).
 fn opening(path: &Path, e: ChatError) -> ChatError {
     match e {
-        ChatError::Unavailable(m) => {
-            ChatError::Unavailable(format!("opening {}: {m}", path.display()))
-        }
+        ChatError::Store(e) => ChatError::Store(e.with_context("opening").in_file(path)),
         ChatError::Corrupt(m) => ChatError::Corrupt(format!("opening {}: {m}", path.display())),
         other => other,
     }

@@ -72,7 +72,15 @@ async fn a_bad_url_or_a_down_server_is_a_clear_error() {
     let err = RedisHot::connect("redis://127.0.0.1:1", 1)
         .await
         .unwrap_err();
-    assert!(matches!(err, ChatError::Unavailable(_)), "{err:?}");
+    assert!(
+        matches!(&err, ChatError::Store(e) if e.kind() == tidemark_core::store::ErrorKind::Unavailable && e.backend() == "redis"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("redis: connecting to redis://127.0.0.1:1: "),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

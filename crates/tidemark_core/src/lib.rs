@@ -9,7 +9,10 @@
 //! - [`mysql`]: the production relational engine (MariaDB / MySQL): one way to open a pool from
 //!   a URL, and scratch databases for tests.
 //! - [`store`]: [`store::StoreError`], the one error every storage port returns, whatever
-//!   engine (SQLite, MariaDB, InfluxDB) is behind it.
+//!   engine (SQLite, MariaDB, Redis, Kafka, InfluxDB) is behind it, with its source and its
+//!   [`store::ErrorKind`] (unavailable, full, corrupt, rejected, conflict).
+//! - [`retry`]: the rule background workers follow after a failed pass, by that kind.
+//! - [`health`]: stores marked full until a write to them succeeds, for `/readyz`.
 //! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, the JSON body extractor that
 //!   turns every bad body into such a 4xx, and per-tenant API-key auth.
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
@@ -19,9 +22,11 @@
 
 pub mod clock;
 pub mod day;
+pub mod health;
 pub mod http;
 pub mod mysql;
 pub mod openapi;
+pub mod retry;
 pub mod sqlite;
 pub mod store;
 pub mod throttle;

@@ -2,6 +2,7 @@
 
 use tidemark_core::http::ApiError;
 use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::{AsStoreError, StoreError};
 
 /// What can go wrong in links.
 #[derive(Debug, thiserror::Error)]
@@ -12,20 +13,53 @@ pub enum LinksError {
     /// No such mailing for this tenant.
     #[error("unknown mailing {0}")]
     UnknownMailing(String),
-    /// The store failed; nothing was acknowledged. Retryable.
-    #[error("store unavailable: {0}")]
+    /// A store failed; nothing was acknowledged. Its [`tidemark_core::store::ErrorKind`] says
+    /// whether to retry and how it answers over HTTP.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A part of the server that is no store (the sending pool, event recording, a render
+    /// task) is closed or failed: the server is stopping, or a bug. Nothing was acknowledged;
+    /// retryable (another server may take the request).
+    #[error("{0}")]
     Unavailable(String),
+}
+
+impl LinksError {
+    /// Whether trying again later may succeed: a retryable store failure, or a part of the
+    /// server that is closed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LinksError::Store(e) => e.is_retryable(),
+            LinksError::Unavailable(_) => true,
+            LinksError::Invalid(_) | LinksError::UnknownMailing(_) => false,
+        }
+    }
+}
+
+impl AsStoreError for LinksError {
+    fn as_store_error(&self) -> Option<&StoreError> {
+        match self {
+            LinksError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+    fn as_store_error_mut(&mut self) -> Option<&mut StoreError> {
+        match self {
+            LinksError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 impl From<SqliteError> for LinksError {
     fn from(e: SqliteError) -> Self {
-        LinksError::Unavailable(e.to_string())
+        LinksError::Store(e.into())
     }
 }
 
 impl From<rusqlite::Error> for LinksError {
     fn from(e: rusqlite::Error) -> Self {
-        LinksError::Unavailable(format!("sqlite: {e}"))
+        LinksError::Store(e.into())
     }
 }
 
@@ -35,6 +69,7 @@ impl From<LinksError> for ApiError {
         match e {
             LinksError::Invalid(_) => ApiError::bad_request(msg),
             LinksError::UnknownMailing(_) => ApiError::not_found(msg),
+            LinksError::Store(e) => ApiError::from(e),
             LinksError::Unavailable(_) => ApiError::unavailable(msg),
         }
     }

@@ -164,7 +164,7 @@ fn is_db_error(e: &sqlx::Error, code: u16) -> bool {
 
 impl From<sqlx::Error> for LinksError {
     fn from(e: sqlx::Error) -> Self {
-        LinksError::Unavailable(format!("mysql: {e}"))
+        LinksError::Store(e.into())
     }
 }
 

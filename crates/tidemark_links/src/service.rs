@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::UtcDay;
+use tidemark_core::store::StoreError;
 use tidemark_events::Ingest;
 use tokio::sync::Semaphore;
 
@@ -97,7 +98,7 @@ pub fn load_or_create_secret(cfg: &LinksConfig, dir: &Path) -> Result<[u8; 16]> 
             .ok_or_else(|| LinksError::Invalid("links.id_secret must be 32 hex digits".into()));
     }
     let path = dir.join("id.key");
-    let io = |e: std::io::Error| LinksError::Unavailable(format!("{}: {e}", path.display()));
+    let io = |e: std::io::Error| LinksError::Store(StoreError::file(&path, e));
     match std::fs::read_to_string(&path) {
         Ok(s) => parse(&s).ok_or_else(|| {
             LinksError::Invalid(format!("{} must hold 32 hex digits", path.display()))
@@ -146,7 +147,7 @@ impl LinksService {
         check_track_base(&cfg)?;
         let dir = data_dir.join("links");
         std::fs::create_dir_all(&dir)
-            .map_err(|e| LinksError::Unavailable(format!("{}: {e}", dir.display())))?;
+            .map_err(|e| StoreError::file(&dir, e).with_context("creating"))?;
         let store = Arc::new(SqliteLinks::open(&dir.join("links.db"))?);
         Self::with_link_store(
             data_dir,
@@ -163,7 +164,7 @@ impl LinksService {
     /// day-partitioned store) beside the embedded mailing store; otherwise as
     /// [`LinksService::open_embedded`]. Errors: a store URL that is neither
     /// ([`LinksError::Invalid`]), or a database that cannot be reached
-    /// ([`LinksError::Unavailable`]).
+    /// ([`LinksError::Store`]).
     pub async fn open(
         data_dir: &Path,
         cfg: LinksConfig,
@@ -184,7 +185,7 @@ impl LinksService {
         }
         let dir = data_dir.join("links");
         std::fs::create_dir_all(&dir)
-            .map_err(|e| LinksError::Unavailable(format!("{}: {e}", dir.display())))?;
+            .map_err(|e| StoreError::file(&dir, e).with_context("creating"))?;
         let links = Arc::new(MysqlLinks::connect(&store, 16).await?);
         let mailings = Arc::new(SqliteLinks::open(&dir.join("links.db"))?);
         Self::with_link_store(data_dir, cfg, links, mailings, ingest, clock, metrics)

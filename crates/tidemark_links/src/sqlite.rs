@@ -96,7 +96,7 @@ impl SqliteLinks {
     /// Opens (creating if needed) the store at `path`.
     ///
     /// # Errors
-    /// [`LinksError::Unavailable`] naming the file ([`opening`]).
+    /// [`LinksError::Store`] naming the file ([`opening`]).
     pub fn open(path: &Path) -> Result<Self> {
         Ok(opening(path, || {
             let conn = open_rw(path)?;

@@ -24,6 +24,7 @@ use super::hot::meta_set;
 use super::{RECORD_COLUMNS, record_from_row_at};
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
+use tidemark_core::store::StoreError;
 
 /// The outbox table; `meta` (the hot store's key-value table) holds `outbox_high`.
 pub(super) const SCHEMA: &str = "
@@ -87,7 +88,7 @@ pub(super) fn append(conn: &Connection, records: &[MessageRecord], now_ms: i64) 
     ))?;
     for r in records {
         let envelope = serde_json::to_vec(r)
-            .map_err(|e| ChatError::Unavailable(format!("encoding envelope: {e}")))?;
+            .map_err(|e| StoreError::rejected("sqlite", e).with_context("encoding envelope"))?;
         stmt.execute(params![now_ms, envelope])?;
     }
     Ok(())
