@@ -42,8 +42,14 @@ impl StoreHealth {
     ) {
         match outcome {
             Ok(_) => self.wrote(store),
-            Err(e) if e.store_kind() == Some(ErrorKind::Full) => self.full(store, e),
-            Err(_) => {}
+            Err(e) => self.failed(store, e),
+        }
+    }
+
+    /// A write to `store` failed with `error`: marks it if `error` is [`ErrorKind::Full`].
+    pub fn failed<E: AsStoreError + std::fmt::Display>(&self, store: &'static str, error: &E) {
+        if error.store_kind() == Some(ErrorKind::Full) {
+            self.mark_full(store, error);
         }
     }
 
@@ -61,8 +67,7 @@ impl StoreHealth {
             .store(!full.is_empty(), Ordering::Relaxed);
     }
 
-    /// A write to `store` failed for want of space with `error`: marks it.
-    pub fn full(&self, store: &'static str, error: &dyn std::fmt::Display) {
+    fn mark_full(&self, store: &'static str, error: &dyn std::fmt::Display) {
         let mut full = self.lock();
         if full.insert(store, error.to_string()).is_none() {
             tracing::error!(store, %error, "store is full: not ready until a write succeeds");

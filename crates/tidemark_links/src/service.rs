@@ -9,6 +9,7 @@ use std::sync::Arc;
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::UtcDay;
+use tidemark_core::health::StoreHealth;
 use tidemark_core::store::StoreError;
 use tidemark_events::Ingest;
 use tokio::sync::Semaphore;
@@ -75,7 +76,12 @@ pub struct LinksService {
     /// Bounds the hit events being written in the background (back-pressure on the
     /// redirector when the events store falls behind).
     event_permits: Arc<Semaphore>,
+    /// Where its writes are reported ([`LinksService::with_store_health`]).
+    health: StoreHealth,
 }
+
+/// The link and mailing stores' name in the node's [`StoreHealth`].
+pub const LINKS_STORE: &str = "links store";
 
 /// Most hit events written in the background at once before the redirector waits.
 pub const MAX_PENDING_HIT_EVENTS: u32 = 10_000;
@@ -246,7 +252,17 @@ impl LinksService {
             clock,
             metrics,
             event_permits: Arc::new(Semaphore::new(MAX_PENDING_HIT_EVENTS as usize)),
+            health: StoreHealth::default(),
         }
+    }
+
+    /// Reports its writes (mailings, link records, suppressions) to `health`, the node's,
+    /// under [`LINKS_STORE`]: a full store makes the node not ready until a write succeeds.
+    /// (Hit events go through the events ingest, which reports under its own name.)
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// Waits until every hit event handed to the background has been written (or has failed
@@ -319,7 +335,9 @@ impl LinksService {
             created_ms: self.clock.now_ms(),
         };
         let id = mailing.mailing_id.clone();
-        self.mailings.create_mailing(mailing).await?;
+        let created = self.mailings.create_mailing(mailing).await;
+        self.health.record(LINKS_STORE, &created);
+        created?;
         Ok(id)
     }
 
@@ -387,7 +405,9 @@ impl LinksService {
         .map_err(|e| LinksError::Unavailable(format!("render task: {e}")))??;
         let records = build.records.clone();
         let n = records.len() as u64;
-        self.links.insert(records).await?;
+        let inserted = self.links.insert(records).await;
+        self.health.record(LINKS_STORE, &inserted);
+        inserted?;
         self.metrics.records_stored.inc_by(n);
         self.metrics.rendered.inc_by(build.messages.len() as u64);
         self.metrics.skipped.inc_by(build.skipped.len() as u64);
@@ -457,7 +477,9 @@ impl LinksService {
             })?;
         }
         let normalised: Vec<String> = emails.iter().map(|e| e.trim().to_lowercase()).collect();
-        self.mailings.suppress(tenant, &normalised).await?;
+        let suppressed = self.mailings.suppress(tenant, &normalised).await;
+        self.health.record(LINKS_STORE, &suppressed);
+        suppressed?;
         Ok(normalised.len())
     }
 

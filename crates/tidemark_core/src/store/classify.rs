@@ -143,6 +143,20 @@ pub fn mysql_message_kind(number: u16, sqlstate: Option<&str>, message: &str) ->
     }
 }
 
+/// The kind of the first file-system error in the source chain of `e` (`e` included), if
+/// any: how a library that wraps the file system (`object_store`'s local store, a Parquet
+/// writer) tells of a full disk.
+pub fn io_kind_in_chain(e: &(dyn std::error::Error + 'static)) -> Option<ErrorKind> {
+    let mut next = Some(e);
+    while let Some(e) = next {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return Some(io_kind(io));
+        }
+        next = e.source();
+    }
+    None
+}
+
 /// The kind of a file-system error: ENOSPC / EDQUOT are [`ErrorKind::Full`]; unreadable data
 /// (`InvalidData`, an unexpected end of file) [`ErrorKind::Corrupt`]; missing files, no
 /// permission, a read-only file system and bad arguments [`ErrorKind::Rejected`]; the rest

@@ -185,6 +185,18 @@ fn file_system_errors_sort_into_kinds() {
     assert_eq!(io_kind(&os(libc::EROFS)), ErrorKind::Rejected);
     let truncated = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
     assert_eq!(io_kind(&truncated), ErrorKind::Corrupt);
+    #[derive(Debug, thiserror::Error)]
+    #[error("wrapped")]
+    struct Wrapper(#[source] std::io::Error);
+    let wrapped = Wrapper(os(libc::ENOSPC));
+    assert_eq!(
+        super::classify::io_kind_in_chain(&wrapped),
+        Some(ErrorKind::Full)
+    );
+    assert_eq!(
+        super::classify::io_kind_in_chain(&StoreError::rejected("x", "no io here")),
+        None
+    );
     let e = StoreError::file(Path::new("/d/links/id.key"), os(libc::ENOSPC));
     assert_eq!(e.kind(), ErrorKind::Full);
     assert!(
