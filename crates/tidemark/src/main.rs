@@ -113,11 +113,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         // Colours only on a terminal: a log file or a collector gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    // Before any thread or connection: SQLite takes a page cache only before it initializes,
-    // and not from two threads at once (`tidemark_core::sqlite::pcache`).
-    if let Err(reason) = tidemark_core::sqlite::pcache::install() {
-        tracing::warn!(%reason, "sqlite keeps its own page cache (slower commits)");
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;

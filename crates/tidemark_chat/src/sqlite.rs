@@ -15,7 +15,7 @@ mod hot;
 mod index_log;
 mod outbox;
 
-pub use archive::{ARCHIVE_DUTY, PACED_LAG, SqliteArchive, archive_duty};
+pub use archive::SqliteArchive;
 pub use hot::{HOT_PAGE_SIZE, SqliteHot};
 pub use index_log::{MERGE_CHUNK, MERGE_ENTRIES};
 
