@@ -44,7 +44,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [events] rollups             TIDEMARK_EVENTS__ROLLUPS        sqlite | mysql://user@host/db
   [events] archive_url         TIDEMARK_EVENTS__ARCHIVE_URL    default data/events/archive
   [events] raw_retention       TIDEMARK_EVENTS__RAW_RETENTION  default 7d
-(the README's Configuration section shows every key of the file)
+(docs/configuration.md lists every key of the file)
 
 Logging: RUST_LOG (default info).";
 
