@@ -33,7 +33,7 @@ use super::process::{
     machine_busy_ticks, scrape_metrics,
 };
 use engines::{Engines, RedisBytes, RunEngines};
-use zipf::Zipf;
+use zipf::Ranks;
 
 /// The API key of the default `demo` tenant the spawned servers use.
 const BEARER: &str = "Bearer dev-key";
@@ -218,6 +218,7 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
         Engines::Embedded => vec![None],
         Engines::Production => args.pools.iter().copied().map(Some).collect(),
     };
+    let zipf = Ranks::new(args.conversations, args.zipf_s).context("--zipf-s")?;
     let server_bin = args.server.resolve()?;
     let root = super::temp_root(args.dir.as_deref(), "chat")?;
 
@@ -229,7 +230,6 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     };
 
     let body_tail = body_tail(args.body_bytes);
-    let zipf = Zipf::new(args.conversations, args.zipf_s);
     let mut out = String::new();
     writeln!(
         out,
@@ -449,7 +449,7 @@ struct RunInputs<'a> {
     /// The temp dir of the whole benchmark; each run's data dir goes under it.
     root: &'a Path,
     /// The draw of conversations.
-    zipf: &'a Zipf,
+    zipf: &'a Ranks,
     /// The constant tail of every send request ([`body_tail`]).
     body_tail: &'a [u8],
 }
@@ -528,7 +528,7 @@ async fn run_mode(
         let json = HeaderValue::from_static("application/json");
         let client_ref = &client;
         let result = load::run(cfg, |i| {
-            let k = zipf.sample(rng.random::<f64>());
+            let k = zipf.sample(&mut rng);
             let side = if rng.random::<bool>() { 'b' } else { 's' };
             let mut body = Vec::with_capacity(body_tail.len() + 64);
             let _ = write!(
