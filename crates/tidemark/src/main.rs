@@ -1,6 +1,7 @@
-//! The `tidemark` binary: `serve` (HTTP API + every background worker) and the load generators.
+//! The `tidemark` binary: `serve` (HTTP API + every background worker), the offline mail
+//! builder, the demo and the rollup command. The load generators are `tidemark-bench`.
 
-use tidemark::{bench, config, demo, mail, rollup_cmd, server};
+use tidemark::{config, demo, mail, rollup_cmd, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -78,9 +79,6 @@ enum Command {
     /// The mail builder offline (`tidemark mail render --template T.html --recipients R.csv --out DIR`).
     #[command(subcommand)]
     Mail(mail::MailCommand),
-    /// Load generators that print figures.
-    #[command(subcommand)]
-    Bench(bench::BenchCommand),
     /// Replay one marketplace day through the HTTP API and print a summary
     /// (`tidemark demo --server http://127.0.0.1:8080 --key dev-key`, or `--embedded`).
     Demo(demo::DemoArgs),
@@ -137,7 +135,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 server::run(listener, cfg, server::shutdown_signal()).await
             }
             Command::Mail(m) => mail::run(m).await,
-            Command::Bench(b) => bench::run(b).await,
             Command::Rollup(r) => rollup_cmd::run(r).await,
             Command::Demo(d) => demo::run(d).await.map(|_| ()),
         }
