@@ -38,12 +38,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    // The in-process parts (render, stores, rollup, report) open SQLite as the server does, so
-    // with the server's page cache; it must be installed before any thread or connection
-    // (`tidemark_core::sqlite::pcache`).
-    if let Err(reason) = tidemark_core::sqlite::pcache::install() {
-        tracing::warn!(%reason, "sqlite keeps its own page cache (slower commits)");
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
