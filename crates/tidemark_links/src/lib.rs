@@ -13,7 +13,8 @@
 //!    files on the embedded default).
 //! 5. **Redirect** ([`redirect`]): `/c/<id>` → 302 to the stored URL, `/o/<id>` → 1×1 GIF; the
 //!    id is validated before any read, the lookup reads one partition, and the click or open is
-//!    recorded as an analytics event from that one row.
+//!    recorded as an analytics event from that one row; [`user_agent`] tells bots, scanners
+//!    and image proxies from people.
 //! 6. **Retention** ([`partitions`]): whole day partitions are created ahead and dropped when
 //!    they expire.
 //!
@@ -38,3 +39,4 @@ pub mod send;
 pub mod service;
 pub mod sqlite;
 pub mod store;
+pub mod user_agent;
