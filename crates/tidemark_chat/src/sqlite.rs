@@ -30,9 +30,9 @@ use crate::error::ChatError;
 use crate::model::{MessageClass, MessageRecord};
 
 /// `e`, an error opening the file at `path`, with the file named in front: SQLite's own words
-/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database";
-/// operator trial). A message that starts with the file's name already (a schema of a newer
-/// build) is left as it is.
+/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database"). A
+/// message that starts with the file's name already (a schema of a newer build) is left as
+/// it is.
 fn opening(path: &Path, e: ChatError) -> ChatError {
     let named = path.display().to_string();
     match e {

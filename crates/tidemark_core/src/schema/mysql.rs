@@ -59,7 +59,7 @@ pub async fn migrate_mysql(
     pool: &MySqlPool,
     versions: &Versions<MysqlUp>,
 ) -> Result<(), MysqlError> {
-    // Detached: the lock belongs to the session, which must end with this call.
+    // Detached: the lock belongs to this connection, which must close with this call.
     let mut conn = pool.acquire().await?.detach();
     let migrated = locked(&mut conn, versions).await;
     let _ = conn.close().await;
