@@ -18,7 +18,7 @@ mod index_log;
 mod migrations;
 mod outbox;
 
-pub use archive::{ARCHIVE_DUTY, PACED_LAG, SqliteArchive, archive_duty};
+pub use archive::SqliteArchive;
 pub use hot::{HOT_PAGE_SIZE, SqliteHot};
 pub use index_log::{MERGE_CHUNK, MERGE_ENTRIES};
 

@@ -1,6 +1,7 @@
-//! A `tidemark serve` child process of a benchmark: this same executable, on a free loopback
-//! port, with its own data directory and environment overrides, its log in a file beside the
-//! data; and what a benchmark reads about it (`/metrics`, CPU time from `/proc`, [`CpuMark`]).
+//! A `tidemark serve` child process of a benchmark: the server executable of `--server-bin`
+//! ([`ServerBin`]), on a free loopback port, with its own data directory and environment
+//! overrides, its log in a file beside the data; and what a benchmark reads about it
+//! (`/metrics`, CPU time from `/proc`, [`CpuMark`]).
 
 use std::collections::HashMap;
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
@@ -14,6 +15,67 @@ use hyper::Request;
 use tokio::process::{Child, Command};
 
 use super::load::{HttpClient, call};
+
+/// The `--server-bin` flag of every subcommand.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct ServerBin {
+    /// The `tidemark` executable to start as `tidemark serve` [default: `tidemark` beside this
+    /// executable (the same target dir), else `tidemark` on PATH]. Two builds compare by running
+    /// the benchmark once with each.
+    #[arg(long, value_name = "PATH")]
+    pub server_bin: Option<PathBuf>,
+}
+
+impl ServerBin {
+    /// The executable to start: the flag's path if it is a file; else `tidemark` in the
+    /// directory of `own_exe` (this program); else the first `tidemark` file on `path` (a
+    /// `PATH`-style list). Errors: the flag's path is not a file; or neither default exists
+    /// (the message names both places).
+    pub(crate) fn resolve_from(
+        &self,
+        own_exe: Option<&Path>,
+        path: Option<&std::ffi::OsStr>,
+    ) -> anyhow::Result<PathBuf> {
+        if let Some(bin) = &self.server_bin {
+            if !bin.is_file() {
+                bail!("--server-bin {}: no such file", bin.display());
+            }
+            return Ok(bin.clone());
+        }
+        let beside = own_exe
+            .and_then(Path::parent)
+            .map(|dir| dir.join(SERVER_EXE));
+        if let Some(exe) = beside.as_ref().filter(|p| p.is_file()) {
+            return Ok(exe.clone());
+        }
+        if let Some(exe) = path
+            .into_iter()
+            .flat_map(std::env::split_paths)
+            .map(|dir| dir.join(SERVER_EXE))
+            .find(|p| p.is_file())
+        {
+            return Ok(exe);
+        }
+        bail!(
+            "no `{SERVER_EXE}` server executable: none beside tidemark-bench ({}) and none on \
+             PATH; build it (`cargo build -p tidemark`, with `--release` for a release \
+             tidemark-bench) or pass --server-bin PATH",
+            beside.map_or_else(
+                || "its directory is unknown".into(),
+                |p| p.display().to_string()
+            )
+        )
+    }
+
+    /// [`ServerBin::resolve_from`] this executable and `PATH`.
+    pub(crate) fn resolve(&self) -> anyhow::Result<PathBuf> {
+        let own = std::env::current_exe().ok();
+        self.resolve_from(own.as_deref(), std::env::var_os("PATH").as_deref())
+    }
+}
+
+/// The server executable's file name.
+const SERVER_EXE: &str = "tidemark";
 
 /// A running server.
 #[derive(Debug)]
@@ -38,22 +100,22 @@ pub(super) fn log_tail(path: &Path, lines: usize) -> String {
 }
 
 impl ServerProcess {
-    /// Starts `tidemark serve` on `data_dir` and waits until `GET /readyz` answers 200. `env`
+    /// Starts `<exe> serve` on `data_dir` and waits until `GET /readyz` answers 200. `env`
     /// sets (`Some`) or removes (`None`) environment variables of the child, e.g.
     /// `("TIDEMARK_CHAT__MODE", Some("tiered"))`.
     pub(super) async fn start(
+        exe: &Path,
         client: &HttpClient,
         data_dir: &Path,
         log: &Path,
         env: &[(&str, Option<&str>)],
     ) -> anyhow::Result<Self> {
-        let exe = std::env::current_exe().context("locating the tidemark executable")?;
         std::fs::create_dir_all(data_dir)?;
         let addr = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()?));
         let out = std::fs::File::create(log)
             .with_context(|| format!("creating the server log {}", log.display()))?;
         let err = out.try_clone()?;
-        let mut cmd = Command::new(&exe);
+        let mut cmd = Command::new(exe);
         cmd.arg("serve")
             .arg("--listen")
             .arg(addr.to_string())
@@ -289,3 +351,6 @@ impl std::fmt::Display for Cpu {
         )
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -1,4 +1,4 @@
-//! Part 3 of `tidemark bench events`: the daily rollup of one big day.
+//! Part 3 of `tidemark-bench events`: the daily rollup of one big day.
 //!
 //! A raw tier in a temp dir is filled in process through [`RawStore::append`] (batches of
 //! `--append-batch`, the next batch generated while the last is written) with a day of

@@ -1,4 +1,4 @@
-//! Part 4 of `tidemark bench links`: the redirector under load on loopback.
+//! Part 4 of `tidemark-bench links`: the redirector under load on loopback.
 //!
 //! A `tidemark serve` child (its tracking base left to default to its listen address) gets a
 //! mailing with six tracked links (one in Outlook VML) and renders it over HTTP for
@@ -341,8 +341,10 @@ async fn counters(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<[f64;
     ])
 }
 
+/// The redirect part against a fresh `server_bin serve` with its data under `dir`.
 pub(super) async fn bench_redirect(
     args: &LinksBenchArgs,
+    server_bin: &Path,
     dir: &Path,
 ) -> anyhow::Result<RedirectFigures> {
     std::fs::create_dir_all(dir)?;
@@ -358,6 +360,7 @@ pub(super) async fn bench_redirect(
     let client = load::http_client(args.max_in_flight);
     let log = dir.join("server.log");
     let server = ServerProcess::start(
+        server_bin,
         &client,
         &dir.join("data"),
         &log,

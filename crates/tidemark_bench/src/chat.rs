@@ -1,5 +1,5 @@
-//! `tidemark bench chat`: SEND_ACK latency and throughput at constant offered rates, for each
-//! chat mode, against a fresh `tidemark serve` child per mode (same executable, free loopback
+//! `tidemark-bench chat`: SEND_ACK latency and throughput at constant offered rates, for each
+//! chat mode, against a fresh `tidemark serve` child per mode (`--server-bin`, free loopback
 //! port, temp data dir).
 //!
 //! Per mode: start the server, create the conversations (members `b<i>`, `s<i>`), then for each
@@ -29,11 +29,11 @@ use rand::{Rng, SeedableRng};
 
 use super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, TimelineEntry, call};
 use super::process::{
-    ServerProcess, clock_ticks_per_sec, cpu_ticks, disk_written_bytes, machine_busy_ticks,
-    scrape_metrics,
+    ServerBin, ServerProcess, clock_ticks_per_sec, cpu_ticks, disk_written_bytes,
+    machine_busy_ticks, scrape_metrics,
 };
 use engines::{Engines, RedisBytes, RunEngines};
-use zipf::Zipf;
+use zipf::Ranks;
 
 /// The API key of the default `demo` tenant the spawned servers use.
 const BEARER: &str = "Bearer dev-key";
@@ -76,7 +76,7 @@ impl BenchMode {
     }
 }
 
-/// Arguments of `tidemark bench chat`.
+/// Arguments of `tidemark-bench chat`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ChatBenchArgs {
     /// Chat modes to measure, each against its own fresh server.
@@ -148,6 +148,9 @@ pub struct ChatBenchArgs {
     /// beside `--timeline`.
     #[arg(long)]
     pub server_logs: Option<PathBuf>,
+    /// The server executable.
+    #[command(flatten)]
+    pub server: ServerBin,
 }
 
 /// One printed row.
@@ -215,6 +218,8 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
         Engines::Embedded => vec![None],
         Engines::Production => args.pools.iter().copied().map(Some).collect(),
     };
+    let zipf = Ranks::new(args.conversations, args.zipf_s).context("--zipf-s")?;
+    let server_bin = args.server.resolve()?;
     let root = super::temp_root(args.dir.as_deref(), "chat")?;
 
     let fs = {
@@ -225,13 +230,13 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     };
 
     let body_tail = body_tail(args.body_bytes);
-    let zipf = Zipf::new(args.conversations, args.zipf_s);
     let mut out = String::new();
     writeln!(
         out,
-        "tidemark bench chat — {} engines{}, open loop over loopback HTTP/1.1, {} B bodies, {} \
+        "tidemark-bench chat — server {}, {} engines{}, open loop over loopback HTTP/1.1, {} B bodies, {} \
          conversations (Zipf s={}, top one {:.1} % of sends), per rate {} s warmup + {} s \
          measured, ≤{} requests in flight",
+        server_bin.display(),
         match args.engines {
             Engines::Embedded => "embedded (SQLite)",
             Engines::Production =>
@@ -273,6 +278,13 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     writeln!(out, "{}", row_header())?;
     print_now(&out);
 
+    let inputs = RunInputs {
+        args: &args,
+        server_bin: &server_bin,
+        root: root.path(),
+        zipf: &zipf,
+        body_tail: &body_tail,
+    };
     let mut rows = Vec::new();
     let mut storage = Vec::new();
     for round in 1..=args.rounds {
@@ -281,8 +293,7 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
         }
         for &mode in &args.modes {
             for &pool in &pools {
-                let (mode_rows, st) =
-                    run_mode(&args, round, mode, pool, root.path(), &zipf, &body_tail).await?;
+                let (mode_rows, st) = run_mode(&inputs, round, mode, pool).await?;
                 rows.extend(mode_rows);
                 storage.push(st);
             }
@@ -429,17 +440,35 @@ fn body_tail(n: usize) -> Vec<u8> {
     v
 }
 
+/// What every run of one benchmark shares.
+#[derive(Debug, Clone, Copy)]
+struct RunInputs<'a> {
+    args: &'a ChatBenchArgs,
+    /// The `tidemark` executable to start.
+    server_bin: &'a Path,
+    /// The temp dir of the whole benchmark; each run's data dir goes under it.
+    root: &'a Path,
+    /// The draw of conversations.
+    zipf: &'a Ranks,
+    /// The constant tail of every send request ([`body_tail`]).
+    body_tail: &'a [u8],
+}
+
 /// One run of `round`: a fresh server of `mode` (with a Redis pool of `pool` on the production
 /// engines) driven at every rate in turn.
 async fn run_mode(
-    args: &ChatBenchArgs,
+    inputs: &RunInputs<'_>,
     round: usize,
     mode: BenchMode,
     pool: Option<usize>,
-    root: &Path,
-    zipf: &Zipf,
-    body_tail: &[u8],
 ) -> anyhow::Result<(Vec<Row>, ModeStorage)> {
+    let RunInputs {
+        args,
+        server_bin,
+        root,
+        zipf,
+        body_tail,
+    } = *inputs;
     let label = run_label(mode, pool);
     let client = load::http_client(args.max_in_flight);
     let dir_name = label.replace('/', "-");
@@ -456,7 +485,7 @@ async fn run_mode(
         }
         None => root.join(format!("{dir_name}-server.log")),
     };
-    let server = ServerProcess::start(&client, &data_dir, &log, &env).await?;
+    let server = ServerProcess::start(server_bin, &client, &data_dir, &log, &env).await?;
     eprintln!(
         "{label}: server on {} ready in {:.1} s; creating {} conversations …",
         server.addr,
@@ -499,7 +528,7 @@ async fn run_mode(
         let json = HeaderValue::from_static("application/json");
         let client_ref = &client;
         let result = load::run(cfg, |i| {
-            let k = zipf.sample(rng.random::<f64>());
+            let k = zipf.sample(&mut rng);
             let side = if rng.random::<bool>() { 'b' } else { 's' };
             let mut body = Vec::with_capacity(body_tail.len() + 64);
             let _ = write!(

@@ -1,4 +1,4 @@
-//! Part 4 of `tidemark bench events`: the yearly report of one account.
+//! Part 4 of `tidemark-bench events`: the yearly report of one account.
 //!
 //! A fresh [`SqliteRollups`] in a temp dir (or, with `--report-mysql`, a [`MysqlRollups`] in a
 //! scratch database on that MariaDB server) gets `--report-accounts` accounts of

@@ -1,9 +1,35 @@
-//! Load generators (`tidemark bench …`): they drive a server over loopback HTTP (or a
-//! subsystem in process) and print figures. Not tests: nothing here asserts a speed.
+//! Tidemark's load generators, the `tidemark-bench` binary. Not tests: nothing here asserts a
+//! speed; each subcommand prints its figures, then each bar it is about with PASS / FAIL / NOT
+//! MEASURED.
 //!
-//! Shared pieces: [`load`] (the open-loop driver and its HTTP client), [`process`] (a
-//! `tidemark serve` child on a free port, its metrics and CPU time), and here the temp dir of a
-//! run, the machine's load average and the closing summary of bars.
+//! - `tidemark-bench chat` ([`chat`]): SEND_ACK latency and throughput of
+//!   `POST /v1/conversations/{cid}/messages` at constant offered rates, open loop (latency from
+//!   the intended send time, so queueing is counted), for each chat mode (`tiered`, `hot-only`,
+//!   `sync-archive`), on the embedded engines (SQLite) or the production ones (a private durable
+//!   `redis-server`, a private tansu broker, a scratch MariaDB database); plus the fsync rate of
+//!   the data disk, the server's and the generator's CPU, disk bytes and hot-tier bytes per
+//!   message.
+//! - `tidemark-bench links` ([`links`]): link rewriting MB/s over the template corpus, recipients
+//!   rendered and stored per second, link-store insert rate per million rows (SQLite, or
+//!   MariaDB schemas compared), and `GET /c/<id>` redirects/s with their latency, driven by
+//!   `wrk` (when on `PATH`) and by the open-loop driver.
+//! - `tidemark-bench events` ([`events`]): events/s ingested over HTTP as JSON and as InfluxDB
+//!   line protocol, the rollup of one big UTC day, the yearly account report's latency (SQLite or
+//!   MariaDB), and (on request) InfluxDB series cardinality with identifiers as tags vs fields.
+//!
+//! How servers are driven: the HTTP parts start a fresh `tidemark serve` child per run
+//! (`process`) on a free loopback port, with its own temp data dir and environment overrides
+//! (e.g. `TIDEMARK_CHAT__MODE`), wait for `GET /readyz`, load it over keep-alive HTTP/1.1
+//! (`load`), read its `/metrics` and its CPU time from `/proc`, and stop it with SIGTERM. The
+//! executable is `--server-bin PATH`, else the `tidemark` beside this executable (the same
+//! target dir), else `tidemark` on `PATH`: so one harness can drive two server builds in turn.
+//! The other parts run the subsystem crates in process (rewrite, render, stores, rollup,
+//! report). Real Redis, tansu and InfluxDB servers come from the subsystems' `testing` helpers;
+//! MariaDB is the one at `--mysql` / `--insert-mysql` / `--report-mysql`.
+//!
+//! Shared pieces: `load` (the open-loop driver and its HTTP client), `process` (the server
+//! child, its metrics and CPU time), `plot` (SVG charts with `--plot-dir`), and here the temp
+//! dir of a run, the machine's load average and the closing summary of bars.
 
 pub mod chat;
 pub mod events;
@@ -12,12 +38,14 @@ mod load;
 mod plot;
 mod process;
 
+pub use process::ServerBin;
+
 use std::path::Path;
 
 use anyhow::Context;
 use clap::Subcommand;
 
-/// `tidemark bench <what>`.
+/// `tidemark-bench <what>`.
 #[derive(Debug, Subcommand)]
 pub enum BenchCommand {
     /// Chat SEND_ACK latency at constant offered rates, for each chat mode.

@@ -1,4 +1,4 @@
-//! Part 3 of `tidemark bench links`: the link-store insert rate as the store grows.
+//! Part 3 of `tidemark-bench links`: the link-store insert rate as the store grows.
 //!
 //! With `--insert-mysql`, the same on MariaDB for each of `--mysql-schemas` (seed 001's
 //! comparison, see [`super::schemas`]), each in its own scratch database.

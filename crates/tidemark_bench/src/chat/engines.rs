@@ -1,4 +1,4 @@
-//! Where the server of one `tidemark bench chat` run keeps its chat data.
+//! Where the server of one `tidemark-bench chat` run keeps its chat data.
 //!
 //! `embedded` (default): the SQLite files under the run's data dir. `production` (issue 6, the
 //! seed 000 shape): a private `redis-server` with durable AOF (`appendfsync always`) as hot

@@ -15,7 +15,7 @@
 //! waited at least that long, so one stall of 200 ms at 10,000 requests/s puts 2,000 requests
 //! (2 %) past it, whatever the server does the rest of the time. With
 //! [`OpenLoop::timeline`] the run keeps each recorded request's intended time and latency, to
-//! lay beside what was sampled on the machine meanwhile (`bench chat --timeline`).
+//! lay beside what was sampled on the machine meanwhile (`tidemark-bench chat --timeline`).
 //!
 //! Nothing here is chat-specific: the caller passes a closure that builds request `i`.
 

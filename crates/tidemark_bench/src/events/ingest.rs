@@ -1,4 +1,4 @@
-//! Parts 1 and 2 of `tidemark bench events`: ingest over loopback HTTP.
+//! Parts 1 and 2 of `tidemark-bench events`: ingest over loopback HTTP.
 //!
 //! For each format, a fresh `tidemark serve` child gets batches of `--batch` events from
 //! `--connections` connections; each connection sends its next batch as soon as the last one
@@ -365,9 +365,10 @@ fn decode_cost(format: Format, bodies: &[Bytes], batch: usize) -> anyhow::Result
     Ok(start.elapsed().as_secs_f64() * 1e6 / events as f64)
 }
 
-/// Runs one format against a fresh server with its data under `dir`.
+/// Runs one format against a fresh `server_bin serve` with its data under `dir`.
 pub(super) async fn bench_ingest(
     args: &EventsBenchArgs,
+    server_bin: &Path,
     format: Format,
     dir: &Path,
 ) -> anyhow::Result<IngestFigures> {
@@ -395,7 +396,8 @@ pub(super) async fn bench_ingest(
 
     let client = load::http_client(args.connections);
     let data = dir.join("data");
-    let server = ServerProcess::start(&client, &data, &dir.join("server.log"), &[]).await?;
+    let server =
+        ServerProcess::start(server_bin, &client, &data, &dir.join("server.log"), &[]).await?;
     let (addr, pid) = (server.addr, server.pid());
     let uri: Uri = format!("http://{addr}{}", format.path()).parse()?;
     eprintln!(

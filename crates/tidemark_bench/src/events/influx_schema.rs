@@ -1,4 +1,4 @@
-//! Part 5 of `tidemark bench events` (issue 7, measurement 2; seed 002): the same events
+//! Part 5 of `tidemark-bench events` (seed 002): the same events
 //! written to a real InfluxDB 1.x with identifiers as **tags** (the seed's original schema) and
 //! as **fields** (Tidemark's), as the number of distinct users grows.
 //!

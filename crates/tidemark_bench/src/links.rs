@@ -1,4 +1,4 @@
-//! `tidemark bench links`: the figures of the links issue (seed 001), in four parts:
+//! `tidemark-bench links`: the figures of the links issue (seed 001), in four parts:
 //! 1. **rewrite** — [`find_links`] + [`splice`] over every corpus template, repeated for
 //!    `--rewrite-seconds` on one thread: MB/s of input HTML.
 //! 2. **render** — [`LinksService::render`] of `--template` (merge fields, rewrite, ids, and all
@@ -6,8 +6,8 @@
 //!    `--render-batch` recipients for `--render-seconds`: recipients/s and link records/s, then
 //!    one call's time split into merge fields, rewrite + ids, and the store.
 //! 3. **insert** — [`store`]: link-store insert rate per million rows up to `--rows`.
-//! 4. **redirect** — [`redirect`]: `GET /c/<id>` against a `tidemark serve` child, with `wrk`
-//!    and with the open-loop driver.
+//! 4. **redirect** — [`redirect`]: `GET /c/<id>` against a `tidemark serve` child
+//!    (`--server-bin`), with `wrk` and with the open-loop driver.
 //!
 //! It prints the figures, then each bar of the issue with PASS/FAIL; it asserts nothing.
 
@@ -35,7 +35,7 @@ use tidemark_links::rewrite::{RewriteConfig, find_links, pixel_html, splice};
 use tidemark_links::rules::RuleConfig;
 use tidemark_links::service::LinksService;
 
-use super::{Bar, load_average, print_summary, temp_root};
+use super::{Bar, ServerBin, load_average, print_summary, temp_root};
 
 /// The corpus beside the repository (`shared/corpus/emails`), as seen from this crate.
 const DEFAULT_CORPUS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/../../../shared/corpus/emails");
@@ -67,7 +67,7 @@ pub enum Part {
     Redirect,
 }
 
-/// Arguments of `tidemark bench links`.
+/// Arguments of `tidemark-bench links`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct LinksBenchArgs {
     /// Parts to run.
@@ -147,6 +147,9 @@ pub struct LinksBenchArgs {
     /// Removed afterwards.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The server executable of the redirect part.
+    #[command(flatten)]
+    pub server: ServerBin,
 }
 
 /// Runs the links benchmark on its own single-threaded runtime (see
@@ -179,6 +182,10 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         "sizes and rates must be positive, --wrk-connections ≥ --wrk-threads"
     );
     let wants = |p: Part| args.parts.contains(&p);
+    // Found before any part runs, so a missing server fails the run at once.
+    let server_bin = wants(Part::Redirect)
+        .then(|| args.server.resolve())
+        .transpose()?;
     let root = temp_root(args.dir.as_deref(), "links")?;
     let corpus_dir = args
         .corpus
@@ -186,10 +193,13 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         .unwrap_or_else(|| PathBuf::from(DEFAULT_CORPUS));
 
     println!(
-        "tidemark bench links — machine: {} CPUs, load average {}; data under {}",
+        "tidemark-bench links — machine: {} CPUs, load average {}; data under {}{}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average(),
-        root.path().display()
+        root.path().display(),
+        server_bin
+            .as_deref()
+            .map_or_else(String::new, |b| format!("; server {}", b.display()))
     );
     let mut bars = Vec::new();
     if wants(Part::Rewrite) {
@@ -270,8 +280,8 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
             pass: r.ratio().map(|x| x >= BAR_FLAT),
         });
     }
-    if wants(Part::Redirect) {
-        let r = redirect::bench_redirect(&args, &root.path().join("redirect")).await?;
+    if let Some(server_bin) = &server_bin {
+        let r = redirect::bench_redirect(&args, server_bin, &root.path().join("redirect")).await?;
         print!("{}", r.report());
         bars.extend(r.bars());
     }

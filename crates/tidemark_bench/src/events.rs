@@ -1,7 +1,7 @@
-//! `tidemark bench events`: the figures of the listing-analytics issue (issue 4, seed 002), in
+//! `tidemark-bench events`: the figures of listing analytics (seed 002), in
 //! four parts:
 //! 1. **json** and 2. **line-protocol** — [`ingest`]: events/s over loopback HTTP into a
-//!    `tidemark serve` child, `POST /v1/events` (a JSON array) and
+//!    `tidemark serve` child (`--server-bin`), `POST /v1/events` (a JSON array) and
 //!    `POST /api/v2/write?precision=ms` (InfluxDB line protocol), in batches of `--batch`
 //!    events from `--connections` connections in a closed loop for `--ingest-seconds`, with
 //!    pre-built bodies; the raw tier is counted afterwards.
@@ -29,7 +29,7 @@ use std::path::PathBuf;
 use anyhow::ensure;
 use tidemark_events::Event;
 
-use super::{Bar, load_average, print_summary, temp_root};
+use super::{Bar, ServerBin, load_average, print_summary, temp_root};
 
 /// Bar: events per second ingested over HTTP, for each format.
 const BAR_INGEST: f64 = 100_000.0;
@@ -61,7 +61,7 @@ pub enum Part {
     InfluxSchema,
 }
 
-/// Arguments of `tidemark bench events`.
+/// Arguments of `tidemark-bench events`.
 #[derive(Debug, Clone, clap::Args)]
 pub struct EventsBenchArgs {
     /// Parts to run.
@@ -136,6 +136,9 @@ pub struct EventsBenchArgs {
     /// Removed afterwards.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// The server executable of the ingest parts.
+    #[command(flatten)]
+    pub server: ServerBin,
 }
 
 /// Runs the events benchmark on its own single-threaded runtime (see
@@ -164,19 +167,27 @@ async fn run_here(args: EventsBenchArgs) -> anyhow::Result<()> {
         "sizes and counts must be positive"
     );
     let wants = |p: Part| args.parts.contains(&p);
+    // Found before any part runs, so a missing server fails the run at once.
+    let server_bin = (wants(Part::Json) || wants(Part::LineProtocol))
+        .then(|| args.server.resolve())
+        .transpose()?;
     let root = temp_root(args.dir.as_deref(), "events")?;
     println!(
-        "tidemark bench events — machine: {} CPUs, load average {}; data under {}",
+        "tidemark-bench events — machine: {} CPUs, load average {}; data under {}{}",
         std::thread::available_parallelism().map_or(0, |n| n.get()),
         load_average(),
-        root.path().display()
+        root.path().display(),
+        server_bin
+            .as_deref()
+            .map_or_else(String::new, |b| format!("; server {}", b.display()))
     );
     let mut bars = Vec::new();
     for (n, format) in [(1, ingest::Format::Json), (2, ingest::Format::LineProtocol)] {
-        if !wants(format.part()) {
+        let Some(server_bin) = server_bin.as_deref().filter(|_| wants(format.part())) else {
             continue;
-        }
-        let r = ingest::bench_ingest(&args, format, &root.path().join(format.slug())).await?;
+        };
+        let dir = root.path().join(format.slug());
+        let r = ingest::bench_ingest(&args, server_bin, format, &dir).await?;
         print!("{}", r.report(n));
         bars.push(r.bar());
     }
