@@ -35,7 +35,6 @@ use crate::error::Result;
 use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::Archive;
 
-
 /// The embedded archive (see the module docs).
 #[derive(Debug)]
 pub struct SqliteArchive {
