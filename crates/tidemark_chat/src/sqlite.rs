@@ -6,6 +6,8 @@
 //! - [`SqliteArchive`] (`archive.db`): message records and history index (in time order, merged
 //!   into its keyed B-tree in large sorted steps: `index_log`).
 //!
+//! Their tables, and every change to them, are in one place: `migrations`.
+//!
 //! Both only store; every rule (commit order, watermark, trim condition, tiered reads) lives in
 //! the shared modules.
 
@@ -13,6 +15,7 @@ mod archive;
 mod dedup;
 mod hot;
 mod index_log;
+mod migrations;
 mod outbox;
 
 pub use archive::SqliteArchive;
@@ -27,10 +30,13 @@ use crate::error::ChatError;
 use crate::model::{MessageClass, MessageRecord};
 
 /// `e`, an error opening the file at `path`, with the file named in front: SQLite's own words
-/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database";
-/// operator trial).
+/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database"). A
+/// message that starts with the file's name already (a schema of a newer build) is left as
+/// it is.
 fn opening(path: &Path, e: ChatError) -> ChatError {
+    let named = path.display().to_string();
     match e {
+        ChatError::Unavailable(m) if m.starts_with(&named) => ChatError::Unavailable(m),
         ChatError::Unavailable(m) => {
             ChatError::Unavailable(format!("opening {}: {m}", path.display()))
         }

@@ -62,6 +62,19 @@ pub enum SqliteError {
         /// Its size.
         bytes: u64,
     },
+    /// The file's schema version (`PRAGMA user_version`) is above the newest this build
+    /// knows: a newer build wrote it (see [`crate::schema`]).
+    #[error(
+        "{path} has schema version {found}, this build knows up to {known}: use a newer tidemark"
+    )]
+    SchemaTooNew {
+        /// The file.
+        path: String,
+        /// Its version.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
     /// The read pool could not hand out a connection.
     #[error("sqlite read pool: {0}")]
     Pool(#[from] r2d2::Error),
@@ -83,14 +96,17 @@ pub enum SqliteError {
 /// ("file is not a database", "disk I/O error" from `xShmMap` on a full disk).
 ///
 /// # Errors
-/// `open`'s error, wrapped.
+/// `open`'s error, wrapped; [`SqliteError::SchemaTooNew`] as it is (it names the file).
 pub fn opening<T>(
     path: &Path,
     open: impl FnOnce() -> Result<T, SqliteError>,
 ) -> Result<T, SqliteError> {
-    open().map_err(|e| SqliteError::Open {
-        path: path.display().to_string(),
-        reason: Box::new(e),
+    open().map_err(|e| match e {
+        SqliteError::SchemaTooNew { .. } => e,
+        e => SqliteError::Open {
+            path: path.display().to_string(),
+            reason: Box::new(e),
+        },
     })
 }
 

@@ -42,8 +42,10 @@ impl StoreError {
     /// busy or timed out), as opposed to a refusal that will repeat.
     pub fn is_retryable(&self) -> bool {
         match self {
+            StoreError::Sqlite(SqliteError::SchemaTooNew { .. }) => false,
             StoreError::Sqlite(_) | StoreError::Unavailable { .. } => true,
-            StoreError::Mysql(MysqlError::BadUrl { .. }) => false,
+            StoreError::Mysql(MysqlError::BadUrl { .. } | MysqlError::SchemaTooNew { .. }) => false,
+            StoreError::Mysql(MysqlError::SchemaLocked { .. }) => true,
             StoreError::Mysql(MysqlError::Sqlx(e)) => !matches!(
                 e,
                 sqlx::Error::Database(_)

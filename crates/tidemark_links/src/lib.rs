@@ -19,7 +19,8 @@
 //!    they expire.
 //!
 //! The link store has an embedded default ([`sqlite`], a table per day) and a production
-//! engine ([`mysql`], MariaDB `PARTITION BY RANGE` per day); [`conformance`] checks both.
+//! engine ([`mysql`], MariaDB `PARTITION BY RANGE` per day); [`conformance`] checks both. The
+//! versions of their schemas are in `migrations`.
 
 pub mod builder;
 pub mod config;
@@ -28,6 +29,7 @@ pub mod error;
 pub mod http;
 pub mod id;
 pub mod metrics;
+mod migrations;
 pub mod model;
 pub mod mysql;
 pub mod partitions;

@@ -10,8 +10,7 @@
 //! In `tiered` mode the archive's writer is a background thread (see
 //! [`tidemark_core::sqlite::Priority`]): its batches yield the CPU to the commit path.
 //!
-//! A file made before the index log keeps its `message_record` unique key as well, and gains the
-//! `message_id` index at open (built once, over the whole table, before the server starts).
+//! The tables, and how a file of an earlier layout is brought to them: [`super::migrations`].
 //!
 //! In `sync-archive` (the commit path writes the archive), the SEND whose entry makes
 //! the log reach [`MERGE_ENTRIES`] waits for the merge, and the SENDs behind it for the
@@ -26,46 +25,15 @@ use std::time::Instant;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
+use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, Priority, ReadPool, open_rw};
 
 use super::index_log::{self, MERGE_CHUNK, MERGE_ENTRIES, PendingIndex, bucket};
+use super::migrations;
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
 use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::Archive;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS message_record (
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    seq_bucket INTEGER NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    client_msg_id TEXT NOT NULL,
-    body TEXT NOT NULL,
-    class INTEGER NOT NULL,
-    committed_at INTEGER NOT NULL,
-    expires_at INTEGER
-);
-CREATE UNIQUE INDEX IF NOT EXISTS message_record_id ON message_record (message_id);
-CREATE INDEX IF NOT EXISTS message_record_expiry ON message_record (expires_at)
-    WHERE expires_at IS NOT NULL;
-CREATE TABLE IF NOT EXISTS history_index (
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    seq_bucket INTEGER NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    expires_at INTEGER,
-    PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
-) WITHOUT ROWID;
--- The purge of expired entries these served ended when entries became tombstones (issue 2,
--- session 27); files made before drop them at open.
-DROP INDEX IF EXISTS history_index_expiry;
-DROP INDEX IF EXISTS history_index_log_expiry;
-";
 
 /// The embedded archive (see the module docs).
 #[derive(Debug)]
@@ -96,13 +64,7 @@ impl SqliteArchive {
 
     fn open_unnamed(path: &Path, priority: Priority) -> Result<Self> {
         let conn = open_rw(path)?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(index_log::SCHEMA)?;
-        conn.execute(
-            "INSERT INTO archive_meta (key, value) VALUES ('identity', ?1)
-             ON CONFLICT (key) DO NOTHING",
-            [crate::ports::fresh_archive_identity()],
-        )?;
+        migrate_sqlite(&conn, path, &migrations::ARCHIVE)?;
         let pending = Arc::new(Mutex::new(PendingIndex::load(&conn)?));
         let writer = GroupWriter::start_with_priority("chat-archive", conn, 64, priority);
         let reads = ReadPool::open(path, 8)?;
@@ -531,9 +493,9 @@ mod tests {
     }
 
     /// An `archive.db` of the layout before the index log (records unique by their key, no
-    /// log) opens, keeps what it holds, and takes new entries.
+    /// log, no version) is adopted at open, keeps what it holds, and takes new entries.
     #[tokio::test]
-    async fn a_file_of_the_older_layout_opens_and_goes_on() {
+    async fn a_file_of_the_layout_before_the_index_log_is_adopted_and_goes_on() {
         use crate::model::MessageClass::Standard;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
@@ -570,5 +532,10 @@ mod tests {
             "old body"
         );
         assert_eq!(log_rows(&path), (0, 3));
+        let version: i64 = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 1);
     }
 }

@@ -42,29 +42,6 @@ use rusqlite::{Connection, params};
 use crate::error::Result;
 use crate::model::{IndexEntry, SEQ_BUCKET_SIZE};
 
-/// The log's table and `history_index_all`: the
-/// whole history index as readers see it (for operators and tests; an entry both merged and
-/// in the log again — a replayed batch, `sync-archive`'s second append — appears once).
-///
-/// `AUTOINCREMENT`: row ids never go back, also once a merge emptied the log, so "up to row
-/// id n" always names the rows a merge read (one `sqlite_sequence` page per batch: the archive
-/// commits a few batches a second, not one per SEND).
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS history_index_log (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    expires_at INTEGER
-);
-CREATE VIEW IF NOT EXISTS history_index_all AS
-    SELECT tenant, conversation_id, conversation_seq, message_id, expires_at FROM history_index
-    UNION
-    SELECT tenant, conversation_id, conversation_seq, message_id, expires_at
-    FROM history_index_log;
-";
-
 /// How many pending entries make the next [`append`]er merge them (about 13 s of a
 /// 5,000 msg/s load; some 250 B of memory each, so ~16 MiB). Larger merges write each
 /// conversation's leaf page for more entries, and take longer (a few hundred ms of the archive
@@ -593,19 +570,9 @@ mod tests {
         assert_eq!(p.earliest("t", "b", 0), None);
     }
 
-    /// An in-memory database with the keyed `history_index` and the log's tables.
+    /// An in-memory archive database (the keyed `history_index` and the log's tables).
     fn merge_db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE history_index (
-                 tenant TEXT NOT NULL, conversation_id TEXT NOT NULL, seq_bucket INTEGER NOT NULL,
-                 conversation_seq INTEGER NOT NULL, message_id TEXT NOT NULL, expires_at INTEGER,
-                 PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
-             ) WITHOUT ROWID;",
-        )
-        .unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
-        conn
+        super::super::migrations::in_memory(&super::super::migrations::ARCHIVE)
     }
 
     #[test]
