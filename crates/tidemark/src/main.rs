@@ -1,6 +1,7 @@
-//! The `tidemark` binary: `serve` (HTTP API + every background worker) and the load generators.
+//! The `tidemark` binary: `serve` (HTTP API + every background worker), the offline mail
+//! builder, the demo and the rollup command. The load generators are `tidemark-bench`.
 
-use tidemark::{bench, config, demo, mail, rollup_cmd, server};
+use tidemark::{config, demo, mail, rollup_cmd, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -44,7 +45,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [events] rollups             TIDEMARK_EVENTS__ROLLUPS        sqlite | mysql://user@host/db
   [events] archive_url         TIDEMARK_EVENTS__ARCHIVE_URL    default data/events/archive
   [events] raw_retention       TIDEMARK_EVENTS__RAW_RETENTION  default 7d
-(the README's Configuration section shows every key of the file)
+(docs/configuration.md lists every key of the file)
 
 Logging: RUST_LOG (default info).";
 
@@ -78,9 +79,6 @@ enum Command {
     /// The mail builder offline (`tidemark mail render --template T.html --recipients R.csv --out DIR`).
     #[command(subcommand)]
     Mail(mail::MailCommand),
-    /// Load generators that print figures.
-    #[command(subcommand)]
-    Bench(bench::BenchCommand),
     /// Replay one marketplace day through the HTTP API and print a summary
     /// (`tidemark demo --server http://127.0.0.1:8080 --key dev-key`, or `--embedded`).
     Demo(demo::DemoArgs),
@@ -113,11 +111,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         // Colours only on a terminal: a log file or a collector gets plain text.
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    // Before any thread or connection: SQLite takes a page cache only before it initializes,
-    // and not from two threads at once (`tidemark_core::sqlite::pcache`).
-    if let Err(reason) = tidemark_core::sqlite::pcache::install() {
-        tracing::warn!(%reason, "sqlite keeps its own page cache (slower commits)");
-    }
     let rt = tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()?;
@@ -142,7 +135,6 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 server::run(listener, cfg, server::shutdown_signal()).await
             }
             Command::Mail(m) => mail::run(m).await,
-            Command::Bench(b) => bench::run(b).await,
             Command::Rollup(r) => rollup_cmd::run(r).await,
             Command::Demo(d) => demo::run(d).await.map(|_| ()),
         }

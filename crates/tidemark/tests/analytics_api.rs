@@ -475,3 +475,54 @@ async fn ingest_answers_503_while_influxdb_is_down_and_acknowledges_nothing_unst
     assert_eq!(server.engines.as_ref().unwrap().influx_points().await, 2);
     server.cleanup().await;
 }
+
+/// A line that the line-protocol parser refuses is a 400 naming its line and what is wrong,
+/// on both InfluxDB write routes, and nothing of its batch is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_line_protocol_line_the_parser_refuses_is_a_400_naming_it() {
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    let good = "listing_event,event=view listing_id=\"7\",count=1i 1717430400000";
+    let bad = "listing_event,event=view listing_id=\"8\",count=1i 1717430400000x";
+    for route in [
+        "/api/v2/write?org=o&bucket=b&precision=ms",
+        "/write?db=d&precision=ms",
+    ] {
+        let r = c
+            .post(server.url(route))
+            .header("authorization", format!("Token {KEY}"))
+            .body(format!("# two points\n{good}\n{bad}\n"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{route}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "bad_request", "{v}");
+        let msg = v["error"]["message"].as_str().unwrap();
+        assert!(
+            msg.ends_with(&format!(
+                "nothing stored: line 3: unable to parse '{bad}': invalid timestamp \"1717430400000x\""
+            )),
+            "{msg}"
+        );
+    }
+    // The good point alone is stored: the refused batches left nothing behind.
+    let r = c
+        .post(server.url("/api/v2/write?org=o&bucket=b&precision=ms"))
+        .header("authorization", format!("Token {KEY}"))
+        .body(good)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    let conn = rusqlite::Connection::open(server.dir.join("events/raw.db")).unwrap();
+    let listings: Vec<i64> = conn
+        .prepare("SELECT listing_id FROM raw_20240603")
+        .unwrap()
+        .query_map([], |r| r.get(0))
+        .unwrap()
+        .collect::<Result<_, _>>()
+        .unwrap();
+    assert_eq!(listings, vec![7]);
+    server.cleanup().await;
+}

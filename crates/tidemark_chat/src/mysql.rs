@@ -5,6 +5,7 @@
 //! watermark) stays in [`crate::archiver`]. The pool comes from `tidemark_core::mysql`.
 
 mod archive;
+mod migrations;
 
 pub use archive::MysqlArchive;
 

@@ -107,7 +107,9 @@ impl RedisHot {
     /// Connects `pool_size` (≥ 1) connections to `url` (`redis://host:port[/db]`), checks the
     /// durability settings and loads the scripts. Errors: [`ChatError::Invalid`] for a bad URL,
     /// [`ChatError::Store`] if the server cannot be reached (5 s connect timeout),
-    /// [`ChatError::NotDurable`] naming the first setting that is not as required.
+    /// [`ChatError::NotDurable`] naming the first setting that is not as required, a
+    /// [`ChatError::Store`] that is not retryable for a server whose key layout a newer build
+    /// wrote ([`keys::LAYOUT_VERSION`]).
     pub async fn connect(url: &str, pool_size: usize) -> Result<Self> {
         let client = redis::Client::open(url)
             .map_err(|e| ChatError::Invalid(format!("bad Redis URL {url:?}: {e}")))?;
@@ -133,11 +135,42 @@ impl RedisHot {
             scripts: Scripts::new(),
         };
         store.check_durable().await?;
+        store.check_layout().await?;
         let mut conn = store.conn();
         for s in store.scripts.all() {
             s.prepare_invoke().load_async(&mut conn).await?;
         }
         Ok(store)
+    }
+
+    /// Records [`keys::LAYOUT_VERSION`] in `tm:meta` on a server that has none (a new one, or
+    /// one written before the version was recorded: the same layout), and refuses one whose
+    /// recorded version is above it: a newer build wrote its keys.
+    async fn check_layout(&self) -> Result<()> {
+        let mut conn = self.conn();
+        let (_, found): (bool, i64) = redis::pipe()
+            .atomic()
+            .cmd("HSETNX")
+            .arg(keys::META)
+            .arg(keys::LAYOUT_VERSION_FIELD)
+            .arg(keys::LAYOUT_VERSION)
+            .cmd("HGET")
+            .arg(keys::META)
+            .arg(keys::LAYOUT_VERSION_FIELD)
+            .query_async(&mut conn)
+            .await?;
+        if found > keys::LAYOUT_VERSION {
+            return Err(StoreError::rejected(
+                "redis",
+                format!(
+                    "redis at {} has key layout version {found}, this build knows up to {}: use a newer tidemark",
+                    self.url,
+                    keys::LAYOUT_VERSION
+                ),
+            )
+            .into());
+        }
+        Ok(())
     }
 
     /// Refuses a server that could lose acknowledged writes (DESIGN.md "Durability").

@@ -6,6 +6,8 @@
 //! - [`SqliteArchive`] (`archive.db`): message records and history index (in time order, merged
 //!   into its keyed B-tree in large sorted steps: `index_log`).
 //!
+//! Their tables, and every change to them, are in one place: `migrations`.
+//!
 //! Both only store; every rule (commit order, watermark, trim condition, tiered reads) lives in
 //! the shared modules.
 
@@ -13,9 +15,10 @@ mod archive;
 mod dedup;
 mod hot;
 mod index_log;
+mod migrations;
 mod outbox;
 
-pub use archive::{ARCHIVE_DUTY, PACED_LAG, SqliteArchive, archive_duty};
+pub use archive::SqliteArchive;
 pub use hot::{HOT_PAGE_SIZE, SqliteHot};
 pub use index_log::{MERGE_CHUNK, MERGE_ENTRIES};
 
@@ -27,8 +30,11 @@ use crate::error::ChatError;
 use crate::model::{MessageClass, MessageRecord};
 
 /// `e`, an error opening the file at `path`, with the file named in front: SQLite's own words
-/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database";
-/// operator trial).
+/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database"). An
+/// error whose own message names the file already (a schema of a newer build) keeps it
+/// ([`StoreError::in_file`]).
+///
+/// [`StoreError::in_file`]: tidemark_core::store::StoreError::in_file
 fn opening(path: &Path, e: ChatError) -> ChatError {
     match e {
         ChatError::Store(e) => ChatError::Store(e.with_context("opening").in_file(path)),

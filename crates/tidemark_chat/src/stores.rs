@@ -73,7 +73,7 @@ impl Engine {
 impl ChatStores {
     /// Opens the stores `cfg` names (see the module docs); all `sqlite` is
     /// [`ChatStores::open_embedded`] under `dir`. Errors: a bad or unsupported URL or mode
-    /// combination ([`ChatError::Invalid`]), a server down ([`ChatError::Unavailable`]), a
+    /// combination ([`ChatError::Invalid`]), a server down ([`ChatError::Store`]), a
     /// Redis that is not durable ([`ChatError::NotDurable`]), an archive missing or not the
     /// one the hot tier's history is in ([`check_archive`]).
     pub async fn open(dir: &Path, cfg: &ChatConfig) -> Result<Self> {

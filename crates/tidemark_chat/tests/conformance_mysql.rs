@@ -101,10 +101,11 @@ async fn a_bad_url_or_a_down_server_is_a_clear_error() {
     assert!(err.is_retryable(), "{err}");
 }
 
-/// A `history_index` made before tombstones (with the expiry index the old purge of entries
-/// used) loses that index at connect, keeps its rows, and a second connect finds nothing to do.
+/// A `history_index` made before versions were recorded, with the expiry index a purge of
+/// entries used, is adopted at connect: the index is dropped, the rows kept, version 1
+/// recorded, and a second connect finds nothing to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_older_history_index_loses_its_expiry_index_at_connect() {
+async fn a_history_index_made_before_versions_loses_its_expiry_index_at_connect() {
     let url = scratch_database(&test_server_url(), "tm_chat_archive")
         .await
         .unwrap();
@@ -145,7 +146,43 @@ async fn an_older_history_index_loses_its_expiry_index_at_connect() {
         assert_eq!(indexes().await, vec!["PRIMARY"]);
         let entries = archive.index_range("t1", "c1", 1, 1).await.unwrap();
         assert_eq!(entries.len(), 1);
+        assert_ne!(archive.identity().await.unwrap(), 0);
+        assert_eq!(schema_version(&pool).await, Some(1));
     }
+    pool.close().await;
+    drop_database(&url).await.unwrap();
+}
+
+async fn schema_version(pool: &sqlx::MySqlPool) -> Option<i64> {
+    sqlx::query_scalar("SELECT version FROM tidemark_schema_version WHERE store = 'chat_archive'")
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+}
+
+/// An archive database a newer build migrated is refused at connect, naming the database and
+/// both versions, and left as it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_archive_of_a_newer_build_is_refused() {
+    let (url, archive) = scratch().await;
+    let pool = archive.pool().clone();
+    assert_eq!(schema_version(&pool).await, Some(1));
+    sqlx::query("UPDATE tidemark_schema_version SET version = 2 WHERE store = 'chat_archive'")
+        .execute(&pool)
+        .await
+        .unwrap();
+    let err = MysqlArchive::connect(&url, 2)
+        .await
+        .unwrap_err()
+        .to_string();
+    let database = url.rsplit('/').next().unwrap();
+    assert!(
+        err.contains(&format!(
+            "database {database} has chat_archive schema version 2, this build knows up to 1: use a newer tidemark"
+        )),
+        "{err}"
+    );
+    assert_eq!(schema_version(&pool).await, Some(2));
     pool.close().await;
     drop_database(&url).await.unwrap();
 }

@@ -89,3 +89,40 @@ async fn redis_hot_only_commit() {
     conformance::hot_only_commit(Arc::new(RedisHot::connect(&server.url(), 8).await.unwrap()))
         .await;
 }
+
+/// The first start records the key layout's version; a server whose layout a newer build
+/// wrote is refused, naming the server and both versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_of_a_newer_layout_is_refused() {
+    use tidemark_chat::redis::keys::LAYOUT_VERSION;
+
+    let server = RedisServer::start().unwrap();
+    drop(RedisHot::connect(&server.url(), 1).await.unwrap());
+    let client = redis::Client::open(server.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let recorded: i64 = redis::cmd("HGET")
+        .arg("tm:meta")
+        .arg("layout_version")
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(recorded, LAYOUT_VERSION);
+    let _: () = redis::cmd("HSET")
+        .arg("tm:meta")
+        .arg("layout_version")
+        .arg(LAYOUT_VERSION + 1)
+        .query_async(&mut conn)
+        .await
+        .unwrap();
+    let err = RedisHot::connect(&server.url(), 1)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert_eq!(
+        err,
+        format!(
+            "redis: redis at {} has key layout version 2, this build knows up to 1: use a newer tidemark",
+            server.url()
+        )
+    );
+}

@@ -8,6 +8,8 @@
 //!   answers each caller only after that fsync; reads use a pool of read-only connections.
 //! - [`mysql`]: the production relational engine (MariaDB / MySQL): one way to open a pool from
 //!   a URL, and scratch databases for tests.
+//! - [`schema`]: versioned schemas: each store's ordered migrations, run at open (SQLite's
+//!   `user_version`, a version table on MariaDB), and a store of a newer build refused.
 //! - [`store`]: [`store::StoreError`], the one error every storage port returns, whatever
 //!   engine (SQLite, MariaDB, Redis, Kafka, InfluxDB) is behind it, with its source and its
 //!   [`store::ErrorKind`] (unavailable, full, corrupt, rejected, conflict).
@@ -27,6 +29,7 @@ pub mod http;
 pub mod mysql;
 pub mod openapi;
 pub mod retry;
+pub mod schema;
 pub mod sqlite;
 pub mod store;
 pub mod throttle;

@@ -25,6 +25,32 @@ pub enum MysqlError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A store's schema version in the database is above the newest this build knows: a
+    /// newer build wrote it (see [`crate::schema`]).
+    #[error(
+        "database {database} has {store} schema version {found}, this build knows up to {known}: use a newer tidemark"
+    )]
+    SchemaTooNew {
+        /// The database.
+        database: String,
+        /// The store ([`crate::schema::Versions::store`]).
+        store: &'static str,
+        /// Its version.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
+    /// Another process held the database's schema lock (while migrating it) for longer than
+    /// this start waits ([`crate::schema::LOCK_WAIT`]).
+    #[error(
+        "database {database}: another process held its schema lock for {waited_s} s (migrating it?); start again once it is done"
+    )]
+    SchemaLocked {
+        /// The database.
+        database: String,
+        /// How long this start waited, seconds.
+        waited_s: u64,
+    },
     /// The server refused or failed.
     #[error("mysql: {0}")]
     Sqlx(#[from] sqlx::Error),

@@ -1,4 +1,5 @@
-//! The embedded engine: SQLite in WAL mode with fsync on every commit.
+//! The embedded engine: SQLite in WAL mode with fsync on every commit, through SQLite's public
+//! API and documented pragmas only.
 //!
 //! Writes: one [`GroupWriter`] thread per database file owns the only write connection. Callers
 //! hand it jobs (closures over a `&Connection`); the thread takes every job that is waiting (up
@@ -13,34 +14,22 @@
 //! job keeps beside the database (an in-memory index of its rows) is made whole again by a
 //! rollback hook ([`GroupWriter::start_with_rollback_hook`]), which the writer runs after any
 //! group it rolled back, before the next one.
-//! The writer's page cache is sized by its file's size: small while a commit would walk it
-//! whole (see [`cache`]).
+//! The writer's page cache is sized by its file's size (see [`cache`]).
 //!
 //! Reads: a [`ReadPool`] of read-only connections; WAL lets them read a consistent snapshot while
 //! the writer works.
 //!
-//! Background work (checkpoints; a writer or reader that may lag, such as the archive's) runs at
-//! a lower CPU priority than the commit path: see [`background`]; a long background job can
-//! also spread its work over time with a [`DutyCycle`] (see [`pacing`]), and writes its files
-//! through the [`PACED_VFS`], which sends them to the disk in small steps. Every writer's WAL
-//! appends reach the kernel in one call per commit instead of two per page ([`coalesce`]).
+//! Checkpoints run off the commit path, on a companion thread of each writer, and background
+//! work (checkpoints; a writer or reader that may lag, such as the archive's) runs at a lower
+//! CPU priority than the commit path where the platform allows it: see [`background`].
 
 mod background;
 mod cache;
-mod coalesce;
 mod job_thread;
-mod pacing;
-#[allow(unsafe_code)] // SQLite's page cache interface is C: see the module docs.
-pub mod pcache;
-#[allow(unsafe_code)] // SQLite's VFS interface is C: see the module docs.
-mod writeback;
 
 pub use background::{BACKGROUND_NICE, Priority, ReadThread};
 pub use cache::{RESIZE_EVERY_GROUPS, SMALL_FILE_CACHE_KIB, WRITER_CACHE_KIB, writer_cache_kib};
-pub use coalesce::COALESCE_BYTES;
 use job_thread::JobThread;
-pub use pacing::{BURST, DutyCycle};
-pub use writeback::{COALESCED_VFS, PACED_VFS, WRITEBACK_CHUNK};
 
 use std::panic::AssertUnwindSafe;
 use std::path::{Path, PathBuf};
@@ -82,6 +71,19 @@ pub enum SqliteError {
         /// Its size.
         bytes: u64,
     },
+    /// The file's schema version (`PRAGMA user_version`) is above the newest this build
+    /// knows: a newer build wrote it (see [`crate::schema`]).
+    #[error(
+        "{path} has schema version {found}, this build knows up to {known}: use a newer tidemark"
+    )]
+    SchemaTooNew {
+        /// The file.
+        path: String,
+        /// Its version.
+        found: i64,
+        /// The newest version this build knows.
+        known: i64,
+    },
     /// The read pool could not hand out a connection.
     #[error("sqlite read pool: {0}")]
     Pool(#[from] r2d2::Error),
@@ -100,17 +102,20 @@ pub enum SqliteError {
 
 /// Runs `open`, the opening of the database file at `path` (connection, schema, read pool),
 /// and names the file in its error ([`SqliteError::Open`]): SQLite's own words name none
-/// ("file is not a database", "disk I/O error" from `xShmMap` on a full disk; operator trial).
+/// ("file is not a database", "disk I/O error" from `xShmMap` on a full disk).
 ///
 /// # Errors
-/// `open`'s error, wrapped.
+/// `open`'s error, wrapped; [`SqliteError::SchemaTooNew`] as it is (it names the file).
 pub fn opening<T>(
     path: &Path,
     open: impl FnOnce() -> Result<T, SqliteError>,
 ) -> Result<T, SqliteError> {
-    open().map_err(|e| SqliteError::Open {
-        path: path.display().to_string(),
-        reason: Box::new(e),
+    open().map_err(|e| match e {
+        SqliteError::SchemaTooNew { .. } => e,
+        e => SqliteError::Open {
+            path: path.display().to_string(),
+            reason: Box::new(e),
+        },
     })
 }
 
@@ -138,60 +143,12 @@ pub const BUSY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// Opens a read-write connection with Tidemark's pragmas: WAL, `synchronous = FULL` (fsync of
 /// the WAL on every commit), foreign keys on, a page cache sized by the file's size
-/// ([`writer_cache_kib`]), a [`BUSY_TIMEOUT`].
-pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
-    open_rw_with(path, Writeback::Direct)
-}
-
-/// How a connection's writes reach the disk.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Writeback {
-    /// All at the next fsync, as SQLite does (through the [`COALESCED_VFS`]: a commit's log
-    /// appends in one write): for the commit path.
-    #[default]
-    Direct,
-    /// In [`WRITEBACK_CHUNK`] steps as they are written, through the [`PACED_VFS`]: for
-    /// background writers (checkpoints, the archive in `tiered` mode), so that their bursts do
-    /// not queue ahead of the commits' fsyncs (see [`PACED_VFS`]).
-    Paced,
-}
-
-impl Writeback {
-    /// How a writer at `priority` writes: [`Writeback::Paced`] for background work (nobody waits
-    /// on it to answer), [`Writeback::Direct`] for work someone waits on (a commit's fsync must
-    /// not wait behind its own pacing).
-    pub fn for_priority(priority: Priority) -> Self {
-        match priority {
-            Priority::Background => Writeback::Paced,
-            Priority::Normal => Writeback::Direct,
-        }
-    }
-}
-
-/// Opens a connection to `path` (read-write, created if missing) through the VFS `writeback`
-/// asks for; without pragmas.
+/// ([`writer_cache_kib`]), a [`BUSY_TIMEOUT`]. Creates the file if missing.
 ///
 /// # Errors
-/// SQLite's, or [`SqliteError::Task`] if our VFSes could not be registered.
-///
-/// Both VFSes coalesce a WAL's appends until the next sync, so every connection opened here
-/// must sync each commit: [`open_rw_with`] sets `synchronous = FULL` (see [`coalesce`]).
-fn open_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
-    writeback::register().map_err(SqliteError::Task)?;
-    let vfs = match writeback {
-        Writeback::Direct => COALESCED_VFS,
-        Writeback::Paced => PACED_VFS,
-    };
-    Ok(Connection::open_with_flags_and_vfs(
-        path,
-        OpenFlags::default(),
-        vfs,
-    )?)
-}
-
-/// [`open_rw`], its writes reaching the disk as `writeback` says.
-pub fn open_rw_with(path: &Path, writeback: Writeback) -> Result<Connection, SqliteError> {
-    open_rw_inner(path, writeback, None)
+/// [`SqliteError::OrphanLog`] if the file is missing but its log is not; SQLite's otherwise.
+pub fn open_rw(path: &Path) -> Result<Connection, SqliteError> {
+    open_rw_inner(path, None)
 }
 
 /// [`open_rw`] of a file whose pages are `page_size` bytes (a power of two from 512 to
@@ -202,16 +159,12 @@ pub fn open_rw_with(path: &Path, writeback: Writeback) -> Result<Connection, Sql
 /// writes every page it touched whole, as one frame (see `tidemark_chat`'s `hot.db`, which
 /// uses this for its (conversation, seq) index).
 pub fn open_rw_paged(path: &Path, page_size: u32) -> Result<Connection, SqliteError> {
-    open_rw_inner(path, Writeback::Direct, Some(page_size))
+    open_rw_inner(path, Some(page_size))
 }
 
-fn open_rw_inner(
-    path: &Path,
-    writeback: Writeback,
-    page_size: Option<u32>,
-) -> Result<Connection, SqliteError> {
+fn open_rw_inner(path: &Path, page_size: Option<u32>) -> Result<Connection, SqliteError> {
     refuse_orphan_log(path)?;
-    let conn = open_with(path, writeback)?;
+    let conn = Connection::open_with_flags(path, OpenFlags::default())?;
     conn.busy_timeout(BUSY_TIMEOUT)?;
     if let Some(size) = page_size {
         // Before the switch to WAL, which fixes the size of a new file.
@@ -228,7 +181,7 @@ fn open_rw_inner(
 
 /// [`SqliteError::OrphanLog`] if `path` does not exist but a non-empty `<path>-wal` does (an
 /// operator moved a database file away without its log: SQLite would replay that log into the
-/// new file it creates, and a later checkpoint would empty it; second operator trial).
+/// new file it creates, and a later checkpoint would empty it).
 fn refuse_orphan_log(path: &Path) -> Result<(), SqliteError> {
     if path.exists() {
         return Ok(());
@@ -493,9 +446,8 @@ pub const CHECKPOINT_BUSY_FRAMES_PER_SEC: f64 = 1024.0;
 ///
 /// Under a steady write load the log is never fully copied when the writer starts a
 /// transaction, so it only rewinds at this size, with the writer's own checkpoint; each rewind
-/// stalled commits 30–80 ms on this project's test machine, whatever was left to copy (issue 2:
-/// at 50,000 pages of 4 KiB that was once a second at 10,000 sends/s, and p99 followed the
-/// stalls). At 250,000 pages of 4 KiB (≈ 1 GiB of WAL at most) it is once in about five
+/// stalls commits for tens of milliseconds, whatever was left to copy (at 50,000 pages of
+/// 4 KiB that is once a second at 10,000 sends/s, and p99 follows the stalls). At 250,000 pages of 4 KiB (≈ 1 GiB of WAL at most) it is once in about five
 /// seconds; in bytes, so that a file of smaller pages (`hot.db`'s 1 KiB) rewinds as seldom.
 /// The log is copied into the database continuously all the same, so readers and crash
 /// recovery see a log that is mostly checkpointed.
@@ -524,9 +476,8 @@ fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
     // Copying the log into the database may lag; the writer rewinds it past
     // AUTOCHECKPOINT_BYTES whatever happens here.
     Priority::Background.apply_to_current_thread();
-    let opened = open_with(path, Writeback::for_priority(Priority::Background)).and_then(|c| {
+    let opened = Connection::open_with_flags(path, OpenFlags::default()).and_then(|c| {
         c.busy_timeout(Duration::from_millis(50))?;
-        // It writes no log frames; should it ever, they are synced at commit (see `open_with`).
         c.pragma_update(None, "synchronous", "FULL")?;
         Ok(c)
     });
@@ -696,33 +647,6 @@ impl ReadPool {
 mod tests {
     use super::*;
 
-    /// `.cargo/config.toml` builds the bundled SQLite without `SQLITE_ENABLE_MEMORY_MANAGEMENT`
-    /// and with `SQLITE_DEFAULT_MEMSTATUS=0`, so that connections share neither one page cache
-    /// nor memory statistics behind one mutex (see its comment).
-    #[test]
-    fn bundled_sqlite_has_no_process_wide_locks() {
-        let conn = Connection::open_in_memory().unwrap();
-        let options: Vec<String> = conn
-            .prepare("PRAGMA compile_options")
-            .unwrap()
-            .query_map([], |r| r.get(0))
-            .unwrap()
-            .collect::<Result<_, _>>()
-            .unwrap();
-        assert!(
-            options.iter().any(|o| o.starts_with("THREADSAFE=")),
-            "{options:?}"
-        );
-        assert!(
-            !options.iter().any(|o| o == "ENABLE_MEMORY_MANAGEMENT"),
-            "built with one shared page cache: {options:?}"
-        );
-        assert!(
-            options.iter().any(|o| o == "DEFAULT_MEMSTATUS=0"),
-            "built with memory statistics behind one process-wide mutex: {options:?}"
-        );
-    }
-
     #[derive(Debug)]
     enum TestError {
         Db(SqliteError),
@@ -805,7 +729,7 @@ mod tests {
 
     /// A job after whose error SQLite itself rolled the group back (as on a full disk, here
     /// by a `ROLLBACK` in the job) keeps its own error, and the group's other jobs hear that
-    /// SQLite rolled it back, not "cannot commit - no transaction is active" (operator trial).
+    /// SQLite rolled it back, not "cannot commit - no transaction is active".
     #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
     async fn a_group_that_sqlite_rolled_back_answers_each_job_with_the_cause() {
         let (_dir, path, conn) = table_t();

@@ -83,7 +83,7 @@ impl std::fmt::Display for ErrorKind {
 /// database or disk is full`, `sqlite: opening /data/links/links.db: file is not a database`,
 /// `kafka: produce: Message production error: …`.
 #[derive(Debug, thiserror::Error)]
-#[error("{backend}{place}: {source}", place = Place(self.context.as_deref(), self.path.as_deref()))]
+#[error("{backend}{place}: {source}", place = self.place())]
 pub struct StoreError {
     kind: ErrorKind,
     backend: &'static str,
@@ -91,11 +91,23 @@ pub struct StoreError {
     context: Option<Cow<'static, str>>,
     /// The file the engine was working on, for an embedded engine.
     path: Option<PathBuf>,
+    /// The source's own message names the file already (a schema of a newer build): the
+    /// message shows neither context nor path again.
+    named_in_source: bool,
     source: BoxError,
 }
 
 /// The `[: <context>][ <path>]` part of a [`StoreError`]'s message.
 struct Place<'a>(Option<&'a str>, Option<&'a Path>);
+
+impl StoreError {
+    fn place(&self) -> Place<'_> {
+        if self.named_in_source {
+            return Place(None, None);
+        }
+        Place(self.context.as_deref(), self.path.as_deref())
+    }
+}
 
 impl std::fmt::Display for Place<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -118,6 +130,7 @@ impl StoreError {
             backend,
             context: None,
             path: None,
+            named_in_source: false,
             source: source.into(),
         }
     }
@@ -233,6 +246,12 @@ impl From<SqliteError> for StoreError {
                 let wal = PathBuf::from(wal);
                 StoreError::new(ErrorKind::Corrupt, "sqlite", e).in_file(&wal)
             }
+            SqliteError::SchemaTooNew { ref path, .. } => {
+                let path = PathBuf::from(path);
+                let mut e = StoreError::new(ErrorKind::Rejected, "sqlite", e).in_file(&path);
+                e.named_in_source = true;
+                e
+            }
             e => StoreError::new(classify::sqlite_engine_kind(&e), "sqlite", e),
         }
     }
@@ -248,7 +267,10 @@ impl From<MysqlError> for StoreError {
     fn from(e: MysqlError) -> Self {
         match e {
             MysqlError::Sqlx(e) => e.into(),
-            e @ MysqlError::BadUrl { .. } => StoreError::rejected("mysql", e),
+            e @ (MysqlError::BadUrl { .. } | MysqlError::SchemaTooNew { .. }) => {
+                StoreError::rejected("mysql", e)
+            }
+            e @ MysqlError::SchemaLocked { .. } => StoreError::unavailable("mysql", e),
         }
     }
 }

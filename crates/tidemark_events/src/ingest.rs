@@ -13,7 +13,7 @@ use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
 
 use crate::config::EventsConfig;
-use crate::lineproto::{Precision, parse_line};
+use crate::lineproto::{Point, Precision, points};
 use crate::model::Event;
 use crate::raw::{RawError, RawStore};
 use crate::schema::{FieldValue, Schema};
@@ -172,14 +172,10 @@ pub fn decode_line_protocol(
 ) -> Result<Vec<Event>, IngestError> {
     let mut events = Vec::new();
     let mut bad = Vec::new();
-    for (i, line) in body.lines().enumerate() {
-        let line = line.trim_start();
-        if line.is_empty() || line.starts_with('#') {
-            continue;
-        }
-        match point_event(schema, line, precision, now_ms) {
+    for (line, point) in points(body) {
+        match point.and_then(|p| point_event(schema, p, precision, now_ms)) {
             Ok(e) => events.push(e),
-            Err(error) => bad.push(BadLine { line: i + 1, error }),
+            Err(error) => bad.push(BadLine { line, error }),
         }
     }
     finish(events, bad)
@@ -187,11 +183,10 @@ pub fn decode_line_protocol(
 
 fn point_event(
     schema: &Schema,
-    line: &str,
+    p: Point,
     precision: Precision,
     now_ms: i64,
 ) -> Result<Event, String> {
-    let p = parse_line(line)?;
     if p.measurement != schema.measurement {
         return Err(format!(
             "undeclared measurement {:?} (declared: {})",
@@ -410,6 +405,40 @@ mod tests {
                 assert!(bad[1].error.contains("missing `time`"));
                 assert!(bad[3].error.contains("undeclared field `colour`"));
             }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// Line numbers are the body's lines, also after a string value spanning two of them;
+    /// refusals of the parser and of the schema are reported alike.
+    #[test]
+    fn line_protocol_refusals_name_the_body_line() {
+        let s = Schema::default();
+        let spanning = "listing_event,event=view session_id=\"a\nb\",count=1i 5\n";
+        let ev = decode_line_protocol(&s, spanning, Precision::Ms, 0).unwrap();
+        assert_eq!(
+            (ev[0].session_id.as_deref(), ev[0].time_ms),
+            (Some("a\nb"), 5)
+        );
+        let body = format!(
+            "{spanning}listing_event,event=view count=1i 17x\n\nlisting_event,event=view a,b=1i\n"
+        );
+        match decode_line_protocol(&s, &body, Precision::Ms, 0) {
+            Err(IngestError::Invalid(b)) => assert_eq!(
+                b,
+                vec![
+                    BadLine {
+                        line: 3,
+                        error: "unable to parse 'listing_event,event=view count=1i 17x': \
+                                invalid timestamp \"17x\""
+                            .into()
+                    },
+                    BadLine {
+                        line: 5,
+                        error: "undeclared field `a,b`".into()
+                    },
+                ]
+            ),
             other => panic!("{other:?}"),
         }
     }

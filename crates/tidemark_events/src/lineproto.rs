@@ -1,14 +1,31 @@
-//! InfluxDB line protocol, parsed by hand because the escaping rules are the contract
-//! (<https://docs.influxdata.com/influxdb/v1/write_protocols/line_protocol_reference/>):
+//! InfluxDB line protocol
+//! (<https://docs.influxdata.com/influxdb/v2/reference/syntax/line-protocol/>), parsed by
+//! InfluxData's `influxdb-line-protocol` crate, the parser of InfluxDB 3 written to match
+//! InfluxDB's Go parser. The crate decides where a point ends (a newline inside a quoted
+//! string value does not end it), undoes the escapes (`\,` `\ ` in the measurement; `\,` `\=`
+//! `\ ` in tag keys, tag values and field keys; `\"` `\\` in string values) and types the
+//! field values (`42i`, `42u`, `t`/`true`/`F`/`FALSE`…, floats, double-quoted strings).
 //!
-//! `measurement[,tag=value…] field=value[,field=value…] [timestamp]`
-//! - measurement: `\,` and `\ ` escape comma and space;
-//! - tag keys, tag values, field keys: `\,`, `\=`, `\ ` escape comma, equals sign and space;
-//! - string field values are double-quoted; inside, `\"` and `\\` escape quote and backslash;
-//! - `42i` is an integer, `42u` unsigned, `t`/`true`/`F`/`FALSE`… booleans, any other number
-//!   a float;
-//! - the timestamp is an integer in the request's precision (`ns` by default);
-//! - blank lines and lines starting with `#` are ignored.
+//! Tidemark adds on top, here:
+//! - line numbers: each point is reported with the body line it starts on (1-based), so a
+//!   400 names it; blank lines and lines starting with `#` are skipped whole, and a quote in
+//!   a comment never joins the next line to it;
+//! - trailing spaces, tabs and `\r` (CRLF bodies) are ignored, as InfluxDB does;
+//! - refused although the crate accepts them, as InfluxDB refuses them: a comma after the last
+//!   field (`f=1,`), a float out of range (`1e400`, which would be infinite), an unsigned
+//!   integer above `i64::MAX` (fields are stored as 64-bit signed integers);
+//! - every refusal reads `unable to parse '<line>': <what is wrong>`, in words naming the
+//!   part (timestamp, field value, tag set…) rather than the crate's parser states;
+//! - [`Precision`]: the request's `precision` and the conversion to Unix milliseconds.
+//!
+//! The checks against the schema (one measurement, the closed tag set, declared field types)
+//! and the event time range are in [`crate::ingest`] and [`crate::schema`].
+//!
+//! Where the crate differs from InfluxDB and Tidemark follows the crate: a float needs a digit
+//! on both sides of its point (`0.5`, `1.0`; InfluxDB also takes `.5` and `1.`), and `\\` in a
+//! key or tag value is one backslash (InfluxDB keeps both). No InfluxDB client writes either.
+
+use influxdb_line_protocol::{Error as LpError, FieldValue as LpValue};
 
 use crate::schema::FieldValue;
 
@@ -61,233 +78,217 @@ impl Precision {
     }
 }
 
-/// Splits `s` at the first unescaped `stop` byte outside quotes (quotes only count when
-/// `quotes`); returns (head, rest after the separator).
-fn split_unescaped<'a>(s: &'a str, stops: &[u8], quotes: bool) -> (String, Option<(u8, &'a str)>) {
-    let b = s.as_bytes();
-    let mut i = 0;
-    let mut in_quotes = false;
-    while i < b.len() {
-        let c = b[i];
-        if c == b'\\' && i + 1 < b.len() {
-            i += 2;
-            continue;
-        }
-        if quotes && c == b'"' {
-            in_quotes = !in_quotes;
-        } else if !in_quotes && stops.contains(&c) {
-            return (s[..i].to_owned(), Some((c, &s[i + 1..])));
-        }
-        i += 1;
+/// The points of a body, each with the 1-based line it starts on; blank and comment lines
+/// are skipped. A bad point is an `Err` naming what is wrong; the points after it are still
+/// given.
+pub fn points(body: &str) -> Points<'_> {
+    Points {
+        rest: body,
+        line: 1,
     }
-    (s.to_owned(), None)
 }
 
-/// Removes backslash escapes of the given characters (other backslashes stay).
-fn unescape(s: &str, chars: &[char]) -> String {
-    let mut out = String::with_capacity(s.len());
-    let mut it = s.chars().peekable();
-    while let Some(c) = it.next() {
-        if c == '\\'
-            && let Some(&n) = it.peek()
-            && chars.contains(&n)
-        {
-            out.push(n);
-            it.next();
-            continue;
+/// Iterator of [`points`].
+#[derive(Debug)]
+pub struct Points<'a> {
+    rest: &'a str,
+    line: usize,
+}
+
+impl Iterator for Points<'_> {
+    type Item = (usize, Result<Point, String>);
+
+    fn next(&mut self) -> Option<Self::Item> {
+        loop {
+            if self.rest.is_empty() {
+                return None;
+            }
+            let physical = self.rest.split('\n').next().unwrap_or_default();
+            let text = physical.trim_start();
+            if text.trim_end().is_empty() || text.starts_with('#') {
+                self.rest = self.rest.get(physical.len() + 1..).unwrap_or_default();
+                self.line += 1;
+                continue;
+            }
+            // The crate splits from the point's first character, so it sees no indentation.
+            let start = &self.rest[physical.len() - text.len()..];
+            let point = influxdb_line_protocol::split_lines(start)
+                .next()
+                .unwrap_or(start);
+            let line = self.line;
+            self.rest = start.get(point.len() + 1..).unwrap_or_default();
+            self.line += 1 + point.matches('\n').count();
+            return Some((line, parse_line(point)));
         }
-        out.push(c);
     }
-    out
 }
 
-fn parse_value(raw: &str) -> Result<FieldValue, String> {
-    if let Some(inner) = raw.strip_prefix('"') {
-        let inner = inner
-            .strip_suffix('"')
-            .ok_or_else(|| format!("unterminated string value {raw}"))?;
-        return Ok(FieldValue::Str(unescape(inner, &['"', '\\'])));
-    }
-    match raw {
-        "t" | "T" | "true" | "True" | "TRUE" => return Ok(FieldValue::Bool(true)),
-        "f" | "F" | "false" | "False" | "FALSE" => return Ok(FieldValue::Bool(false)),
-        _ => {}
-    }
-    if let Some(i) = raw.strip_suffix('i') {
-        return i
-            .parse()
-            .map(FieldValue::Int)
-            .map_err(|_| format!("invalid integer {raw}"));
-    }
-    if let Some(u) = raw.strip_suffix('u') {
-        return u
-            .parse::<u64>()
-            .ok()
-            .and_then(|u| i64::try_from(u).ok())
-            .map(FieldValue::Int)
-            .ok_or_else(|| format!("invalid unsigned integer {raw}"));
-    }
-    raw.parse::<f64>()
-        .ok()
-        .filter(|f| f.is_finite())
-        .map(FieldValue::Float)
-        .ok_or_else(|| format!("invalid field value {raw}"))
-}
-
-/// Parses one non-empty, non-comment line.
+/// Parses one point (one line, or more when a string value holds a newline).
 pub fn parse_line(line: &str) -> Result<Point, String> {
-    // Series key (measurement + tags) ends at the first unescaped space.
-    let (series, rest) = split_unescaped(line, b" ", false);
-    let rest = rest.map(|(_, r)| r).ok_or("missing fields")?;
-    let (measurement, mut tags_rest) = split_unescaped(&series, b",", false);
-    if measurement.is_empty() {
-        return Err("missing measurement".into());
-    }
-    let measurement = unescape(&measurement, &[',', ' ']);
-    let mut tags = Vec::new();
-    while let Some((_, t)) = tags_rest {
-        let (pair, next) = split_unescaped(t, b",", false);
-        let (k, v) = split_unescaped(&pair, b"=", false);
-        let v = v
-            .map(|(_, v)| v)
-            .ok_or_else(|| format!("tag {k:?} has no value"))?;
-        if k.is_empty() || v.is_empty() {
-            return Err(format!("empty tag key or value in {pair:?}"));
-        }
-        tags.push((
-            unescape(&k, &[',', '=', ' ']),
-            unescape(v, &[',', '=', ' ']),
-        ));
-        tags_rest = next;
-    }
-    // Field set ends at the first unescaped space outside quotes; then the timestamp.
-    let (field_set, ts) = split_unescaped(rest, b" ", true);
-    let mut fields = Vec::new();
-    let mut fs: Option<&str> = Some(&field_set);
-    while let Some(f) = fs {
-        let (pair, next) = split_unescaped(f, b",", true);
-        let (k, v) = split_unescaped(&pair, b"=", false);
-        let v = v
-            .map(|(_, v)| v)
-            .ok_or_else(|| format!("field {k:?} has no value"))?;
-        if k.is_empty() {
-            return Err(format!("empty field key in {pair:?}"));
-        }
-        fields.push((unescape(&k, &[',', '=', ' ']), parse_value(v)?));
-        fs = next.map(|(_, n)| n);
-    }
-    if fields.is_empty() {
-        return Err("missing fields".into());
-    }
-    let timestamp = match ts.map(|(_, t)| t.trim()) {
-        None | Some("") => None,
-        Some(t) => Some(
-            t.parse::<i64>()
-                .map_err(|_| format!("invalid timestamp {t:?}"))?,
-        ),
+    let line = line.trim_end_matches([' ', '\t', '\r', '\n']);
+    let mut parsed = influxdb_line_protocol::parse_lines(line);
+    let p = match parsed.next() {
+        Some(Ok(p)) => p,
+        Some(Err(e)) => return Err(unable(line, &explain(line, &e))),
+        None => return Err("no point: the line is blank or a comment".into()),
     };
+    if parsed.next().is_some() {
+        return Err(unable(line, "more than one point"));
+    }
+    let field_set_end = match p.timestamp {
+        Some(_) => line
+            .trim_end_matches(|c: char| c.is_ascii_digit() || c == '-')
+            .trim_end_matches([' ', '\t']),
+        None => line,
+    };
+    if field_set_end.ends_with(',') {
+        return Err(unable(line, "missing field after the last comma"));
+    }
+    let fields = p
+        .field_set
+        .into_iter()
+        .map(|(k, v)| {
+            let key = String::from(k);
+            field_value(&key, v).map(|v| (key, v))
+        })
+        .collect::<Result<Vec<_>, String>>()
+        .map_err(|why| unable(line, &why))?;
     Ok(Point {
-        measurement,
-        tags,
+        measurement: p.series.measurement.into(),
+        tags: p
+            .series
+            .tag_set
+            .unwrap_or_default()
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect(),
         fields,
-        timestamp,
+        timestamp: p.timestamp,
     })
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn the_seeds_line_parses() {
-        let p = parse_line(r#"listing_event,event=view listing_id="48213",user_id="u_9f2c",device_id="d_71ab",count=1i 1717430400000"#).unwrap();
-        assert_eq!(p.measurement, "listing_event");
-        assert_eq!(p.tags, vec![("event".into(), "view".into())]);
-        assert_eq!(
-            p.fields,
-            vec![
-                ("listing_id".into(), FieldValue::Str("48213".into())),
-                ("user_id".into(), FieldValue::Str("u_9f2c".into())),
-                ("device_id".into(), FieldValue::Str("d_71ab".into())),
-                ("count".into(), FieldValue::Int(1)),
-            ]
-        );
-        assert_eq!(p.timestamp, Some(1_717_430_400_000));
-    }
-
-    #[test]
-    fn escaping_rules() {
-        let p = parse_line(
-            r#"my\ meas\,ure,ta\ g\=k=v\,a\ l\=ue str="a \"quoted\" \\ back, with = and space",f\,k\=e\ y=1.5,b=T,u=7u"#,
-        )
-        .unwrap();
-        assert_eq!(p.measurement, "my meas,ure");
-        assert_eq!(p.tags, vec![("ta g=k".into(), "v,a l=ue".into())]);
-        assert_eq!(
-            p.fields,
-            vec![
-                (
-                    "str".into(),
-                    FieldValue::Str(r#"a "quoted" \ back, with = and space"#.into())
-                ),
-                ("f,k=e y".into(), FieldValue::Float(1.5)),
-                ("b".into(), FieldValue::Bool(true)),
-                ("u".into(), FieldValue::Int(7)),
-            ]
-        );
-        assert_eq!(p.timestamp, None);
-    }
-
-    #[test]
-    fn errors_name_the_problem() {
-        assert!(parse_line("m").unwrap_err().contains("missing fields"));
-        assert!(
-            parse_line("m f=")
-                .unwrap_err()
-                .contains("invalid field value")
-        );
-        assert!(
-            parse_line("m f=\"open")
-                .unwrap_err()
-                .contains("unterminated")
-        );
-        assert!(
-            parse_line("m f=1i 12x")
-                .unwrap_err()
-                .contains("invalid timestamp")
-        );
-        assert!(parse_line("m,t f=1").unwrap_err().contains("has no value"));
-        assert!(
-            parse_line("m f=1x")
-                .unwrap_err()
-                .contains("invalid field value 1x")
-        );
-    }
-
-    #[test]
-    fn precision() {
-        assert_eq!(
-            Precision::parse(None)
-                .unwrap()
-                .to_ms(1_717_430_400_123_456_789),
-            Some(1_717_430_400_123)
-        );
-        assert_eq!(
-            Precision::parse(Some("ms"))
-                .unwrap()
-                .to_ms(1_717_430_400_123),
-            Some(1_717_430_400_123)
-        );
-        assert_eq!(
-            Precision::parse(Some("s")).unwrap().to_ms(1_717_430_400),
-            Some(1_717_430_400_000)
-        );
-        assert_eq!(
-            Precision::parse(Some("us"))
-                .unwrap()
-                .to_ms(1_717_430_400_123_456),
-            Some(1_717_430_400_123)
-        );
-        assert!(Precision::parse(Some("h")).is_err());
+fn field_value(key: &str, v: LpValue<'_>) -> Result<FieldValue, String> {
+    match v {
+        LpValue::I64(i) => Ok(FieldValue::Int(i)),
+        LpValue::U64(u) => i64::try_from(u).map(FieldValue::Int).map_err(|_| {
+            format!(
+                "invalid unsigned integer {u}u for field `{key}`: at most {}",
+                i64::MAX
+            )
+        }),
+        LpValue::F64(f) if f.is_finite() => Ok(FieldValue::Float(f)),
+        LpValue::F64(_) => Err(format!(
+            "invalid field value for field `{key}`: the float is out of range"
+        )),
+        LpValue::String(s) => Ok(FieldValue::Str(s.into())),
+        LpValue::Boolean(b) => Ok(FieldValue::Bool(b)),
     }
 }
+
+/// `unable to parse '<line>': <why>`, InfluxDB's wording; a long or multi-line point is cut.
+fn unable(line: &str, why: &str) -> String {
+    const SHOWN: usize = 100;
+    let first = line.split('\n').next().unwrap_or_default();
+    let cut: String = first.chars().take(SHOWN).collect();
+    let more = if cut.len() < line.len() { "…" } else { "" };
+    format!("unable to parse '{cut}{more}': {why}")
+}
+
+/// What is wrong with a line the crate refused, in the words of the line protocol reference.
+fn explain(line: &str, e: &LpError) -> String {
+    match e {
+        LpError::FieldSetMissing | LpError::CannotParseEntireLine { .. }
+            if unbalanced_quotes(line) =>
+        {
+            "unterminated string value (a double quote is missing)".into()
+        }
+        LpError::CannotParseEntireLine { trailing_content } => unparsed_rest(line, trailing_content),
+        LpError::MeasurementValueInvalid => "missing measurement".into(),
+        LpError::TagSetMalformed => {
+            "malformed tag set: a tag has no value or no key (tags are `key=value`, comma-separated)"
+                .into()
+        }
+        LpError::FieldSetMissing => "missing field or invalid field value: a field is `key=value`, \
+             the value a float (1.5), an integer (42i), an unsigned integer (42u), a boolean \
+             (true, false) or a double-quoted string"
+            .into(),
+        LpError::GenericParsingError { .. } => {
+            "missing fields: a space and `key=value` fields must follow the measurement and tags"
+                .into()
+        }
+        LpError::IntegerValueInvalid { value, .. } => {
+            format!("invalid integer {value}i: out of the 64-bit range")
+        }
+        LpError::UIntegerValueInvalid { value, .. } => {
+            format!("invalid unsigned integer {value}u: out of range")
+        }
+        LpError::FloatValueInvalid { value, .. } => format!("invalid field value {value}"),
+        LpError::TimestampValueInvalid { value, .. } => {
+            format!("invalid timestamp {value:?}: out of the 64-bit range")
+        }
+        LpError::EndsWithBackslash => {
+            "the measurement, a tag or a field key ends with a backslash".into()
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Whether the line has an odd number of unescaped double quotes.
+fn unbalanced_quotes(line: &str) -> bool {
+    let mut quotes = 0;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            '\\' => {
+                chars.next();
+            }
+            '"' => quotes += 1,
+            _ => {}
+        }
+    }
+    quotes % 2 == 1
+}
+
+/// Names the part of `line` where the crate stopped, `rest` being what it could not read.
+fn unparsed_rest(line: &str, rest: &str) -> String {
+    let Some(read) = line.strip_suffix(rest) else {
+        return format!("unexpected {rest:?}");
+    };
+    let word = |s: &str| s.split([' ', ',']).next().unwrap_or_default().to_owned();
+    if rest.starts_with('\t') {
+        return "unexpected tab: fields and the timestamp are separated by a space".into();
+    }
+    if let Some(after) = rest.strip_prefix(' ') {
+        // The fields ended and what follows is no timestamp.
+        return format!("invalid timestamp {:?}", word(after.trim_start()));
+    }
+    if read.ends_with([' ', '\t']) {
+        return format!("unexpected {:?} after the timestamp", rest.trim());
+    }
+    let read_timestamp = influxdb_line_protocol::parse_lines(read)
+        .next()
+        .is_some_and(|p| p.is_ok_and(|p| p.timestamp.is_some()));
+    if read_timestamp {
+        let digits = read.rsplit([' ', '\t']).next().unwrap_or_default();
+        return format!("invalid timestamp {:?}", format!("{digits}{}", word(rest)));
+    }
+    if read.ends_with(',') {
+        // A whole field after a comma could not be read.
+        let field = word(rest);
+        return match field.split_once('=') {
+            Some((key, "")) => format!("missing value of field `{key}`"),
+            Some((key, value)) => format!("invalid field value {value} (field `{key}`)"),
+            None => format!("invalid field {field:?}: a field is `key=value`"),
+        };
+    }
+    // The value read last starts after the last `=`, or the last `="` for a string value.
+    let start = match read.ends_with('"') {
+        true => read.rfind("=\""),
+        false => read.rfind('='),
+    };
+    let value = start.map_or(read, |at| &read[at + 1..]);
+    format!("invalid field value {value}{}", word(rest))
+}
+
+#[cfg(test)]
+mod tests;

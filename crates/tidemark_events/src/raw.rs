@@ -1,7 +1,8 @@
 //! The raw tier (DESIGN.md part C "Raw tier"): events partitioned by UTC day.
 //!
 //! Embedded default: `raw.db` with one table `raw_YYYYMMDD` per day, created on first use, and
-//! a `raw_day` catalog (events per day, last arrival) that the rollup scheduler reads.
+//! a `raw_day` catalog (events per day, last arrival) that the rollup scheduler reads. Their
+//! versions: `migrations`.
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -10,6 +11,7 @@ use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
+use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
 use tidemark_core::store::{AsStoreError, StoreError};
 
@@ -17,6 +19,7 @@ use crate::model::Event;
 
 mod catalog;
 pub mod influx;
+mod migrations;
 
 use catalog::Mark;
 pub use influx::{InfluxRaw, InfluxTarget};
@@ -205,7 +208,7 @@ impl SqliteRaw {
     pub fn open(path: &Path) -> Result<Self, SqliteError> {
         opening(path, || {
             let conn = open_rw(path)?;
-            catalog::open(&conn)?;
+            migrate_sqlite(&conn, path, &migrations::RAW)?;
             let writer = GroupWriter::start("events-raw", conn, 256);
             let reads = ReadPool::open(path, 4)?;
             Ok(Self { writer, reads })

@@ -11,8 +11,10 @@
 //! Embedded default: [`SqliteRollups`] (`data/events/rollups.db`). Production engine:
 //! [`MysqlRollups`] (MariaDB / MySQL, `events.rollups = "mysql://…"`). Both replace a day the
 //! same way — upsert every produced row, then delete the day's rows [`stale_keys`] finds no
-//! longer produced, in one transaction — and differ only in their SQL.
+//! longer produced, in one transaction — and differ only in their SQL. The versions of both
+//! schemas: `migrations`.
 
+mod migrations;
 mod mysql;
 mod sqlite;
 

@@ -104,3 +104,102 @@ async fn the_report_reads_ranges_of_the_primary_key() {
     store.pool().close().await;
     drop_database(&url).await.unwrap();
 }
+
+async fn schema_version(pool: &sqlx::MySqlPool) -> Option<i64> {
+    sqlx::query_scalar("SELECT version FROM tidemark_schema_version WHERE store = 'events_rollups'")
+        .fetch_optional(pool)
+        .await
+        .unwrap()
+}
+
+/// A database made before versions were recorded and before `listing_monthly`: adopted at
+/// connect, `listing_monthly` built from the days, the report reading them through it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_made_before_listing_monthly_gets_it_built_from_the_days() {
+    use tidemark_core::day::UtcDay;
+    use tidemark_events::rollups::{ReportRow, RollupStore};
+
+    let url = scratch_database(&test_server_url(), "tm_rollups_adopt")
+        .await
+        .unwrap();
+    let pool = tidemark_core::mysql::connect(&url, 2).await.unwrap();
+    for sql in [
+        "CREATE TABLE listing_daily (
+            listing_id BIGINT NOT NULL, day DATE NOT NULL, event VARCHAR(100) NOT NULL,
+            total BIGINT UNSIGNED NOT NULL, uniques BIGINT UNSIGNED NOT NULL,
+            PRIMARY KEY (listing_id, day, event), KEY listing_daily_day (day)
+        ) ENGINE=InnoDB",
+        "CREATE TABLE listings (
+            tenant VARCHAR(255) NOT NULL, id BIGINT NOT NULL, account_id BIGINT NOT NULL,
+            PRIMARY KEY (tenant, id), KEY listings_account (tenant, account_id, id)
+        ) ENGINE=InnoDB",
+        "INSERT INTO listings VALUES ('t', 7, 1)",
+        "INSERT INTO listing_daily VALUES (7, '2026-01-01', 'view', 10, 4),
+            (7, '2026-01-31', 'view', 5, 2), (7, '2026-02-01', 'view', 1, 1)",
+    ] {
+        sqlx::query(sql).execute(&pool).await.unwrap();
+    }
+    let store = MysqlRollups::connect(&url, 2).await.unwrap();
+    assert_eq!(schema_version(&pool).await, Some(1));
+    let months: Vec<(String, i64, i64, i32)> = sqlx::query_as(
+        "SELECT CAST(month AS CHAR), total, uniques, days FROM listing_monthly ORDER BY month",
+    )
+    .fetch_all(&pool)
+    .await
+    .unwrap();
+    assert_eq!(
+        months,
+        [
+            ("2026-01-01".into(), 15, 6, 2),
+            ("2026-02-01".into(), 1, 1, 1)
+        ]
+    );
+    let from = UtcDay::parse("2026-01-01").unwrap();
+    let to = UtcDay::parse("2026-02-28").unwrap();
+    let report = store.report("t", 1, from, to, None).await.unwrap();
+    assert_eq!(
+        report,
+        [ReportRow {
+            listing_id: 7,
+            kind: "view".into(),
+            total: 16,
+            uniques_daily_sum: 7
+        }]
+    );
+    // A second connect finds version 1: nothing runs again.
+    drop(MysqlRollups::connect(&url, 2).await.unwrap());
+    let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM listing_monthly")
+        .fetch_one(&pool)
+        .await
+        .unwrap();
+    assert_eq!(n, 2);
+    store.pool().close().await;
+    pool.close().await;
+    drop_database(&url).await.unwrap();
+}
+
+/// A database a newer build migrated is refused, naming it and both versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_database_of_a_newer_build_is_refused() {
+    let url = scratch_database(&test_server_url(), "tm_rollups_newer")
+        .await
+        .unwrap();
+    let store = MysqlRollups::connect(&url, 2).await.unwrap();
+    sqlx::query("UPDATE tidemark_schema_version SET version = 2 WHERE store = 'events_rollups'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let err = MysqlRollups::connect(&url, 2)
+        .await
+        .unwrap_err()
+        .to_string();
+    let database = url.rsplit('/').next().unwrap();
+    assert_eq!(
+        err,
+        format!(
+            "database {database} has events_rollups schema version 2, this build knows up to 1: use a newer tidemark"
+        )
+    );
+    store.pool().close().await;
+    drop_database(&url).await.unwrap();
+}

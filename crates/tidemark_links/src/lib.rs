@@ -13,12 +13,14 @@
 //!    files on the embedded default).
 //! 5. **Redirect** ([`redirect`]): `/c/<id>` → 302 to the stored URL, `/o/<id>` → 1×1 GIF; the
 //!    id is validated before any read, the lookup reads one partition, and the click or open is
-//!    recorded as an analytics event from that one row.
+//!    recorded as an analytics event from that one row; [`user_agent`] tells bots, scanners
+//!    and image proxies from people.
 //! 6. **Retention** ([`partitions`]): whole day partitions are created ahead and dropped when
 //!    they expire.
 //!
 //! The link store has an embedded default ([`sqlite`], a table per day) and a production
-//! engine ([`mysql`], MariaDB `PARTITION BY RANGE` per day); [`conformance`] checks both.
+//! engine ([`mysql`], MariaDB `PARTITION BY RANGE` per day); [`conformance`] checks both. The
+//! versions of their schemas are in `migrations`.
 
 pub mod builder;
 pub mod config;
@@ -27,6 +29,7 @@ pub mod error;
 pub mod http;
 pub mod id;
 pub mod metrics;
+mod migrations;
 pub mod model;
 pub mod mysql;
 pub mod partitions;
@@ -38,3 +41,4 @@ pub mod send;
 pub mod service;
 pub mod sqlite;
 pub mod store;
+pub mod user_agent;

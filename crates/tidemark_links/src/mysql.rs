@@ -37,6 +37,7 @@ use sqlx::mysql::MySqlPool;
 use sqlx::{QueryBuilder, Row};
 use tidemark_core::day::UtcDay;
 use tidemark_core::mysql::{MysqlError, connect};
+use tidemark_core::schema::migrate_mysql;
 use tokio::sync::Mutex;
 
 use crate::error::{LinksError, Result};
@@ -173,6 +174,9 @@ impl From<MysqlError> for LinksError {
         match e {
             MysqlError::BadUrl { .. } => LinksError::Invalid(e.to_string()),
             MysqlError::Sqlx(e) => e.into(),
+            MysqlError::SchemaTooNew { .. } | MysqlError::SchemaLocked { .. } => {
+                LinksError::Store(e.into())
+            }
         }
     }
 }
@@ -187,10 +191,12 @@ pub struct MysqlLinks {
 
 impl MysqlLinks {
     /// Connects to `url` (`mysql://user[:password]@host[:port]/database`; the database is
-    /// created if missing) with a pool of `max_connections`. The table is created with the
-    /// first partitions.
+    /// created if missing) with a pool of `max_connections`, and brings the store to its
+    /// version ([`crate::migrations::MYSQL`]; a store of a newer build is refused). The table
+    /// is created with the first partitions.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
         let pool = connect(url, max_connections).await?;
+        migrate_mysql(&pool, &crate::migrations::MYSQL).await?;
         Ok(Self {
             pool,
             known: Mutex::new(None),

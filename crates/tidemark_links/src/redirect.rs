@@ -2,12 +2,15 @@
 //! (fragment included; the request's query string is ignored, so there is no open redirect);
 //! `GET|HEAD /o/<id>` → a 1×1 GIF that is never cached. The id is validated before any storage
 //! access; the lookup reads exactly one day partition; the click or open is recorded as an
-//! `email_click` / `email_open` event built from that one row. HEAD requests and known
-//! scanners are recorded as bot traffic (`bot = true`), not as clicks.
+//! `email_click` / `email_open` event built from that one row. HEAD requests, known bots,
+//! scanners and image proxies are recorded as bot traffic (`bot = true`), not as clicks or
+//! opens ([`crate::user_agent`]).
 
 use tidemark_events::Event;
 
 use crate::model::LinkRecord;
+/// The class [`hit_event`] records.
+pub use crate::user_agent::UaClass;
 
 /// The transparent 1×1 GIF served by `/o/<id>` (43 bytes).
 pub const PIXEL_GIF: [u8; 43] = [
@@ -15,73 +18,6 @@ pub const PIXEL_GIF: [u8; 43] = [
     0xff, 0xff, 0xff, 0x21, 0xf9, 0x04, 0x01, 0x00, 0x00, 0x00, 0x00, 0x2c, 0x00, 0x00, 0x00, 0x00,
     0x01, 0x00, 0x01, 0x00, 0x00, 0x02, 0x02, 0x44, 0x01, 0x00, 0x3b,
 ];
-
-/// Coarse user-agent class recorded with each click or open.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum UaClass {
-    /// A crawler, link scanner, mail-security proxy or HTTP library.
-    Bot,
-    /// A phone or tablet browser / mail app.
-    Mobile,
-    /// Anything else that looks like a browser or mail client.
-    Desktop,
-    /// No user agent.
-    Unknown,
-}
-
-impl UaClass {
-    /// The name stored in events.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            UaClass::Bot => "bot",
-            UaClass::Mobile => "mobile",
-            UaClass::Desktop => "desktop",
-            UaClass::Unknown => "unknown",
-        }
-    }
-}
-
-const BOT_MARKERS: [&str; 21] = [
-    "bot",
-    "crawler",
-    "spider",
-    "slurp",
-    "scanner",
-    "preview",
-    "headless",
-    "curl/",
-    "wget/",
-    "python-requests",
-    "python-urllib",
-    "go-http-client",
-    "java/",
-    "okhttp",
-    "libwww",
-    "barracuda",
-    "proofpoint",
-    "mimecast",
-    "safelinks",
-    "symantec",
-    "trendmicro",
-];
-
-/// Classifies a `User-Agent` header value.
-pub fn classify_user_agent(ua: Option<&str>) -> UaClass {
-    let Some(ua) = ua.map(str::trim).filter(|u| !u.is_empty()) else {
-        return UaClass::Unknown;
-    };
-    let lower = ua.to_ascii_lowercase();
-    if BOT_MARKERS.iter().any(|m| lower.contains(m)) {
-        UaClass::Bot
-    } else if ["mobile", "android", "iphone", "ipad"]
-        .iter()
-        .any(|m| lower.contains(m))
-    {
-        UaClass::Mobile
-    } else {
-        UaClass::Desktop
-    }
-}
 
 /// The listing id of a URL whose path contains `<prefix><digits>` (e.g. `/item/48213`).
 pub fn listing_id_of(url: &str, prefix: &str) -> Option<i64> {
@@ -126,28 +62,6 @@ pub fn hit_event(
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn user_agents() {
-        assert_eq!(classify_user_agent(None), UaClass::Unknown);
-        assert_eq!(classify_user_agent(Some("curl/8.5.0")), UaClass::Bot);
-        assert_eq!(
-            classify_user_agent(Some("Mozilla/5.0 (compatible; Googlebot/2.1)")),
-            UaClass::Bot
-        );
-        assert_eq!(
-            classify_user_agent(Some(
-                "Mozilla/5.0 (iPhone; CPU iPhone OS 17_0 like Mac OS X)"
-            )),
-            UaClass::Mobile
-        );
-        assert_eq!(
-            classify_user_agent(Some(
-                "Mozilla/5.0 (Windows NT 10.0; Win64; x64) Firefox/120.0"
-            )),
-            UaClass::Desktop
-        );
-    }
 
     #[test]
     fn listing_ids_from_urls() {

@@ -22,13 +22,14 @@ use crate::metrics::LinksMetrics;
 use crate::model::{Lookup, Mailing};
 use crate::mysql::MysqlLinks;
 use crate::partitions::oldest_kept;
-use crate::redirect::{UaClass, classify_user_agent, hit_event};
+use crate::redirect::hit_event;
 use crate::render::MailTemplate;
 use crate::rewrite::{LinkKind, RewriteConfig};
 use crate::rules::RuleConfig;
 use crate::send::{OutgoingMail, SendingPool};
 use crate::sqlite::SqliteLinks;
 use crate::store::{LinkStore, MailingStore};
+use crate::user_agent::{classify_user_agent, is_bot_hit};
 
 /// Which tracking route was hit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -533,7 +534,7 @@ impl LinksService {
         };
         if let Some(kind) = kind {
             let ua = classify_user_agent(user_agent);
-            let bot = head || ua == UaClass::Bot;
+            let bot = is_bot_hit(head, ua);
             match (bot, kind) {
                 (true, _) => self.metrics.bot_hits.inc(),
                 (false, "email_click") => self.metrics.clicks.inc(),

@@ -1,7 +1,8 @@
 //! The embedded link store (`data/links/links.db`): one table `links_YYYYMMDD` per UTC day with
 //! a sequential clustered key (`seq INTEGER PRIMARY KEY`, so inserts append) and a unique index
 //! on the id (within the day table: unique `(id, day)`); expired days are dropped whole with
-//! `DROP TABLE`. Mailings and the suppression list live in the same file.
+//! `DROP TABLE`. Mailings and the suppression list live in the same file. The tables' versions:
+//! [`crate::migrations`].
 //!
 //! Not done here: row compression (SQLite has none built in; the MariaDB store uses
 //! `ROW_FORMAT=COMPRESSED`).
@@ -12,6 +13,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::day::UtcDay;
+use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
 
 use crate::error::{LinksError, Result};
@@ -19,23 +21,6 @@ use crate::id::LinkId;
 use crate::model::{LinkRecord, Lookup, Mailing};
 use crate::rewrite::LinkKind;
 use crate::store::{LinkStore, MailingStore};
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS mailing (
-    tenant TEXT NOT NULL,
-    mailing_id TEXT NOT NULL,
-    subject TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    html TEXT NOT NULL,
-    created_ms INTEGER NOT NULL,
-    PRIMARY KEY (tenant, mailing_id)
-);
-CREATE TABLE IF NOT EXISTS suppression (
-    tenant TEXT NOT NULL,
-    email TEXT NOT NULL,
-    PRIMARY KEY (tenant, email)
-) WITHOUT ROWID;
-";
 
 const PREFIX: &str = "links_";
 
@@ -96,11 +81,12 @@ impl SqliteLinks {
     /// Opens (creating if needed) the store at `path`.
     ///
     /// # Errors
-    /// [`LinksError::Store`] naming the file ([`opening`]).
+    /// [`LinksError::Store`] naming the file ([`opening`]), also for a file of a newer build
+    /// ([`tidemark_core::sqlite::SqliteError::SchemaTooNew`], not retryable).
     pub fn open(path: &Path) -> Result<Self> {
         Ok(opening(path, || {
             let conn = open_rw(path)?;
-            conn.execute_batch(SCHEMA)?;
+            migrate_sqlite(&conn, path, &crate::migrations::SQLITE)?;
             let writer = GroupWriter::start("links", conn, 64);
             let reads = ReadPool::open(path, 8)?;
             Ok(Self { writer, reads })
@@ -333,6 +319,53 @@ mod tests {
         tidemark_core::sqlite::assert_open_names_the_file(
             &dir.path().join("links.db"),
             SqliteLinks::open,
+        );
+    }
+
+    fn user_version(path: &Path) -> i64 {
+        Connection::open(path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap()
+    }
+
+    /// A file made before versions were recorded is taken as version 1, its rows kept.
+    #[tokio::test]
+    async fn a_file_made_before_versions_is_adopted_as_version_1() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("links.db");
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch(&format!(
+                "{}
+                 INSERT INTO mailing VALUES ('t', 'm1', 'Hello', 'a@b.c', '<p>x</p>', 5);",
+                crate::migrations::SQLITE_V1
+            ))
+            .unwrap();
+        let store = SqliteLinks::open(&path).unwrap();
+        let kept = store.mailing("t", "m1").await.unwrap().unwrap();
+        assert_eq!(kept.subject, "Hello");
+        assert_eq!(user_version(&path), 1);
+    }
+
+    /// A file of a newer build is refused, naming it and both versions.
+    #[test]
+    fn a_file_of_a_newer_build_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("links.db");
+        SqliteLinks::open(&path).unwrap();
+        assert_eq!(user_version(&path), 1);
+        Connection::open(&path)
+            .unwrap()
+            .execute_batch("PRAGMA user_version = 3")
+            .unwrap();
+        let err = SqliteLinks::open(&path).unwrap_err().to_string();
+        assert_eq!(
+            err,
+            format!(
+                "sqlite: {} has schema version 3, this build knows up to 1: use a newer tidemark",
+                path.display()
+            )
         );
     }
 }

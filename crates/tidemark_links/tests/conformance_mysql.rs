@@ -87,3 +87,32 @@ async fn a_lookup_reads_exactly_the_partition_of_its_ids_day() {
     store.pool().close().await;
     drop_database(&url).await.unwrap();
 }
+
+async fn schema_version(store: &MysqlLinks) -> Option<i64> {
+    sqlx::query_scalar("SELECT version FROM tidemark_schema_version WHERE store = 'links'")
+        .fetch_optional(store.pool())
+        .await
+        .unwrap()
+}
+
+/// The store records its version at connect, and a database a newer build migrated is
+/// refused, naming it and both versions.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_of_a_newer_build_is_refused() {
+    let (url, store) = scratch("tm_links_schema").await;
+    assert_eq!(schema_version(&store).await, Some(1));
+    sqlx::query("UPDATE tidemark_schema_version SET version = 4 WHERE store = 'links'")
+        .execute(store.pool())
+        .await
+        .unwrap();
+    let err = MysqlLinks::connect(&url, 2).await.unwrap_err().to_string();
+    let database = url.rsplit('/').next().unwrap();
+    assert_eq!(
+        err,
+        format!(
+            "mysql: database {database} has links schema version 4, this build knows up to 1: use a newer tidemark"
+        )
+    );
+    store.pool().close().await;
+    drop_database(&url).await.unwrap();
+}

@@ -17,44 +17,14 @@ use futures::future::try_join_all;
 use sqlx::mysql::{MySqlPool, MySqlRow};
 use sqlx::{QueryBuilder, Row};
 
+use tidemark_core::schema::migrate_mysql;
+
 use crate::error::{ChatError, Result};
 use crate::model::{IndexEntry, MessageClass, MessageRecord, SEQ_BUCKET_SIZE};
 use crate::ports::Archive;
 
 /// Rows per multi-row insert (11 placeholders each, well under the 65,535 limit).
 const ROWS_PER_INSERT: usize = 500;
-
-/// The schema; `utf8mb4_bin` so that ids compare byte for byte, as on SQLite.
-const SCHEMA: [&str; 3] = [
-    "CREATE TABLE IF NOT EXISTS archive_meta (
-        name VARCHAR(64) NOT NULL PRIMARY KEY,
-        value BIGINT NOT NULL
-    ) ENGINE = InnoDB",
-    "CREATE TABLE IF NOT EXISTS message_record (
-        tenant VARCHAR(128) NOT NULL,
-        conversation_id VARCHAR(128) NOT NULL,
-        seq_bucket BIGINT UNSIGNED NOT NULL,
-        conversation_seq BIGINT UNSIGNED NOT NULL,
-        message_id VARCHAR(64) NOT NULL,
-        sender VARCHAR(128) NOT NULL,
-        client_msg_id VARCHAR(128) NOT NULL,
-        body MEDIUMTEXT NOT NULL,
-        class TINYINT NOT NULL,
-        committed_at BIGINT NOT NULL,
-        expires_at BIGINT NULL,
-        PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq),
-        KEY message_record_expiry (expires_at)
-    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
-    "CREATE TABLE IF NOT EXISTS history_index (
-        tenant VARCHAR(128) NOT NULL,
-        conversation_id VARCHAR(128) NOT NULL,
-        seq_bucket BIGINT UNSIGNED NOT NULL,
-        conversation_seq BIGINT UNSIGNED NOT NULL,
-        message_id VARCHAR(64) NOT NULL,
-        expires_at BIGINT NULL,
-        PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
-    ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_bin",
-];
 
 const RECORD_COLUMNS: &str = "tenant, conversation_id, conversation_seq, message_id, sender, \
      client_msg_id, body, class, committed_at, expires_at";
@@ -67,40 +37,21 @@ pub struct MysqlArchive {
 
 impl MysqlArchive {
     /// Connects to `url` (`mysql://user[:password]@host[:port]/database`; the database is created
-    /// if missing) with at most `max_connections`, and creates the tables if missing. Errors:
-    /// [`ChatError::Invalid`] for a bad URL, [`ChatError::Unavailable`] if the server is down.
+    /// if missing) with at most `max_connections`, and creates or migrates the tables. Errors:
+    /// [`ChatError::Invalid`] for a bad URL, [`ChatError::Store`] if the server is down.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
         let pool = tidemark_core::mysql::connect(url, max_connections).await?;
         Self::with_pool(pool).await
     }
 
-    /// Uses an open pool; creates the tables if missing.
+    /// Uses an open pool; creates or migrates the tables ([`super::migrations`]).
+    ///
+    /// # Errors
+    /// As [`MysqlArchive::connect`]; an archive of a newer build is refused
+    /// ([`tidemark_core::mysql::MysqlError::SchemaTooNew`], as a [`ChatError::Store`] that is not
+    /// retryable).
     pub async fn with_pool(pool: MySqlPool) -> Result<Self> {
-        for ddl in SCHEMA {
-            sqlx::query(ddl).execute(&pool).await?;
-        }
-        // Tables made before tombstones (issue 2, session 27) have an expiry index on
-        // `history_index` that only the old purge of entries used: drop it (`DROP INDEX IF
-        // EXISTS` is MariaDB's alone, so look first).
-        let stale: Option<MySqlRow> = sqlx::query(
-            "SELECT 1 FROM information_schema.statistics
-             WHERE table_schema = DATABASE() AND table_name = 'history_index'
-               AND index_name = 'history_index_expiry' LIMIT 1",
-        )
-        .fetch_optional(&pool)
-        .await?;
-        if stale.is_some() {
-            sqlx::query("ALTER TABLE history_index DROP INDEX history_index_expiry")
-                .execute(&pool)
-                .await?;
-        }
-        sqlx::query(
-            "INSERT INTO archive_meta (name, value) VALUES ('identity', ?)
-             ON DUPLICATE KEY UPDATE name = name",
-        )
-        .bind(crate::ports::fresh_archive_identity())
-        .execute(&pool)
-        .await?;
+        migrate_mysql(&pool, &super::migrations::ARCHIVE).await?;
         Ok(Self { pool })
     }
 

@@ -18,7 +18,7 @@
 //! | `{tm:NN}:dx` | zset | `P<dedup field>`, score = dedup expiry |
 //! | `{tm:NN}:n` | string | records held by the shard |
 //! | `tm:mb:{<len(tenant)>:<tenant><user>}` | hash | conversation id → read pointer |
-//! | `tm:meta` | hash | `watermark` (T, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`), `archive_identity` (see `crate::stores::check_archive`) |
+//! | `tm:meta` | hash | `watermark` (T, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`), `archive_identity` (see `crate::stores::check_archive`), `layout_version` ([`LAYOUT_VERSION`]) |
 //!
 //! Why a bitmap for the history index: it costs one bit per seq ever allocated (bits at or below
 //! the floor are cleared, not freed: 125 KB per million messages of one conversation) where a
@@ -30,8 +30,19 @@
 //! slot every script stays single-slot (Cluster-safe) and atomic, and a pass visits
 //! [`SHARDS`] queues, not every conversation. The shard count is part of the data layout:
 //! changing it needs a migration.
+//!
+//! The layout's version is [`LAYOUT_VERSION`], recorded in `tm:meta` by the first start
+//! ([`super::RedisHot::connect`]); a server whose recorded version is above it was written by a
+//! newer build and is refused. Version 1 is the layout above; a change to it is version 2,
+//! with the code that moves a server's keys from 1 to 2.
 
 use crate::error::{ChatError, Result};
+
+/// The version of the key layout this build reads and writes (see the module docs).
+pub const LAYOUT_VERSION: i64 = 1;
+
+/// The `tm:meta` field of the recorded [`LAYOUT_VERSION`].
+pub(crate) const LAYOUT_VERSION_FIELD: &str = "layout_version";
 
 /// Number of shards (hash tags) conversations are spread over.
 pub const SHARDS: usize = 64;

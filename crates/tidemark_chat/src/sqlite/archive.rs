@@ -7,104 +7,41 @@
 //! to [`Archive::purge_expired`] and keeps its entry, as a tombstone: a seq of the archive
 //! without an entry is a lost one ([`crate::reads::archive_range`]).
 //!
-//! Pacing: in `tiered` mode the archive's writer is a background thread, and a batch (a few
-//! thousand inserts, tens of ms of CPU every [`crate::config::ChatConfig::archive_idle`]) is
-//! spread over time with a [`DutyCycle`] ([`archive_duty`]), so that it never keeps a core
-//! from the commit path for long while the archive keeps up. The duty grows with the batch's
-//! lag (the age of its oldest record), up to flat out: an archive that falls behind (more
-//! load than a quarter duty keeps up with, or a backlog after downtime) catches up. A merge
-//! of the index log is paced like the batch that started it.
+//! In `tiered` mode the archive's writer is a background thread (see
+//! [`tidemark_core::sqlite::Priority`]): its batches yield the CPU to the commit path.
 //!
-//! Files written before the index log (issue 2, session 15) open as they are: their
-//! `message_record` keeps its unique key as well (so they keep paying for that randomly
-//! placed index), and gains the `message_id` index at open (built once, over the whole table,
-//! before the server starts). An older build opening a newer file would not see the entries
-//! still pending in `history_index_log`: do not go back to one.
+//! The tables, and how a file of an earlier layout is brought to them: [`super::migrations`].
 //!
-//! In `sync-archive` (the commit path writes the archive, unpaced), the SEND whose entry makes
+//! In `sync-archive` (the commit path writes the archive), the SEND whose entry makes
 //! the log reach [`MERGE_ENTRIES`] waits for the merge, and the SENDs behind it for the
 //! archive's writer: a latency spike every 65,536 sends, in the mode kept only to measure
 //! against.
 
 use std::collections::BTreeMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
-use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::sqlite::{DutyCycle, GroupWriter, Priority, ReadPool, Writeback, open_rw_with};
+use tidemark_core::schema::migrate_sqlite;
+use tidemark_core::sqlite::{GroupWriter, Priority, ReadPool, open_rw};
 
 use super::index_log::{self, MERGE_CHUNK, MERGE_ENTRIES, PendingIndex, bucket};
+use super::migrations;
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
 use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::Archive;
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS archive_meta (key TEXT PRIMARY KEY, value INTEGER NOT NULL);
-CREATE TABLE IF NOT EXISTS message_record (
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    seq_bucket INTEGER NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    client_msg_id TEXT NOT NULL,
-    body TEXT NOT NULL,
-    class INTEGER NOT NULL,
-    committed_at INTEGER NOT NULL,
-    expires_at INTEGER
-);
-CREATE UNIQUE INDEX IF NOT EXISTS message_record_id ON message_record (message_id);
-CREATE INDEX IF NOT EXISTS message_record_expiry ON message_record (expires_at)
-    WHERE expires_at IS NOT NULL;
-CREATE TABLE IF NOT EXISTS history_index (
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    seq_bucket INTEGER NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    expires_at INTEGER,
-    PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
-) WITHOUT ROWID;
--- The purge of expired entries these served ended when entries became tombstones (issue 2,
--- session 27); files made before drop them at open.
-DROP INDEX IF EXISTS history_index_expiry;
-DROP INDEX IF EXISTS history_index_log_expiry;
-";
-
-/// The least share of time a paced archive batch keeps its writer busy (see the module docs):
-/// at 0.25 a batch of 20 ms of inserts takes 80 ms.
-pub const ARCHIVE_DUTY: f64 = 0.25;
-
-/// The lag (age of a batch's oldest record, commit time against the wall clock) up to which a
-/// batch is paced at [`ARCHIVE_DUTY`]; past it the duty grows in proportion, flat out from
-/// `PACED_LAG / ARCHIVE_DUTY` (4 s) on. At 5,000 sends/s a batch's lag is about one
-/// `archive_idle` (250 ms). Issue 2, session 9: with a fixed quarter duty the archive fell
-/// behind at 10,000 sends/s (4–5 s of lag and growing); with this rule it settled at 1–2 s.
-pub const PACED_LAG: Duration = Duration::from_secs(1);
-
-/// The duty of a paced batch whose oldest record is `lag` old: [`ARCHIVE_DUTY`] up to
-/// [`PACED_LAG`], then `ARCHIVE_DUTY × lag / PACED_LAG`, at most 1. An archive that falls
-/// behind speeds up until it keeps up, and settles at the lag where the duty suffices.
-pub fn archive_duty(lag: Duration) -> f64 {
-    let behind = lag.as_secs_f64() / PACED_LAG.as_secs_f64();
-    (ARCHIVE_DUTY * behind.max(1.0)).min(1.0)
-}
 
 /// The embedded archive (see the module docs).
 #[derive(Debug)]
 pub struct SqliteArchive {
     writer: GroupWriter,
     reads: ReadPool,
-    /// Batches are paced at all: a background writer (`tiered`), not one a SEND waits on.
-    paced: bool,
-    /// The duty of the last batch of records ([`f64::to_bits`]): its index entries, written
-    /// next, get the same.
-    duty: AtomicU64,
+    /// The writer is a background one (`tiered`), not one a SEND waits on.
+    background: bool,
     /// The entries of `history_index_log`, for readers ([`super::index_log`]).
     pending: Arc<Mutex<PendingIndex>>,
     /// Pending entries that make the next `put_index` merge the log.
@@ -126,24 +63,15 @@ impl SqliteArchive {
     }
 
     fn open_unnamed(path: &Path, priority: Priority) -> Result<Self> {
-        // A background archive's batches reach the disk in small steps too, not in one burst
-        // at their commit's fsync that the SENDs' fsyncs would queue behind.
-        let conn = open_rw_with(path, Writeback::for_priority(priority))?;
-        conn.execute_batch(SCHEMA)?;
-        conn.execute_batch(index_log::SCHEMA)?;
-        conn.execute(
-            "INSERT INTO archive_meta (key, value) VALUES ('identity', ?1)
-             ON CONFLICT (key) DO NOTHING",
-            [crate::ports::fresh_archive_identity()],
-        )?;
+        let conn = open_rw(path)?;
+        migrate_sqlite(&conn, path, &migrations::ARCHIVE)?;
         let pending = Arc::new(Mutex::new(PendingIndex::load(&conn)?));
         let writer = GroupWriter::start_with_priority("chat-archive", conn, 64, priority);
         let reads = ReadPool::open(path, 8)?;
         Ok(Self {
             writer,
             reads,
-            paced: priority == Priority::Background,
-            duty: AtomicU64::new(1.0_f64.to_bits()),
+            background: priority == Priority::Background,
             pending,
             merge_entries: MERGE_ENTRIES,
             merging: AtomicBool::new(false),
@@ -180,11 +108,10 @@ impl SqliteArchive {
         let sorted = Arc::new(sorted);
         for start in (0..sorted.len()).step_by(MERGE_CHUNK) {
             let sorted = Arc::clone(&sorted);
-            let mut cycle = self.last_cycle();
             self.writer
                 .write(move |conn| {
                     let end = (start + MERGE_CHUNK).min(sorted.len());
-                    index_log::insert_merged(conn, &sorted[start..end], &mut cycle)
+                    index_log::insert_merged(conn, &sorted[start..end])
                 })
                 .await?;
         }
@@ -194,16 +121,15 @@ impl SqliteArchive {
             .await?;
         let deleted = Instant::now();
         // After the delete's commit (an entry leaves memory only once its merge committed,
-        // module docs), the merge's generation leaves the index at once, and is freed paced
-        // (see `Merged::free`): on the archive's writer when it is a background one (`tiered`),
-        // else on a blocking thread, off the writer the SENDs wait on (`sync-archive`).
+        // module docs), the merge's generation leaves the index at once, and is freed (see
+        // `Merged::free`) on the archive's writer when it is a background one (`tiered`), else
+        // on a blocking thread, off the writer the SENDs wait on (`sync-archive`).
         let merged = self.pending().merged(last);
         let dropped = merged.len();
         let sorted = Arc::try_unwrap(sorted).unwrap_or_default();
-        let mut cycle = self.last_cycle();
-        if self.paced {
+        if self.background {
             let free = move |_: &Connection| -> Result<()> {
-                merged.free(sorted, &mut cycle);
+                merged.free(sorted);
                 Ok(())
             };
             if let Err(error) = self.writer.write_unguarded(free).await {
@@ -212,7 +138,7 @@ impl SqliteArchive {
                 tracing::warn!(%error, "the archive's writer reported an error after the merge's cleanup");
             }
         } else {
-            let free = move || merged.free(sorted, &mut cycle);
+            let free = move || merged.free(sorted);
             if let Err(error) = tokio::task::spawn_blocking(free).await {
                 tracing::warn!(%error, "freeing the merged index entries failed");
             }
@@ -228,26 +154,6 @@ impl SqliteArchive {
         );
         Ok(Some(last))
     }
-
-    /// The cycle for a batch of records committed at `committed_at_ms` (ms since the epoch):
-    /// on a background writer, paced at [`archive_duty`] of the oldest's lag; else unpaced.
-    ///
-    /// The lag is taken against the wall clock, which is the service's clock in production.
-    /// Under an injected clock (tests) batches look current or far behind depending on the
-    /// date; either way only the archive's speed changes, never what it writes.
-    fn cycle_for(&self, committed_at_ms: impl Iterator<Item = i64>) -> DutyCycle {
-        let now_ms = SystemClock.now_ms();
-        let oldest = committed_at_ms.min().unwrap_or(now_ms);
-        let lag = Duration::from_millis(now_ms.saturating_sub(oldest).max(0) as u64);
-        let duty = if self.paced { archive_duty(lag) } else { 1.0 };
-        self.duty.store(duty.to_bits(), Ordering::Relaxed);
-        DutyCycle::new(duty)
-    }
-
-    /// The cycle of the last batch of records, for its index entries.
-    fn last_cycle(&self) -> DutyCycle {
-        DutyCycle::new(f64::from_bits(self.duty.load(Ordering::Relaxed)))
-    }
 }
 
 fn lock(pending: &Mutex<PendingIndex>) -> MutexGuard<'_, PendingIndex> {
@@ -259,7 +165,6 @@ fn lock(pending: &Mutex<PendingIndex>) -> MutexGuard<'_, PendingIndex> {
 impl Archive for SqliteArchive {
     async fn put_records(&self, records: &[MessageRecord]) -> Result<()> {
         let records = records.to_vec();
-        let mut cycle = self.cycle_for(records.iter().map(|r| r.committed_at_ms));
         self.writer
             .write(move |conn| {
                 let mut stmt = conn.prepare_cached(
@@ -269,7 +174,6 @@ impl Archive for SqliteArchive {
                      VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7, ?8, ?9, ?10, ?11)",
                 )?;
                 for r in &records {
-                    cycle.step();
                     stmt.execute(params![
                         r.tenant,
                         r.conversation_id,
@@ -291,11 +195,10 @@ impl Archive for SqliteArchive {
 
     async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()> {
         let owned = entries.to_vec();
-        let mut cycle = self.last_cycle();
         let ids = self
             .writer
             .write(move |conn| {
-                let ids = index_log::append(conn, &owned, &mut cycle)?;
+                let ids = index_log::append(conn, &owned)?;
                 if let Some(through) = through {
                     conn.prepare_cached(
                         "INSERT INTO archive_meta (key, value) VALUES ('archived_through', ?1)
@@ -483,41 +386,6 @@ impl Drop for ClearOnDrop<'_> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn the_duty_grows_with_the_lag_past_the_paced_lag() {
-        assert_eq!(archive_duty(Duration::ZERO), 0.25);
-        assert_eq!(archive_duty(Duration::from_millis(250)), 0.25);
-        assert_eq!(archive_duty(PACED_LAG), 0.25);
-        assert_eq!(archive_duty(Duration::from_secs(2)), 0.5);
-        assert_eq!(archive_duty(Duration::from_secs(4)), 1.0);
-        assert_eq!(archive_duty(Duration::from_secs(3600)), 1.0);
-    }
-
-    #[test]
-    fn a_background_archive_paces_by_the_oldest_record() {
-        let dir = tempfile::tempdir().unwrap();
-        let archive =
-            SqliteArchive::open_with_priority(&dir.path().join("a.db"), Priority::Background)
-                .unwrap();
-        let now = SystemClock.now_ms();
-        let current = archive.cycle_for([now - 250, now].into_iter());
-        assert_eq!(current.duty(), ARCHIVE_DUTY);
-        assert_eq!(
-            archive.last_cycle().duty(),
-            ARCHIVE_DUTY,
-            "its index entries follow"
-        );
-        // One record an hour old makes the whole batch a catch-up batch.
-        let behind = archive.cycle_for([now - 3_600_000, now].into_iter());
-        assert_eq!(behind.duty(), 1.0);
-        assert_eq!(archive.last_cycle().duty(), 1.0);
-        // Records stamped ahead of the wall clock (an injected clock) count as current.
-        assert_eq!(
-            archive.cycle_for([now + 60_000].into_iter()).duty(),
-            ARCHIVE_DUTY
-        );
-    }
-
     fn record(cid: &str, seq: u64, class: crate::model::MessageClass) -> MessageRecord {
         crate::model::SendCommand {
             tenant: "t".into(),
@@ -625,9 +493,9 @@ mod tests {
     }
 
     /// An `archive.db` of the layout before the index log (records unique by their key, no
-    /// log) opens, keeps what it holds, and takes new entries.
+    /// log, no version) is adopted at open, keeps what it holds, and takes new entries.
     #[tokio::test]
-    async fn a_file_of_the_older_layout_opens_and_goes_on() {
+    async fn a_file_of_the_layout_before_the_index_log_is_adopted_and_goes_on() {
         use crate::model::MessageClass::Standard;
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("a.db");
@@ -664,17 +532,10 @@ mod tests {
             "old body"
         );
         assert_eq!(log_rows(&path), (0, 3));
-    }
-
-    #[test]
-    fn an_archive_a_send_waits_on_is_never_paced() {
-        let dir = tempfile::tempdir().unwrap();
-        let archive =
-            SqliteArchive::open_with_priority(&dir.path().join("a.db"), Priority::Normal).unwrap();
-        assert_eq!(
-            archive.cycle_for([SystemClock.now_ms()].into_iter()).duty(),
-            1.0
-        );
-        assert_eq!(archive.last_cycle().duty(), 1.0);
+        let version: i64 = rusqlite::Connection::open(&path)
+            .unwrap()
+            .query_row("PRAGMA user_version", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(version, 1);
     }
 }

@@ -8,7 +8,7 @@
 //! (switched off) to 25–50 ms (issue 2, session 4). So the entries are kept in commit order
 //! instead, where the sends of one group commit share the last page:
 //!
-//! - `dedup_log` (in `hot.db`): one row per committed key, appended by the SEND's own
+//! - `dedup_log` (in `hot.db`; its tables are in [`super::migrations`]): one row per committed key, appended by the SEND's own
 //!   transaction (seed 000: the dedup entry is part of the atomic step that records the
 //!   message).
 //! - [`DedupIndex`], in memory: a hash of the key → the log row's id, for exactly the rows of
@@ -41,33 +41,6 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Result;
 use crate::model::{MessageRecord, SendAck, SendCommand};
-
-/// The tables of this module (part of `hot.db`'s schema).
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS dedup_log (
-    id INTEGER PRIMARY KEY,
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    client_msg_id TEXT NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    committed_at INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL
-);
-CREATE TABLE IF NOT EXISTS dedup (
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    client_msg_id TEXT NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    committed_at INTEGER NOT NULL,
-    expires_at INTEGER NOT NULL,
-    PRIMARY KEY (tenant, conversation_id, sender, client_msg_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS dedup_expiry ON dedup (expires_at);
-";
 
 /// The client's dedup key.
 #[derive(Debug, Clone, Copy)]
@@ -494,8 +467,7 @@ mod tests {
     const T0: i64 = 1_800_000_000_000;
 
     fn store() -> (Connection, DedupIndex) {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
+        let conn = super::super::migrations::in_memory(&super::super::migrations::HOT);
         let index = DedupIndex::load(&conn, 100).unwrap();
         (conn, index)
     }

@@ -1,6 +1,6 @@
 //! Hot store + outbox on one SQLite file (`hot.db`).
 //!
-//! Tables: `conversation` (members, floor F, and `latest_seq` — see [`LATEST_SEQ`]), `member`
+//! Tables (created and migrated in [`super::migrations`]): `conversation` (members, floor F, and `latest_seq` — see [`LATEST_SEQ`]), `member`
 //! (read pointers), `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed
 //! rows are the hot history index; `trim_score` set on commit), `dedup_log` + `dedup` (client
 //! dedup, own expiry, outlives trimming: see [`super::dedup`]), `outbox` (see
@@ -13,11 +13,12 @@ use std::sync::{Arc, Mutex};
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::clock::SharedClock;
+use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, ReadThread, open_rw_paged};
 
 use super::dedup::{self, DedupIndex, DedupKey};
-use super::outbox;
 use super::{RECORD_COLUMNS, record_from_row};
+use super::{migrations, outbox};
 use crate::error::{ChatError, Result};
 use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageRecord, RecordKey, Reservation,
@@ -25,48 +26,6 @@ use crate::model::{
 };
 use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, Outbox};
 use crate::trimmer::first_recorded_window;
-
-/// The hot store's tables (the outbox's are in [`super::outbox`]).
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS conversation (
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    members TEXT NOT NULL,
-    listing_id INTEGER,
-    latest_seq INTEGER NOT NULL DEFAULT 0,
-    floor INTEGER NOT NULL DEFAULT 0,
-    created_at INTEGER NOT NULL,
-    PRIMARY KEY (tenant, conversation_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS member (
-    tenant TEXT NOT NULL,
-    user TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    read_seq INTEGER NOT NULL DEFAULT 0,
-    PRIMARY KEY (tenant, user, conversation_id)
-) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS message (
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    sender TEXT NOT NULL,
-    client_msg_id TEXT NOT NULL,
-    body TEXT NOT NULL,
-    class INTEGER NOT NULL,
-    committed_at INTEGER NOT NULL,
-    expires_at INTEGER,
-    state INTEGER NOT NULL,
-    trim_score INTEGER,
-    UNIQUE (tenant, conversation_id, conversation_seq)
-);
-CREATE INDEX IF NOT EXISTS message_trim ON message (trim_score) WHERE trim_score IS NOT NULL;
-CREATE INDEX IF NOT EXISTS message_reserved ON message (committed_at) WHERE state = 0;
-CREATE TABLE IF NOT EXISTS meta (
-    key TEXT PRIMARY KEY,
-    value INTEGER NOT NULL
-) WITHOUT ROWID;
-";
 
 /// The latest seq of conversation `c`: `max(c.latest_seq, highest seq in message)`. A SEND
 /// does not update its conversation row (that would be one more randomly placed B-tree page
@@ -124,9 +83,7 @@ impl SqliteHot {
 
     fn open_unnamed(path: &Path, max_batch: usize) -> Result<Self> {
         let conn = open_rw_paged(path, HOT_PAGE_SIZE)?;
-        conn.execute_batch(SCHEMA)?;
-        outbox::open(&conn)?;
-        conn.execute_batch(dedup::SCHEMA)?;
+        migrate_sqlite(&conn, path, &migrations::HOT)?;
         let dedup = Arc::new(Mutex::new(DedupIndex::load(
             &conn,
             crate::config::DEFAULT_DEDUP_MEMORY_KEYS,

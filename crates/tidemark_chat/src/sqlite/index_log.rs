@@ -4,8 +4,7 @@
 //! Why: `history_index` is keyed `(tenant, conversation, seq_bucket, seq)`, so an archive batch
 //! of a few thousand entries spread over thousands of conversations dirties about one leaf page
 //! per entry — a 4 KiB WAL frame and a checkpoint write for some 100 bytes. That random I/O was
-//! the gap between `tiered` and `hot-only` (issue 2, sessions 10–12: with the archive on tmpfs
-//! the two were equal). So the archiver's entries take two steps instead:
+//! the gap between `tiered` and `hot-only` (with the archive on tmpfs the two were equal). So the archiver's entries take two steps instead:
 //!
 //! 1. [`append`]: each batch's entries are appended to `history_index_log` (rows in commit
 //!    order; a batch fills a few consecutive pages), and after that commit [`PendingIndex`],
@@ -14,11 +13,11 @@
 //!    key order up to its last row, [`insert_merged`] inserts it into `history_index` in
 //!    chunks of [`MERGE_CHUNK`] (`INSERT OR IGNORE`: a replay or a repeated merge is
 //!    harmless), and [`delete_merged`] deletes the log up to that row — each a writer job and
-//!    a transaction of its own, paced like the archive's batches. A conversation's leaf is then
+//!    a transaction of its own. A conversation's leaf is then
 //!    written once per merge instead of once per batch. After the delete committed, the merged
 //!    entries leave [`PendingIndex`] as one generation, set aside when the merge began, and are
-//!    freed paced on the archive's background writer (`tiered`; in `sync-archive`, whose
-//!    writer the SENDs wait on, on a blocking thread instead).
+//!    freed on the archive's background writer (`tiered`; in `sync-archive`, whose writer the
+//!    SENDs wait on, on a blocking thread instead).
 //!
 //! Readers ([`super::SqliteArchive`]) take what they need of [`PendingIndex`] *before* their
 //! database snapshot: an entry leaves it only after its merge committed, so a reader that no
@@ -39,38 +38,14 @@ use std::collections::btree_map::Range;
 use std::iter::{Map, Peekable};
 
 use rusqlite::{Connection, params};
-use tidemark_core::sqlite::DutyCycle;
 
 use crate::error::Result;
 use crate::model::{IndexEntry, SEQ_BUCKET_SIZE};
 
-/// The log's table and `history_index_all`: the
-/// whole history index as readers see it (for operators and tests; an entry both merged and
-/// in the log again — a replayed batch, `sync-archive`'s second append — appears once).
-///
-/// `AUTOINCREMENT`: row ids never go back, also once a merge emptied the log, so "up to row
-/// id n" always names the rows a merge read (one `sqlite_sequence` page per batch: the archive
-/// commits a few batches a second, not one per SEND).
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS history_index_log (
-    id INTEGER PRIMARY KEY AUTOINCREMENT,
-    tenant TEXT NOT NULL,
-    conversation_id TEXT NOT NULL,
-    conversation_seq INTEGER NOT NULL,
-    message_id TEXT NOT NULL,
-    expires_at INTEGER
-);
-CREATE VIEW IF NOT EXISTS history_index_all AS
-    SELECT tenant, conversation_id, conversation_seq, message_id, expires_at FROM history_index
-    UNION
-    SELECT tenant, conversation_id, conversation_seq, message_id, expires_at
-    FROM history_index_log;
-";
-
 /// How many pending entries make the next [`append`]er merge them (about 13 s of a
 /// 5,000 msg/s load; some 250 B of memory each, so ~16 MiB). Larger merges write each
 /// conversation's leaf page for more entries, and take longer (a few hundred ms of the archive
-/// writer's CPU, paced like its batches).
+/// writer's CPU).
 ///
 /// A merge that fails (a full disk, say) is retried after the next batch; meanwhile the log and
 /// the memory grow with the archive's input.
@@ -125,9 +100,10 @@ fn widen(rows: Option<(i64, i64)>, log_id: i64) -> Option<(i64, i64)> {
 /// Two generations, so that a merge's entries leave memory without a pass over the map under
 /// the lock (as a rule; see [`PendingIndex::merged`]): [`PendingIndex::begin_merge`] moves
 /// every entry into `merging` before the merge reads the log, and [`PendingIndex::merged`]
-/// hands that generation back whole once the merge's delete committed, for the caller to free paced ([`Merged::free`]). Issue 2,
-/// session 20: at 10,000 sends/s, 97 % of the SENDs over 10 ms came at merges' ends, while
-/// the merged entries were taken out of the one map under its lock and freed in one piece.
+/// hands that generation back whole once the merge's delete committed, for the caller to free
+/// off the commit path ([`Merged::free`]). Taking a merge's entries out of one map under its
+/// lock held up the SENDs answered meanwhile: at 10,000 sends/s, nearly all SENDs over 10 ms
+/// came at merges' ends.
 #[derive(Debug)]
 pub(super) struct PendingIndex {
     /// Entries added since the last merge began.
@@ -155,27 +131,13 @@ impl Merged {
         self.0.len()
     }
 
-    /// Frees the entries, and `rows` (the merge's sorted copy of the log), in steps of
-    /// [`FREE_STEP`], resting between bursts as `cycle` says. Freeing ~65,000 of each is
-    /// 40–70 ms of CPU (a few allocations per entry); in one piece, even on a background
-    /// thread, the SENDs answered meanwhile took 8–21 ms at 10,000 sends/s instead of 2–5
-    /// (issue 2, session 20, where freeing nothing at all left no such bump).
-    pub(super) fn free(self, rows: Vec<LogRow>, cycle: &mut DutyCycle) {
-        fn paced<T>(items: impl Iterator<Item = T>, cycle: &mut DutyCycle) {
-            for (i, item) in items.enumerate() {
-                if i % FREE_STEP == 0 {
-                    cycle.step();
-                }
-                drop(item);
-            }
-        }
-        paced(self.0.into_iter(), cycle);
-        paced(rows.into_iter(), cycle);
+    /// Frees the entries, and `rows` (the merge's sorted copy of the log): 40–70 ms of CPU
+    /// for ~65,000 of each, which the caller runs off the commit path.
+    pub(super) fn free(self, rows: Vec<LogRow>) {
+        drop(self.0);
+        drop(rows);
     }
 }
-
-/// Entries freed between two looks at the clock in [`Merged::free`] (about 10 µs of work).
-const FREE_STEP: usize = 64;
 
 impl Default for PendingIndex {
     fn default() -> Self {
@@ -372,11 +334,7 @@ impl PendingIndex {
 }
 
 /// Appends `entries` to the log (a writer job); returns their row ids, same order.
-pub(super) fn append(
-    conn: &Connection,
-    entries: &[IndexEntry],
-    cycle: &mut DutyCycle,
-) -> Result<Vec<i64>> {
+pub(super) fn append(conn: &Connection, entries: &[IndexEntry]) -> Result<Vec<i64>> {
     let mut stmt = conn.prepare_cached(
         "INSERT INTO history_index_log (tenant, conversation_id, conversation_seq, message_id,
              expires_at)
@@ -384,7 +342,6 @@ pub(super) fn append(
     )?;
     let mut ids = Vec::with_capacity(entries.len());
     for e in entries {
-        cycle.step();
         stmt.execute(params![
             e.tenant,
             e.conversation_id,
@@ -434,18 +391,13 @@ pub(super) fn read_sorted(conn: &Connection) -> Result<Option<(i64, Vec<LogRow>)
 /// job). The chunks follow key order, so each leaf page is written in about one of them: the
 /// merge's page writes are those of one sorted pass, in transactions of [`MERGE_CHUNK`]
 /// entries instead of one burst.
-pub(super) fn insert_merged(
-    conn: &Connection,
-    chunk: &[LogRow],
-    cycle: &mut DutyCycle,
-) -> Result<()> {
+pub(super) fn insert_merged(conn: &Connection, chunk: &[LogRow]) -> Result<()> {
     let mut insert = conn.prepare_cached(
         "INSERT OR IGNORE INTO history_index (tenant, conversation_id, seq_bucket,
              conversation_seq, message_id, expires_at)
          VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
     )?;
     for (_, e) in chunk {
-        cycle.step();
         insert.execute(params![
             e.tenant,
             e.conversation_id,
@@ -618,32 +570,21 @@ mod tests {
         assert_eq!(p.earliest("t", "b", 0), None);
     }
 
-    /// An in-memory database with the keyed `history_index` and the log's tables.
+    /// An in-memory archive database (the keyed `history_index` and the log's tables).
     fn merge_db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(
-            "CREATE TABLE history_index (
-                 tenant TEXT NOT NULL, conversation_id TEXT NOT NULL, seq_bucket INTEGER NOT NULL,
-                 conversation_seq INTEGER NOT NULL, message_id TEXT NOT NULL, expires_at INTEGER,
-                 PRIMARY KEY (tenant, conversation_id, seq_bucket, conversation_seq)
-             ) WITHOUT ROWID;",
-        )
-        .unwrap();
-        conn.execute_batch(SCHEMA).unwrap();
-        conn
+        super::super::migrations::in_memory(&super::super::migrations::ARCHIVE)
     }
 
     #[test]
     fn a_merge_moves_its_rows_into_the_keyed_index_in_key_order_and_reload_reads_what_is_left() {
         let conn = merge_db();
-        let mut cycle = DutyCycle::new(1.0);
         assert!(read_sorted(&conn).unwrap().is_none());
         let first = [
             entry("b", 2, None),
             entry("a", 1, None),
             entry("b", 1, None),
         ];
-        assert_eq!(append(&conn, &first, &mut cycle).unwrap(), vec![1, 2, 3]);
+        assert_eq!(append(&conn, &first).unwrap(), vec![1, 2, 3]);
         assert_eq!(PendingIndex::load(&conn).unwrap().len(), 3);
         // Seq a/1 is already merged (a merge cut short before its delete): ignored.
         conn.execute(
@@ -659,9 +600,9 @@ mod tests {
             .collect();
         assert_eq!(keys, vec![(2, "a", 1), (3, "b", 1), (1, "b", 2)]);
         // A row appended while the chunks go in is not the merge's: it stays in the log.
-        append(&conn, &[entry("c", 9, None)], &mut cycle).unwrap();
+        append(&conn, &[entry("c", 9, None)]).unwrap();
         for chunk in sorted.chunks(2) {
-            insert_merged(&conn, chunk, &mut cycle).unwrap();
+            insert_merged(&conn, chunk).unwrap();
         }
         delete_merged(&conn, last).unwrap();
         let count = |table: &str| -> i64 {
@@ -674,10 +615,7 @@ mod tests {
         assert_eq!(last, 4);
         delete_merged(&conn, last).unwrap();
         // Row ids go on after the log was emptied: a merge's bound never covers later rows.
-        assert_eq!(
-            append(&conn, &[entry("c", 1, None)], &mut cycle).unwrap(),
-            vec![5]
-        );
+        assert_eq!(append(&conn, &[entry("c", 1, None)]).unwrap(), vec![5]);
         let reloaded = PendingIndex::load(&conn).unwrap();
         assert_eq!(reloaded.range("t", "c", 1, 1).len(), 1);
         assert_eq!(reloaded.len(), 1);

@@ -13,10 +13,8 @@
 //! instead: one more page written by every commit (issue 2: at 5,000 sends/s `tiered`'s hot
 //! writer wrote about 40 MB/s more to its WAL than `hot-only`'s; the outbox's last leaf and
 //! `sqlite_sequence` are two pages per group commit, and dropping the second took 107–114 down
-//! to 93–97 MB/s). A file made before keeps its `AUTOINCREMENT` table, and with it that page
-//! per commit; [`open`] copies its `high` to `meta` (on every open, keeping the larger value).
-//! The other way round does not work: a file made here has no `sqlite_sequence`, where older
-//! builds read `high` from, so they cannot open it.
+//! to 93–97 MB/s). A file whose outbox has the `AUTOINCREMENT` table gets this one when it is
+//! adopted, its `high` carried to `meta` ([`super::migrations`]).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
@@ -25,18 +23,6 @@ use super::{RECORD_COLUMNS, record_from_row_at};
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
 use tidemark_core::store::StoreError;
-
-/// The outbox table; `meta` (the hot store's key-value table) holds `outbox_high`.
-pub(super) const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS outbox (
-    rowid INTEGER PRIMARY KEY,
-    appended_at INTEGER NOT NULL,
-    envelope BLOB,
-    tenant TEXT,
-    conversation_id TEXT,
-    conversation_seq INTEGER
-);
-";
 
 /// The `meta` key of the outbox's `high` while the log is empty, as a literal: [`HIGH_KEY`]
 /// for bound parameters, and spliced into [`HIGH`]'s SQL by `concat!` (which takes literals,
@@ -48,7 +34,7 @@ macro_rules! high_key {
 }
 
 /// The `meta` key of the outbox's `high` while the log is empty.
-const HIGH_KEY: &str = high_key!();
+pub(super) const HIGH_KEY: &str = high_key!();
 
 /// `high`: the newest rowid, or the one [`truncate`] left in `meta` with the log empty
 /// (the larger of the two, which is the newest rowid whenever there is one: retention drops
@@ -59,27 +45,6 @@ const HIGH: &str = concat!(
     high_key!(),
     "'), 0))"
 );
-
-/// Creates the table, and for a file made with the `AUTOINCREMENT` table of before, carries
-/// its `high` (kept in `sqlite_sequence`) over to `meta`, where [`HIGH`] looks for it while
-/// the log is empty.
-pub(super) fn open(conn: &Connection) -> Result<()> {
-    conn.execute_batch(SCHEMA)?;
-    let legacy: bool = conn.query_row(
-        "SELECT count(*) > 0 FROM sqlite_schema WHERE name = 'sqlite_sequence'",
-        [],
-        |r| r.get(0),
-    )?;
-    if legacy {
-        conn.execute(
-            "INSERT INTO meta (key, value)
-                 SELECT ?1, seq FROM sqlite_sequence WHERE name = 'outbox'
-             ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
-            [HIGH_KEY],
-        )?;
-    }
-    Ok(())
-}
 
 /// [`crate::ports::Outbox::append`] on `conn`: full envelopes, all appended at `now_ms`.
 pub(super) fn append(conn: &Connection, records: &[MessageRecord], now_ms: i64) -> Result<()> {
@@ -210,10 +175,7 @@ mod tests {
 
     /// A fresh `hot.db` schema in memory.
     fn hot_db() -> Connection {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(super::super::hot::SCHEMA).unwrap();
-        open(&conn).unwrap();
-        conn
+        super::super::migrations::in_memory(&super::super::migrations::HOT)
     }
 
     /// An outbox of `n` rows, the first `old` appended at 1,000 ms and the rest at 5,000 ms.
@@ -314,33 +276,5 @@ mod tests {
         // Once the log has rows again, `high` is the newest's.
         append(&conn, &[record(5)], 2_000).unwrap();
         assert_eq!(offsets(&conn).unwrap(), (3, 5));
-    }
-
-    #[test]
-    fn a_file_with_the_autoincrement_outbox_of_before_keeps_its_offsets() {
-        let conn = Connection::open_in_memory().unwrap();
-        conn.execute_batch(super::super::hot::SCHEMA).unwrap();
-        // The table as files made before this module kept it, its log dropped whole by the
-        // retention of then (which left `high` only in `sqlite_sequence`).
-        conn.execute_batch(
-            "CREATE TABLE outbox (
-                 rowid INTEGER PRIMARY KEY AUTOINCREMENT,
-                 appended_at INTEGER NOT NULL,
-                 envelope BLOB,
-                 tenant TEXT,
-                 conversation_id TEXT,
-                 conversation_seq INTEGER
-             );
-             INSERT INTO outbox (appended_at) VALUES (1), (1), (1), (1), (1);
-             DELETE FROM outbox;",
-        )
-        .unwrap();
-        open(&conn).unwrap();
-        assert_eq!(offsets(&conn).unwrap(), (5, 5));
-        append(&conn, &[record(1)], 2_000).unwrap();
-        assert_eq!(logged(&conn), vec![5]);
-        // Opening again changes nothing.
-        open(&conn).unwrap();
-        assert_eq!(offsets(&conn).unwrap(), (5, 6));
     }
 }

@@ -5,21 +5,13 @@
 //! reads of the outbox and the archive's writer. Those run on threads of their own at
 //! [`Priority::Background`] (nice [`BACKGROUND_NICE`] on Linux), so that when both want a core
 //! the scheduler gives it to the commit path; with cores to spare they run as before.
-//! Issue 2, on the 2-core test machine, `tiered` at 10,000 sends/s, three interleaved pairs of
-//! `bench chat`: p99 30.2 / 42.2 / 39.6 ms with background priority, 43.1 / 56.7 / 51.2 ms
-//! without; at 5,000 sends/s no difference (the cores are not yet contended).
+//! On a 2-core machine at 10,000 sends/s (`tiered`) this lowered the SEND p99 by about a
+//! quarter; with cores to spare it changes nothing.
 //!
-//! Why not `SCHED_IDLE` (issue 2, measured and reverted): under the kernel's EEVDF scheduler a
-//! thread at any nice, once on a core, runs out its slice (milliseconds) before a SEND thread
-//! woken meanwhile gets the core, and a `SCHED_IDLE` thread gives the core up at once. On
-//! tmpfs (the CPU alone) that halved `tiered`'s p99 (5,000 sends/s: 2.84 / 2.60 → 1.28 /
-//! 1.17 ms, `hot-only` 0.81–1.00 ms; nice 19 did no better than nice 10). On disk it gained
-//! nothing at 5,000 sends/s and cost stalls at 10,000: p99.9 of 36–78 ms with up to 307
-//! requests not sent in 6 of 8 runs, against 2 of 11 at nice 10. These threads write files, and
-//! one descheduled while it holds a lock of the kernel's (the filesystem journal's, the file's)
-//! waits for a free core, while a commit's fsync waits for it. Left to follow a `SCHED_IDLE`
-//! policy, their IO priority also falls into the idle class, and the checkpointer's writes
-//! then held up the commits' fsyncs (`hot-only` 5,000 sends/s p99 9–11 ms instead of 3 ms).
+//! Not `SCHED_IDLE`: these threads write files, and one descheduled while it holds a kernel lock
+//! (the filesystem journal's, the file's) makes a commit's fsync wait for a free core; its IO
+//! priority would also fall into the idle class, holding up the commits' fsyncs behind the
+//! checkpointer's writes. A nice value keeps the IO class and only yields the CPU.
 
 use std::panic::AssertUnwindSafe;
 use std::path::Path;

@@ -8,21 +8,18 @@
 //! whole cache — every hash slot and every cached page (`pcache1TruncateUnsafe`, SQLite 3.50).
 //! In a `perf` profile of the chat writer at 10,000 sends/s with a 64 MiB cache (about 10,000
 //! pages in it at the time) that walk was a fifth of the writer thread's time, on nearly every
-//! commit (issue 2, session 13). It costs in proportion to the pages cached and the hash slots
+//! commit. It costs in proportion to the pages cached and the hash slots
 //! (which SQLite grows with the cache and never shrinks), and never happens once the file is
 //! past the lock byte (1 GiB). So a writer's cache is [`SMALL_FILE_CACHE_KIB`] while its file is
 //! smaller than that and [`WRITER_CACHE_KIB`] from then on; the group writer looks again every
 //! [`RESIZE_EVERY_GROUPS`] commits. (A file never shrinks back under 1 GiB here: nothing runs
 //! `VACUUM`; if one did, its writer would keep the large hash table until reopened.)
-//!
-//! Since session 24 the walk is skipped where it would find nothing to drop ([`super::pcache`]);
-//! the small cache stays for a process that does not install it (the libraries' tests).
 
 use rusqlite::Connection;
 
 /// Page cache of a read-write connection whose file is past the lock byte, KiB: with SQLite's
 /// default of 2 MiB the chat writer re-read index pages and spilled dirty pages
-/// mid-transaction (`pagerStress` in a perf profile at 8,000 sends/s, issue 2).
+/// mid-transaction (`pagerStress` in a perf profile at 8,000 sends/s).
 pub const WRITER_CACHE_KIB: i64 = 64 * 1024;
 
 /// Page cache of a read-write connection whose file is smaller than the lock byte, KiB (see

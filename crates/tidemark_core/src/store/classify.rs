@@ -56,7 +56,7 @@ pub fn sqlite_code_kind(e: &ffi::Error) -> ErrorKind {
 /// the COMMIT had one, [`ErrorKind::Unavailable`] otherwise (a neighbour's failure rolled it
 /// back: retrying alone commits); a stopped writer or an exhausted read pool is
 /// [`ErrorKind::Unavailable`]; a job that panicked is [`ErrorKind::Rejected`] (the same job
-/// panics again).
+/// panics again), and so is a file of a newer build's schema.
 pub fn sqlite_engine_kind(e: &SqliteError) -> ErrorKind {
     match e {
         SqliteError::Sqlite(e) => sqlite_kind(e),
@@ -67,6 +67,7 @@ pub fn sqlite_engine_kind(e: &SqliteError) -> ErrorKind {
         | SqliteError::WriterStopped
         | SqliteError::Pool(_) => ErrorKind::Unavailable,
         SqliteError::OrphanLog { .. } => ErrorKind::Corrupt,
+        SqliteError::SchemaTooNew { .. } => ErrorKind::Rejected,
         SqliteError::Open { reason, .. } => sqlite_engine_kind(reason),
         SqliteError::Task(_) => ErrorKind::Rejected,
     }

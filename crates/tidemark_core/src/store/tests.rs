@@ -176,19 +176,21 @@ fn mysql_error_numbers_sort_into_kinds() {
 
 #[test]
 fn file_system_errors_sort_into_kinds() {
+    // Linux's errno values: ENOSPC, EDQUOT, EIO, ENOENT, EACCES, EROFS.
+    let (enospc, edquot, eio, enoent, eacces, erofs) = (28, 122, 5, 2, 13, 30);
     let os = std::io::Error::from_raw_os_error;
-    assert_eq!(io_kind(&os(libc::ENOSPC)), ErrorKind::Full);
-    assert_eq!(io_kind(&os(libc::EDQUOT)), ErrorKind::Full);
-    assert_eq!(io_kind(&os(libc::EIO)), ErrorKind::Unavailable);
-    assert_eq!(io_kind(&os(libc::ENOENT)), ErrorKind::Rejected);
-    assert_eq!(io_kind(&os(libc::EACCES)), ErrorKind::Rejected);
-    assert_eq!(io_kind(&os(libc::EROFS)), ErrorKind::Rejected);
+    assert_eq!(io_kind(&os(enospc)), ErrorKind::Full);
+    assert_eq!(io_kind(&os(edquot)), ErrorKind::Full);
+    assert_eq!(io_kind(&os(eio)), ErrorKind::Unavailable);
+    assert_eq!(io_kind(&os(enoent)), ErrorKind::Rejected);
+    assert_eq!(io_kind(&os(eacces)), ErrorKind::Rejected);
+    assert_eq!(io_kind(&os(erofs)), ErrorKind::Rejected);
     let truncated = std::io::Error::from(std::io::ErrorKind::UnexpectedEof);
     assert_eq!(io_kind(&truncated), ErrorKind::Corrupt);
     #[derive(Debug, thiserror::Error)]
     #[error("wrapped")]
     struct Wrapper(#[source] std::io::Error);
-    let wrapped = Wrapper(os(libc::ENOSPC));
+    let wrapped = Wrapper(os(enospc));
     assert_eq!(
         super::classify::io_kind_in_chain(&wrapped),
         Some(ErrorKind::Full)
@@ -197,7 +199,7 @@ fn file_system_errors_sort_into_kinds() {
         super::classify::io_kind_in_chain(&StoreError::rejected("x", "no io here")),
         None
     );
-    let e = StoreError::file(Path::new("/d/links/id.key"), os(libc::ENOSPC));
+    let e = StoreError::file(Path::new("/d/links/id.key"), os(enospc));
     assert_eq!(e.kind(), ErrorKind::Full);
     assert!(
         e.to_string()

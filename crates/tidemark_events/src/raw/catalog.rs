@@ -9,56 +9,13 @@
 //! - [`super::InfluxRaw`] keeps it in a local SQLite file (see that module for why), and
 //!   brackets each write to InfluxDB with [`begin_append`] and [`finish_append`] /
 //!   [`abort_append`].
+//!
+//! The table, and how a catalog of an earlier layout is brought to it: [`super::migrations`].
 
 use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::day::UtcDay;
 
 use super::DayState;
-
-/// The catalog table. `pending` counts events of appends in flight (InfluxDB: being written to
-/// the server, not yet counted) and `pending_since_ms` is when the latest of them began;
-/// `next_seq` numbers a day's events (InfluxDB: the nanosecond tie-break of equal timestamps).
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS raw_day (
-    day INTEGER PRIMARY KEY,
-    events INTEGER NOT NULL,
-    last_arrival_ms INTEGER NOT NULL,
-    rolled_up_arrival_ms INTEGER,
-    archived_arrival_ms INTEGER,
-    dropped_ms INTEGER,
-    pending INTEGER NOT NULL DEFAULT 0,
-    pending_since_ms INTEGER,
-    next_seq INTEGER NOT NULL DEFAULT 0
-);
-";
-
-/// Creates the catalog, or adds the columns a file made by an older version lacks.
-pub(crate) fn open(conn: &Connection) -> rusqlite::Result<()> {
-    conn.execute_batch(SCHEMA)?;
-    let columns: Vec<String> = conn
-        .prepare("SELECT name FROM pragma_table_info('raw_day')")?
-        .query_map([], |r| r.get(0))?
-        .collect::<rusqlite::Result<_>>()?;
-    for (name, ddl) in [
-        (
-            "pending",
-            "ALTER TABLE raw_day ADD COLUMN pending INTEGER NOT NULL DEFAULT 0",
-        ),
-        (
-            "pending_since_ms",
-            "ALTER TABLE raw_day ADD COLUMN pending_since_ms INTEGER",
-        ),
-        (
-            "next_seq",
-            "ALTER TABLE raw_day ADD COLUMN next_seq INTEGER NOT NULL DEFAULT 0",
-        ),
-    ] {
-        if !columns.iter().any(|c| c == name) {
-            conn.execute_batch(ddl)?;
-        }
-    }
-    Ok(())
-}
 
 /// When the day was dropped, if it was.
 pub(crate) fn dropped_ms(conn: &Connection, day: UtcDay) -> rusqlite::Result<Option<i64>> {
@@ -225,8 +182,7 @@ mod tests {
 
     #[test]
     fn an_append_in_flight_holds_the_day_until_it_is_taken_for_dead() {
-        let conn = Connection::open_in_memory().unwrap();
-        open(&conn).unwrap();
+        let conn = super::super::migrations::in_memory();
         let day = UtcDay(20_000);
         assert_eq!(begin_append(&conn, day, 3, 1_000).unwrap(), 0);
         finish_append(&conn, day, 3, 1_000).unwrap();
@@ -249,8 +205,7 @@ mod tests {
 
     #[test]
     fn a_finished_or_failed_append_makes_the_day_dirty() {
-        let conn = Connection::open_in_memory().unwrap();
-        open(&conn).unwrap();
+        let conn = super::super::migrations::in_memory();
         let day = UtcDay(20_000);
         begin_append(&conn, day, 1, 1_000).unwrap();
         finish_append(&conn, day, 1, 1_000).unwrap();

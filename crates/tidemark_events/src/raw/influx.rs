@@ -51,6 +51,7 @@ use async_trait::async_trait;
 use reqwest_object_store as reqwest;
 use serde_json::{Map, Value};
 use tidemark_core::day::UtcDay;
+use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
 use tidemark_core::store::{ErrorKind, StoreError};
 
@@ -368,7 +369,7 @@ impl InfluxRaw {
             .map_err(|e| unavailable(format!("HTTP client: {e}")))?;
         let (writer, reads) = opening(catalog_path, || {
             let conn = open_rw(catalog_path)?;
-            catalog::open(&conn)?;
+            migrate_sqlite(&conn, catalog_path, &super::migrations::RAW)?;
             let writer = GroupWriter::start("events-influx-catalog", conn, 64);
             Ok((writer, ReadPool::open(catalog_path, 4)?))
         })?;

@@ -1,7 +1,7 @@
 //! The summary tier on MariaDB / MySQL (`events.rollups = "mysql://…"`; DESIGN.md part C,
 //! seed 002's production shape).
 //!
-//! Tables (InnoDB, created at start if missing):
+//! Tables (InnoDB, created or migrated at start: `super::migrations`):
 //! - `listing_daily (listing_id, day, event, total, uniques)`, primary key
 //!   `(listing_id, day, event)` as the seed has it: InnoDB clusters rows by it, so one listing's
 //!   days of a period are one contiguous range; a secondary index `(day)` serves only the
@@ -31,40 +31,12 @@ use sqlx::mysql::MySqlPool;
 use sqlx::{QueryBuilder, Row};
 use tidemark_core::day::UtcDay;
 use tidemark_core::mysql::{MysqlError, connect};
+use tidemark_core::schema::migrate_mysql;
 use tidemark_core::store::{ErrorKind, StoreError};
 
 use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
 
 mod monthly;
-
-const SCHEMA: [&str; 3] = [
-    "CREATE TABLE IF NOT EXISTS listing_daily (
-        listing_id BIGINT NOT NULL,
-        day DATE NOT NULL,
-        event VARCHAR(100) NOT NULL,
-        total BIGINT UNSIGNED NOT NULL,
-        uniques BIGINT UNSIGNED NOT NULL,
-        PRIMARY KEY (listing_id, day, event),
-        KEY listing_daily_day (day)
-    ) ENGINE=InnoDB",
-    "CREATE TABLE IF NOT EXISTS listings (
-        tenant VARCHAR(255) NOT NULL,
-        id BIGINT NOT NULL,
-        account_id BIGINT NOT NULL,
-        PRIMARY KEY (tenant, id),
-        KEY listings_account (tenant, account_id, id)
-    ) ENGINE=InnoDB",
-    "CREATE TABLE IF NOT EXISTS listing_monthly (
-        listing_id BIGINT NOT NULL,
-        month DATE NOT NULL,
-        event VARCHAR(100) NOT NULL,
-        total BIGINT NOT NULL,
-        uniques BIGINT NOT NULL,
-        days INT NOT NULL,
-        PRIMARY KEY (listing_id, month, event),
-        KEY listing_monthly_month (month)
-    ) ENGINE=InnoDB",
-];
 
 /// Rows per multi-row `INSERT` (5 placeholders each, far below the 65,535 limit).
 const ROWS_PER_INSERT: usize = 1_000;
@@ -140,27 +112,14 @@ pub struct MysqlRollups {
 
 impl MysqlRollups {
     /// Connects to `url` (`mysql://user[:password]@host[:port]/database`; the database is
-    /// created if missing) with a pool of `max_connections`, and creates the tables.
+    /// created if missing) with a pool of `max_connections`, and creates or migrates the
+    /// tables ([`super::migrations::MYSQL`]).
+    ///
+    /// # Errors
+    /// The server's; [`MysqlError::SchemaTooNew`] for a database a newer build migrated.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self, MysqlError> {
         let pool = connect(url, max_connections).await?;
-        for ddl in SCHEMA {
-            sqlx::query(ddl).execute(&pool).await?;
-        }
-        // A database written before `listing_monthly` existed: build it once from the days.
-        let months: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM listing_monthly LIMIT 1")
-            .fetch_optional(&pool)
-            .await?;
-        if months.is_none() {
-            sqlx::query(
-                // IGNORE: another process may be doing the same at this moment.
-                "INSERT IGNORE INTO listing_monthly (listing_id, month, event, total, uniques, days)
-                 SELECT listing_id, DATE_FORMAT(day, '%Y-%m-01'), event, SUM(total), SUM(uniques),
-                        COUNT(*)
-                 FROM listing_daily GROUP BY listing_id, DATE_FORMAT(day, '%Y-%m-01'), event",
-            )
-            .execute(&pool)
-            .await?;
-        }
+        migrate_mysql(&pool, &super::migrations::MYSQL).await?;
         Ok(Self { pool })
     }
 

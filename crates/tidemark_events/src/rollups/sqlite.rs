@@ -28,30 +28,11 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use tidemark_core::day::UtcDay;
+use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
 use tidemark_core::store::StoreError;
 
 use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
-
-const SCHEMA: &str = "
-CREATE TABLE IF NOT EXISTS listing_daily (
-    listing_id INTEGER NOT NULL,
-    day INTEGER NOT NULL,
-    event TEXT NOT NULL,
-    total INTEGER NOT NULL,
-    uniques INTEGER NOT NULL,
-    PRIMARY KEY (listing_id, event, day)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS listing_daily_day ON listing_daily (day);
-CREATE TABLE IF NOT EXISTS rollup_kinds (kind TEXT PRIMARY KEY) WITHOUT ROWID;
-CREATE TABLE IF NOT EXISTS listings (
-    tenant TEXT NOT NULL,
-    listing_id INTEGER NOT NULL,
-    account_id INTEGER NOT NULL,
-    PRIMARY KEY (tenant, listing_id)
-) WITHOUT ROWID;
-CREATE INDEX IF NOT EXISTS listings_account ON listings (tenant, account_id);
-";
 
 /// Read-side tuning for the report: memory-map the file and keep a larger page cache, so a
 /// year of one account's rows is read without a system call per page. Setting a pragma to the
@@ -81,7 +62,7 @@ impl SqliteRollups {
     pub fn open(path: &Path) -> Result<Self, SqliteError> {
         opening(path, || {
             let conn = open_rw(path)?;
-            conn.execute_batch(SCHEMA)?;
+            migrate_sqlite(&conn, path, &super::migrations::SQLITE)?;
             let writer = GroupWriter::start("events-rollups", conn, 64);
             let reads = ReadPool::open(path, 4)?;
             Ok(Self { writer, reads })

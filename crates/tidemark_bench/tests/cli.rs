@@ -1,0 +1,187 @@
+//! `tidemark-bench` as a user runs it: its help, and short runs of `chat` and `events` against
+//! real `tidemark serve` children.
+//!
+//! The server is the `tidemark` binary of the same target dir. Cargo gives an integration test
+//! `CARGO_BIN_EXE_<name>` only for the binaries of its own package, and building another
+//! package's binary for a test needs artifact dependencies, which are unstable; so these tests
+//! take `tidemark` from beside `tidemark-bench`. `cargo test --workspace` builds it before any
+//! test runs; alone, run `cargo build -p tidemark` first (else an older build is measured, or
+//! the test fails saying so).
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+const BENCH: &str = env!("CARGO_BIN_EXE_tidemark-bench");
+
+/// The `tidemark` executable beside `tidemark-bench`.
+fn server_bin() -> PathBuf {
+    let exe = PathBuf::from(BENCH).with_file_name("tidemark");
+    assert!(
+        exe.is_file(),
+        "{} is missing: build it first (`cargo build -p tidemark`; `cargo test --workspace` does)",
+        exe.display()
+    );
+    exe
+}
+
+fn bench(args: &[&str]) -> Output {
+    Command::new(BENCH)
+        .args(args)
+        .env("RUST_LOG", "warn")
+        .output()
+        .expect("running tidemark-bench")
+}
+
+fn text(out: &[u8]) -> String {
+    String::from_utf8_lossy(out).into_owned()
+}
+
+#[test]
+fn help_lists_the_three_benchmarks_and_each_takes_a_server_bin() {
+    let out = bench(&["--help"]);
+    assert!(out.status.success());
+    let help = text(&out.stdout);
+    let commands: Vec<&str> = help
+        .lines()
+        .skip_while(|l| !l.starts_with("Commands:"))
+        .skip(1)
+        .take_while(|l| l.starts_with("  "))
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(commands, ["chat", "links", "events", "help"], "{help}");
+    for sub in ["chat", "links", "events"] {
+        let out = bench(&[sub, "--help"]);
+        assert!(out.status.success());
+        assert!(
+            text(&out.stdout).contains("--server-bin <PATH>"),
+            "{sub}: {}",
+            text(&out.stdout)
+        );
+    }
+}
+
+#[test]
+fn a_server_bin_naming_no_file_stops_the_run_before_it_starts() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("no-such-tidemark");
+    let out = bench(&[
+        "chat",
+        "--server-bin",
+        missing.to_str().unwrap(),
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    assert_eq!(out.status.code(), Some(1));
+    assert_eq!(
+        text(&out.stderr).trim_end(),
+        format!("Error: --server-bin {}: no such file", missing.display())
+    );
+    // Nothing was measured: no temp data dir was made.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+/// The measured row of `run` in the chat table: its columns.
+fn chat_row<'a>(stdout: &'a str, run: &str) -> Vec<&'a str> {
+    stdout
+        .lines()
+        .map(|l| l.split_whitespace().collect::<Vec<_>>())
+        .find(|cols| cols.first() == Some(&run) && cols.len() == 15)
+        .unwrap_or_else(|| panic!("no row of {run} in:\n{stdout}"))
+}
+
+#[test]
+fn chat_drives_the_tidemark_beside_it_by_default() {
+    let server = server_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(&[
+        "chat",
+        "--modes",
+        "hot-only",
+        "--rates",
+        "200",
+        "--duration",
+        "2",
+        "--warmup",
+        "0.5",
+        "--conversations",
+        "50",
+        "--fsync-seconds",
+        "0.2",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with(&format!(
+            "tidemark-bench chat — server {}, embedded (SQLite) engines",
+            server.display()
+        )),
+        "{stdout}"
+    );
+    let row = chat_row(&stdout, "hot-only");
+    assert_eq!(row[1], "200", "offered");
+    let achieved: f64 = row[2].parse().unwrap();
+    assert!((150.0..=250.0).contains(&achieved), "achieved {achieved}");
+    // 400 sends were measured and counted by the server, besides the warmup's 100.
+    let storage = stdout
+        .lines()
+        .find(|l| l.starts_with("hot-only ") && !l.contains('.'))
+        .unwrap_or_else(|| panic!("no storage line in:\n{stdout}"));
+    let messages: u64 = storage.split_whitespace().nth(1).unwrap().parse().unwrap();
+    assert_eq!(messages, 500, "{storage}");
+    assert!(
+        stdout.contains("NOT MEASURED (tiered was not run"),
+        "{stdout}"
+    );
+    // The run's temp data dir is gone.
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
+#[test]
+fn events_ingest_drives_the_server_named_by_the_flag() {
+    let server = server_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(&[
+        "events",
+        "--parts",
+        "json",
+        "--server-bin",
+        server.to_str().unwrap(),
+        "--ingest-seconds",
+        "1",
+        "--warmup",
+        "0.2",
+        "--batch",
+        "100",
+        "--bodies",
+        "2",
+        "--connections",
+        "1",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout
+            .lines()
+            .next()
+            .is_some_and(|l| l.ends_with(&format!("; server {}", server.display()))),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("\n1. ingest, JSON over loopback HTTP: POST /v1/events"),
+        "{stdout}"
+    );
+    assert!(!stdout.contains("\n2. "), "only the JSON part: {stdout}");
+    // The server stored every event it acknowledged, and it acknowledged some.
+    let stored = stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("raw tier after a graceful stop: "))
+        .unwrap_or_else(|| panic!("no raw tier line in:\n{stdout}"));
+    let words: Vec<&str> = stored.split_whitespace().collect();
+    let (kept, acked): (u64, u64) = (words[0].parse().unwrap(), words[4].parse().unwrap());
+    assert!(acked >= 100 && kept == acked, "{stored}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
