@@ -626,6 +626,28 @@ mod tests {
     use super::*;
 
     #[test]
+    fn broker_errors_sort_into_kinds() {
+        use RDKafkaErrorCode as C;
+        let produce = |c| error_kind(&KafkaError::MessageProduction(c));
+        assert_eq!(produce(C::MessageTimedOut), ErrorKind::Unavailable);
+        assert_eq!(produce(C::AllBrokersDown), ErrorKind::Unavailable);
+        assert_eq!(produce(C::NotEnoughReplicas), ErrorKind::Unavailable);
+        assert_eq!(produce(C::KafkaStorageError), ErrorKind::Unavailable);
+        assert_eq!(produce(C::MessageSizeTooLarge), ErrorKind::Rejected);
+        assert_eq!(produce(C::TopicAuthorizationFailed), ErrorKind::Rejected);
+        assert_eq!(
+            error_kind(&KafkaError::ClientCreation("x".into())),
+            ErrorKind::Unavailable
+        );
+        let e = unavailable(
+            "produce",
+            KafkaError::MessageProduction(C::MessageSizeTooLarge),
+        );
+        assert!(!e.is_retryable());
+        assert!(e.to_string().starts_with("kafka: produce: "), "{e}");
+    }
+
+    #[test]
     fn urls_name_brokers_and_one_topic() {
         assert_eq!(
             parse_url("kafka://127.0.0.1:9092/tidemark.chat.outbox").unwrap(),

@@ -206,3 +206,41 @@ impl RedisHot {
         self.pool.len()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_errors_sort_into_kinds() {
+        let ext = |code: &str, detail: &str| {
+            redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+        };
+        let oom = ext("OOM", "command not allowed when used memory > 'maxmemory'.");
+        assert_eq!(error_kind(&oom), ErrorKind::Full);
+        let misconf = "Errors writing to the AOF file: No space left on device";
+        assert_eq!(error_kind(&ext("MISCONF", misconf)), ErrorKind::Full);
+        let misconf = "Redis is configured to save RDB snapshots, but it's currently unable to persist to disk";
+        assert_eq!(error_kind(&ext("MISCONF", misconf)), ErrorKind::Unavailable);
+        let kind = |k: redis::ErrorKind| error_kind(&redis::RedisError::from((k, "x")));
+        assert_eq!(
+            kind(redis::ErrorKind::BusyLoadingError),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(kind(redis::ErrorKind::TryAgain), ErrorKind::Unavailable);
+        assert_eq!(kind(redis::ErrorKind::ReadOnly), ErrorKind::Unavailable);
+        assert_eq!(kind(redis::ErrorKind::TypeError), ErrorKind::Corrupt);
+        assert_eq!(kind(redis::ErrorKind::ResponseError), ErrorKind::Rejected);
+        assert_eq!(kind(redis::ErrorKind::NoScriptError), ErrorKind::Rejected);
+        assert_eq!(
+            kind(redis::ErrorKind::AuthenticationFailed),
+            ErrorKind::Rejected
+        );
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = ChatError::from(redis::RedisError::from(refused));
+        assert!(e.is_retryable(), "{e}");
+        assert!(
+            matches!(&e, ChatError::Store(s) if s.kind() == ErrorKind::Unavailable && s.backend() == "redis")
+        );
+    }
+}
