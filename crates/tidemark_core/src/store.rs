@@ -30,7 +30,7 @@ use std::path::{Path, PathBuf};
 use crate::mysql::MysqlError;
 use crate::sqlite::SqliteError;
 
-/// Any error, as the [`StoreError::source`] of a store failure.
+/// Any error, as the source of a store failure ([`std::error::Error::source`]).
 pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 
 /// What kind of failure a [`StoreError`] is: decides whether to retry and how to answer (see

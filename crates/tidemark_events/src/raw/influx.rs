@@ -107,7 +107,8 @@ pub struct InfluxTarget {
 }
 
 impl InfluxTarget {
-    /// Parses a raw-tier URL. Errors ([`StoreError::Rejected`]) name what is wrong.
+    /// Parses a raw-tier URL. Errors (a [`StoreError`] of kind [`ErrorKind::Rejected`]) name
+    /// what is wrong.
     pub fn parse(url: &str) -> Result<Self, StoreError> {
         let u = url::Url::parse(url).map_err(|e| rejected(format!("bad URL {url:?}: {e}")))?;
         if u.scheme() != "influxdb" {
