@@ -172,6 +172,8 @@ impl Archiver {
     }
 
     /// Sets the most bytes of message bodies per batch (default [`DEFAULT_BATCH_BYTES_MAX`]).
+    /// With the `testing` feature only: tests make batches split early.
+    #[cfg(feature = "testing")]
     #[must_use]
     pub fn with_batch_bytes_max(mut self, bytes: usize) -> Self {
         self.batch_bytes_max = bytes;

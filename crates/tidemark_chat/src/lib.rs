@@ -16,13 +16,19 @@
 //!
 //! Ports ([`ports`]) keep the storage apart from these rules; [`sqlite`] is the embedded
 //! backend, [`http`] the routes, [`service`] the API the routes call.
+//!
+//! The `testing` feature (tests and benchmarks only, never the product) adds `conformance` (one
+//! suite per port), `testing` (fault-injecting ports, private `redis-server`, tansu and
+//! `mariadbd` processes) and `failpoint` (the crash tests' stops in the commit path).
 
 pub mod archiver;
 pub mod commit;
 pub mod config;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod contact;
 pub mod error;
+#[cfg(feature = "testing")]
 pub mod failpoint;
 pub mod health;
 pub mod http;
@@ -37,6 +43,7 @@ pub mod redis;
 pub mod service;
 pub mod sqlite;
 pub mod stores;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod trimmer;
 

@@ -7,7 +7,7 @@
 //!   thread that runs many callers' jobs in one transaction and one fsync (group commit) and
 //!   answers each caller only after that fsync; reads use a pool of read-only connections.
 //! - [`mysql`]: the production relational engine (MariaDB / MySQL): one way to open a pool from
-//!   a URL, and scratch databases for tests.
+//!   a URL, and scratch databases for tests (`testing` feature).
 //! - [`schema`]: versioned schemas: each store's ordered migrations, run at open (SQLite's
 //!   `user_version`, a version table on MariaDB), and a store of a newer build refused.
 //! - [`store`]: [`store::StoreError`], the one error every storage port returns, whatever
@@ -21,6 +21,9 @@
 //!   the bearer security scheme, for the document each subsystem contributes to.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
 //! - [`throttle`]: at most one log line per second for errors that repeat on every request.
+//!
+//! The `testing` feature adds what only tests and benchmarks use (scratch databases, the test
+//! MariaDB's URL, shared assertions); the product is built without it.
 
 pub mod clock;
 pub mod day;

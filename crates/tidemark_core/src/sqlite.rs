@@ -121,7 +121,8 @@ pub fn opening<T>(
 
 /// Test support: writes 8 KiB that are not a database to `path`, opens it with `open` and
 /// panics unless the error names the file as [`opening`] does ("opening <path>: … not a
-/// database"; SQLite's own message names none).
+/// database"; SQLite's own message names none). With the `testing` feature only.
+#[cfg(feature = "testing")]
 pub fn assert_open_names_the_file<T, E: std::fmt::Display>(
     path: &Path,
     open: impl FnOnce(&Path) -> Result<T, E>,

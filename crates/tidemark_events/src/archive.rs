@@ -289,7 +289,9 @@ impl RawArchive {
         Ok(Self::new(Arc::new(store), ObjectPath::default()))
     }
 
-    /// Reads the raw tier in chunks of `n` events (default [`CHUNK_EVENTS`]).
+    /// Reads the raw tier in chunks of `n` events (default [`CHUNK_EVENTS`]). With the `testing`
+    /// feature only: tests make a day span several chunks.
+    #[cfg(feature = "testing")]
     pub fn with_chunk_size(mut self, n: usize) -> Self {
         self.chunk = n.max(1);
         self

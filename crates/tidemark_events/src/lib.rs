@@ -12,14 +12,16 @@
 //! Each port has the embedded default and a production engine, picked by URL in [`stores`]:
 //! the raw tier on InfluxDB 1.x ([`raw::influx`]: line protocol, `event` the only tag, a unique
 //! nanosecond per event, its day catalog in a local SQLite file) and the summary tier on
-//! MariaDB ([`rollups::MysqlRollups`]). [`conformance`] holds one suite per port that every
-//! backend passes; [`testing`] starts a real `influxd` for tests.
+//! MariaDB ([`rollups::MysqlRollups`]). With the `testing` feature (tests and benchmarks only,
+//! never the product), `conformance` holds one suite per port that every backend passes and
+//! `testing` starts a real `influxd`.
 //!
 //! Bot traffic (HEAD requests, known scanners) is recorded with the field `bot = true` so it
 //! can be shown, and is excluded from every count of clicks and opens.
 
 pub mod archive;
 pub mod config;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod dashboard;
 pub mod http;
@@ -35,6 +37,7 @@ pub mod rollup;
 pub mod rollups;
 pub mod schema;
 pub mod stores;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 /// The OpenAPI description of the events' `/v1` routes (ingest, recent, top, listings,

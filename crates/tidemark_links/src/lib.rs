@@ -19,11 +19,13 @@
 //!    they expire.
 //!
 //! The link store has an embedded default ([`sqlite`], a table per day) and a production
-//! engine ([`mysql`], MariaDB `PARTITION BY RANGE` per day); [`conformance`] checks both. The
-//! versions of their schemas are in `migrations`.
+//! engine ([`mysql`], MariaDB `PARTITION BY RANGE` per day); `conformance`, with the `testing`
+//! feature (tests only, never the product), checks both. The versions of their schemas are in
+//! `migrations`.
 
 pub mod builder;
 pub mod config;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod error;
 pub mod http;

@@ -129,8 +129,9 @@ fn seq_of(s: &str) -> Result<u64> {
 }
 
 impl RedisHot {
-    /// Every seq the hot tier holds for the conversation, RESERVED or COMMITTED, ascending (for
-    /// operators and tests; one `HKEYS`).
+    /// Every seq the hot tier holds for the conversation, RESERVED or COMMITTED, ascending (one
+    /// `HKEYS`). With the `testing` feature only: tests look behind the store's back with it.
+    #[cfg(feature = "testing")]
     pub async fn held_seqs(&self, tenant: &str, conversation_id: &str) -> Result<Vec<u64>> {
         let k = ConvKeys::new(tenant, conversation_id);
         let mut seqs: Vec<u64> = redis::cmd("HKEYS")
