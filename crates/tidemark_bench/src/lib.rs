@@ -117,7 +117,7 @@ pub(crate) fn load_average() -> String {
     )
 }
 
-/// One bar of an issue, for the closing summary.
+/// One bar of a benchmark, for the closing summary.
 #[derive(Debug)]
 pub(crate) struct Bar {
     /// What is asked, e.g. "redirect ≥ 10000 req/s".
@@ -128,10 +128,11 @@ pub(crate) struct Bar {
     pub(crate) pass: Option<bool>,
 }
 
-/// Prints each bar of issue `issue` with PASS / FAIL / NOT MEASURED, and the load average now.
-pub(crate) fn print_summary(issue: u32, bars: &[Bar]) {
+/// Prints each bar of the `subsystem`'s benchmark with PASS / FAIL / NOT MEASURED, and the load
+/// average now.
+pub(crate) fn print_summary(subsystem: &str, bars: &[Bar]) {
     println!(
-        "\nsummary (bars of issue {issue} on this machine; load average now {}):",
+        "\nsummary ({subsystem} bars on this machine; load average now {}):",
         load_average()
     );
     for b in bars {
