@@ -775,9 +775,9 @@ mod tests {
     }
 
     /// Each id is refused with what is wrong with it: an empty one as empty, a whitespace-only
-    /// one as blank (it was told "must not be empty"), and one with whitespace or an invisible
+    /// one as blank (not "must not be empty"), and one with whitespace or an invisible
     /// character at either end as such, whether it is created (a member) or only looked up (a
-    /// sender: `" buyer1"` got 403 "not a member", which it could never be).
+    /// sender: `" buyer1"` is not answered 403 "not a member", which it could never be).
     #[test]
     fn an_id_is_refused_with_what_is_wrong_with_it() {
         let cases = [
