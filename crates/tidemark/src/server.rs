@@ -1,6 +1,7 @@
 //! `tidemark serve`: opens the stores (chat, links, events), starts every background worker
-//! (archiver, trimmer, recovery, partition manager, sending pool), serves the HTTP API, and
-//! shuts down in order (stop accepting, finish in-flight requests, stop workers, close stores).
+//! (archiver, trimmer, recovery, partition manager, sending pool, events lifecycle), serves the
+//! HTTP API, and shuts down in order (stop accepting, finish in-flight requests, stop workers,
+//! close stores).
 
 use std::future::Future;
 use std::sync::Arc;
