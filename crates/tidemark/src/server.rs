@@ -16,7 +16,9 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tidemark_chat::metrics::ChatMetrics;
 use tidemark_chat::{ChatService, ChatStores};
 use tidemark_core::clock::{SharedClock, SystemClock};
+use tidemark_core::health::StoreHealth;
 use tidemark_core::http::{ApiError, ApiKeys, json_errors, require_tenant};
+use tidemark_core::store::ErrorKind;
 use tidemark_events::Ingest;
 use tidemark_events::http::EventsHttp;
 use tidemark_events::report_http::AnalyticsHttp;
@@ -34,6 +36,8 @@ use crate::config::Config;
 struct Ops {
     registry: Registry,
     chat: ChatService,
+    /// Stores marked full by any subsystem ([`tidemark_core::health`]).
+    health: StoreHealth,
     /// [`crate::http_metrics`].
     responses: prometheus::IntCounterVec,
 }
@@ -48,6 +52,8 @@ pub async fn run(
     let _data_dir_lock = lock_data_dir(&config.data_dir)?;
     let clock: SharedClock = Arc::new(SystemClock);
     let registry = Registry::new();
+    // Every subsystem's writers report a full store here; `/readyz` reads it.
+    let health = StoreHealth::default();
     let chat_metrics = ChatMetrics::register(&registry)?;
     let stores = ChatStores::open(&config.data_dir, &config.chat).await?;
     let chat = ChatService::new(
@@ -55,13 +61,14 @@ pub async fn run(
         Arc::clone(&clock),
         config.chat.clone(),
         chat_metrics,
-    );
+    )
+    .with_store_health(health.clone());
 
     let events_dir = config.data_dir.join("events");
     std::fs::create_dir_all(&events_dir)?;
     // Each port on the engine its URL names (SQLite by default): `events.raw`, `events.rollups`.
     let raw = tidemark_events::stores::open_raw(&config.events, &events_dir).await?;
-    let ingest = Ingest::new(raw, config.events.clone());
+    let ingest = Ingest::new(raw, config.events.clone()).with_store_health(health.clone());
     let events_http = EventsHttp {
         ingest: ingest.clone(),
         clock: Arc::clone(&clock),
@@ -92,7 +99,8 @@ pub async fn run(
         Arc::clone(&clock),
         LinksMetrics::register(&registry)?,
     )
-    .await?;
+    .await?
+    .with_store_health(health.clone());
 
     let cancel = CancellationToken::new();
     let mut workers = JoinSet::new();
@@ -101,7 +109,8 @@ pub async fn run(
         links.link_store(),
         Arc::clone(&clock),
         config.links.retention_days,
-    );
+    )
+    .with_store_health(health.clone());
     partitions.run_once().await?;
     workers.spawn(partitions.run(Duration::from_secs(3600), cancel.clone()));
     // The raw tier's lifecycle: rollup and Parquet archive of closed days, drop behind both.
@@ -113,7 +122,8 @@ pub async fn run(
         )?,
         &config.events,
         tidemark_events::metrics::EventsMetrics::register(&registry)?,
-    );
+    )
+    .with_store_health(health.clone());
     workers.spawn(lifecycle.run(config.events.lifecycle_interval, cancel.clone()));
 
     let keys = Arc::new(ApiKeys::new(
@@ -136,6 +146,7 @@ pub async fn run(
             responses: crate::http_metrics::register(&registry)?,
             registry,
             chat,
+            health,
         },
     );
     tracing::info!(listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
@@ -289,9 +300,10 @@ async fn serve_http(
     }
 }
 
-/// 200 "ready" while the chat hot store answers a read and the SEND path's commits work
-/// (`tidemark_chat::health`: a full disk answers reads and fails every commit); 503 with what
-/// failed otherwise.
+/// 200 "ready" while the chat hot store answers a read, no store of any subsystem is marked
+/// full (`tidemark_core::health`: 503 `storage_full` until a write to it succeeds) and the
+/// SEND path's commits work (`tidemark_chat::health`: a full disk answers reads and fails
+/// every commit); 503 with what failed otherwise.
 async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {
     ops.chat
         .stores()
@@ -299,6 +311,9 @@ async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {
         .watermark()
         .await
         .map_err(|e| ApiError::unavailable(format!("chat hot store: {e}")))?;
+    ops.health
+        .check()
+        .map_err(|e| ApiError::store(ErrorKind::Full, e))?;
     ops.chat
         .commit_health()
         .check()

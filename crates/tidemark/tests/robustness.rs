@@ -185,3 +185,91 @@ async fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     .await;
     assert_eq!(st, 200);
 }
+
+/// A real full disk (a 24 MiB tmpfs, filled from outside): a SEND answers 503
+/// `storage_full` naming `hot.db`, with `Retry-After`; `/readyz` answers 503 `storage_full`
+/// while the disk is full, though reads still work; once space is freed the next SEND
+/// commits and `/readyz` is ready again, without a restart.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_full_disk_answers_storage_full_and_readyz_says_so_until_space_is_back() {
+    let server = TestServer::start_on_small_disk(24 << 20).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let (st, _) = send(&c, &server, &cid, "u1", "before", "fits").await;
+    assert_eq!(st, 201);
+
+    // Fill the disk to the last byte.
+    let filler = server.inside("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0xA5_u8; 64 << 10];
+    let full = loop {
+        match f.write(&chunk) {
+            Ok(0) => break std::io::Error::from(std::io::ErrorKind::StorageFull),
+            Ok(_) => {}
+            Err(e) => break e,
+        }
+    };
+    assert_eq!(full.kind(), std::io::ErrorKind::StorageFull, "{full}");
+    drop(f);
+
+    let body = "x".repeat(32 << 10);
+    let mut refused = None;
+    for i in 0..200 {
+        let r = c
+            .post(server.url(&format!("/v1/conversations/{cid}/messages")))
+            .bearer_auth(KEY)
+            .json(&serde_json::json!({"client_msg_id": format!("m{i}"), "sender": "u1", "body": body}))
+            .send()
+            .await
+            .unwrap();
+        if r.status().as_u16() != 201 {
+            refused = Some(r);
+            break;
+        }
+    }
+    let refused = refused.expect("every SEND committed on a full disk");
+    assert_eq!(refused.status().as_u16(), 503);
+    assert_eq!(refused.headers()["retry-after"], "10");
+    let v: Value = refused.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "storage_full", "{v}");
+    let message = v["error"]["message"].as_str().unwrap();
+    let hot = server.dir.join("chat").join("hot.db");
+    assert!(
+        message.starts_with(&format!("sqlite {}: ", hot.display()))
+            && message.contains("database or disk is full"),
+        "{message}"
+    );
+
+    let (st, v) = call(&c, reqwest::Method::GET, &server.url("/readyz"), None).await;
+    assert_eq!(
+        (st, &v["error"]["code"]),
+        (503, &Value::from("storage_full")),
+        "{v}"
+    );
+    let why = v["error"]["message"].as_str().unwrap();
+    assert!(
+        why.starts_with("storage full, no write has succeeded since: chat hot store: sqlite "),
+        "{why}"
+    );
+    let (st, _) = call(
+        &c,
+        reqwest::Method::GET,
+        &server.url(&format!("/v1/conversations/{cid}/messages?limit=5")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "reads go on on a full disk");
+
+    std::fs::remove_file(&filler).unwrap();
+    let (st, v) = send(&c, &server, &cid, "u1", "after", "space is back").await;
+    assert_eq!(st, 201, "{v}");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+    loop {
+        let (st, v) = call(&c, reqwest::Method::GET, &server.url("/readyz"), None).await;
+        if st == 200 {
+            break;
+        }
+        assert!(std::time::Instant::now() < deadline, "still not ready: {v}");
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+}

@@ -24,9 +24,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
+use tidemark_core::health::StoreHealth;
+use tidemark_core::retry::Retry;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::{ChatError, Result};
+use crate::health::ARCHIVE_STORE;
 use crate::metrics::ChatMetrics;
 use crate::model::MessageRecord;
 use crate::ports::{Archive, HotStore, Outbox};
@@ -55,6 +58,8 @@ pub struct Archiver {
     batch_bytes_max: usize,
     metrics: ChatMetrics,
     position: u64,
+    /// Where its writes are reported ([`Archiver::with_store_health`]).
+    health: StoreHealth,
 }
 
 /// Applies the start rule to a stored position and the outbox's `(low, high)`.
@@ -154,10 +159,21 @@ impl Archiver {
             batch_bytes_max: DEFAULT_BATCH_BYTES_MAX,
             metrics,
             position,
+            health: StoreHealth::default(),
         })
     }
 
+    /// Reports its batches to `health`, the node's, under [`crate::health::ARCHIVE_STORE`]: a
+    /// full archive makes the node not ready until a batch of records is written.
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.health = health;
+        self
+    }
+
     /// Sets the most bytes of message bodies per batch (default [`DEFAULT_BATCH_BYTES_MAX`]).
+    /// With the `testing` feature only: tests make batches split early.
+    #[cfg(feature = "testing")]
     #[must_use]
     pub fn with_batch_bytes_max(mut self, bytes: usize) -> Self {
         self.batch_bytes_max = bytes;
@@ -231,8 +247,11 @@ impl Archiver {
     }
 
     /// Runs until `cancel`: batches back to back while a limit ends them (a backlog), an
-    /// `idle` sleep after a batch that the end of the log ended (caught up), exponential
-    /// back-off (up to 5 s) after failures.
+    /// `idle` sleep after a batch that the end of the log ended (caught up), and after a
+    /// failure the workers' rule ([`tidemark_core::retry`]): a retryable one (a store
+    /// unavailable or full: space may come back) is retried with a back-off from 100 ms up to
+    /// 5 s, any other once a minute, logged once. The failed batch is never skipped: the
+    /// watermark waits for it.
     ///
     /// Pacing by fullness keeps the archiver's cost per message low when it keeps up: under a
     /// steady load it wakes every `idle` for one batch of about `rate × idle` records, instead of
@@ -261,18 +280,25 @@ impl Archiver {
     /// (requests not sent 2,938 / 356 / 576 / 0 → 297 / 0 / 451 / 154), at 5,000 sends/s
     /// 5.8 / 4.4 / 4.0 / 5.4 → 5.4 / 3.1 / 3.8 / 3.1 ms; the archive kept up in both.
     pub async fn run(mut self, idle: Duration, cancel: CancellationToken) {
-        let mut backoff = Duration::from_millis(100);
+        let mut retry = Retry::new(
+            "chat archiver",
+            Duration::from_millis(100),
+            Duration::from_secs(5),
+        );
         loop {
             let pause = match self.run_once().await {
                 Ok(outcome) => {
-                    backoff = Duration::from_millis(100);
+                    retry.succeeded();
+                    if outcome.archived > 0 {
+                        self.health.wrote(ARCHIVE_STORE);
+                    }
                     pause_after(outcome.full, idle)
                 }
                 Err(error) => {
+                    self.health.failed(ARCHIVE_STORE, &error);
                     self.metrics.archive_failures.inc();
-                    tracing::warn!(%error, position = self.position, "archiver batch failed; replaying");
-                    backoff = (backoff * 2).min(Duration::from_secs(5));
-                    backoff
+                    let what = format!("batch from outbox offset {}: {error}", self.position);
+                    retry.failed(&what, error.is_retryable())
                 }
             };
             if pause.is_zero() {

@@ -3,6 +3,7 @@
 use axum::http::StatusCode;
 use tidemark_core::http::ApiError;
 use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::{AsStoreError, StoreError};
 
 /// Everything that can go wrong in chat, from bad input to a corrupt archive.
 #[derive(Debug, thiserror::Error)]
@@ -48,9 +49,10 @@ pub enum ChatError {
     /// does (a hot tier put back from an older copy).
     #[error("refusing to start: {0}")]
     WrongArchive(String),
-    /// A store could not be reached or failed; nothing was acknowledged. Retryable.
-    #[error("store unavailable: {0}")]
-    Unavailable(String),
+    /// A store failed; nothing was acknowledged. Its [`tidemark_core::store::ErrorKind`] says
+    /// whether to retry and how it answers over HTTP.
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// A store's server is configured so that it could lose acknowledged writes (DESIGN.md
     /// "Durability"); Tidemark refuses to start on it.
     #[error(
@@ -89,24 +91,41 @@ pub enum ChatError {
 }
 
 impl ChatError {
-    /// Whether a worker should simply try again later.
+    /// Whether a worker should simply try again later: a store failure that is retryable
+    /// (unavailable, full), or a message committed but not archived yet.
     pub fn is_retryable(&self) -> bool {
-        matches!(
-            self,
-            ChatError::Unavailable(_) | ChatError::NotArchived { .. }
-        )
+        match self {
+            ChatError::Store(e) => e.is_retryable(),
+            ChatError::NotArchived { .. } => true,
+            _ => false,
+        }
+    }
+}
+
+impl AsStoreError for ChatError {
+    fn as_store_error(&self) -> Option<&StoreError> {
+        match self {
+            ChatError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+    fn as_store_error_mut(&mut self) -> Option<&mut StoreError> {
+        match self {
+            ChatError::Store(e) => Some(e),
+            _ => None,
+        }
     }
 }
 
 impl From<SqliteError> for ChatError {
     fn from(e: SqliteError) -> Self {
-        ChatError::Unavailable(e.to_string())
+        ChatError::Store(e.into())
     }
 }
 
 impl From<rusqlite::Error> for ChatError {
     fn from(e: rusqlite::Error) -> Self {
-        ChatError::Unavailable(format!("sqlite: {e}"))
+        ChatError::Store(e.into())
     }
 }
 
@@ -126,8 +145,8 @@ impl From<ChatError> for ApiError {
             ChatError::NotArchived { .. } => {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_archived", msg)
             }
-            ChatError::Unavailable(_)
-            | ChatError::WrongArchive(_)
+            ChatError::Store(e) => ApiError::from(e),
+            ChatError::WrongArchive(_)
             | ChatError::NotDurable { .. }
             | ChatError::BackfillNeeded { .. }
             | ChatError::PositionOutOfRange { .. } => ApiError::unavailable(msg),
@@ -137,3 +156,45 @@ impl From<ChatError> for ApiError {
 
 /// Chat results.
 pub type Result<T, E = ChatError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use rusqlite::ffi;
+
+    use super::*;
+
+    fn sqlite(code: i32) -> ChatError {
+        ChatError::from(rusqlite::Error::SqliteFailure(ffi::Error::new(code), None))
+    }
+
+    #[test]
+    fn store_failures_keep_their_source_and_answer_by_kind() {
+        let full = sqlite(ffi::SQLITE_FULL);
+        assert!(full.is_retryable());
+        let source = full
+            .source()
+            .and_then(|s| s.downcast_ref::<rusqlite::Error>());
+        assert!(
+            matches!(source, Some(rusqlite::Error::SqliteFailure(e, _)) if e.code == ffi::ErrorCode::DiskFull),
+            "{source:?}"
+        );
+        for (code, status, api_code, retryable) in [
+            (ffi::SQLITE_FULL, 503, "storage_full", true),
+            (ffi::SQLITE_BUSY, 503, "unavailable", true),
+            (ffi::SQLITE_CORRUPT, 500, "corrupt", false),
+            (ffi::SQLITE_CONSTRAINT_UNIQUE, 409, "conflict", false),
+            (ffi::SQLITE_MISUSE, 500, "store_rejected", false),
+        ] {
+            let e = sqlite(code);
+            assert_eq!(e.is_retryable(), retryable, "{e}");
+            let api = ApiError::from(e);
+            assert_eq!(
+                (api.status.as_u16(), api.code),
+                (status, api_code),
+                "{code}"
+            );
+        }
+    }
+}

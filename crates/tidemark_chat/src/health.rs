@@ -6,13 +6,26 @@
 //! ([`crate::ChatError::is_retryable`]) marks the path failing, the next one that commits a new
 //! message clears it (a retry answered with its original ACK commits nothing), and `/readyz`
 //! answers 503 for [`NOT_READY_AFTER_FAILURE`] after a failure that no commit has cleared
-//! since. It recovers by itself: once that time passes without a new
-//! failure it says ready again, a load balancer that took the server out sends it SENDs again,
-//! and if they still fail it is taken out again.
+//! since. It recovers by itself: once that time passes without a new failure it says ready
+//! again, a load balancer that took the server out sends it SENDs again, and if they still fail
+//! it is taken out again.
+//!
+//! A full store is the exception to "by itself": the SEND path, the archiver, the trimmer and
+//! the recovery worker also report to the node's [`tidemark_core::health::StoreHealth`] under
+//! [`HOT_STORE`] and [`ARCHIVE_STORE`], where a full store stays marked until a write to it
+//! succeeds.
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// The hot store's name in the node's [`tidemark_core::health::StoreHealth`]: the SEND path,
+/// the trimmer and the recovery worker write to it (and to the outbox beside it).
+pub const HOT_STORE: &str = "chat hot store";
+
+/// The archive's name in the node's [`tidemark_core::health::StoreHealth`]: the archiver
+/// writes to it.
+pub const ARCHIVE_STORE: &str = "chat archive";
 
 /// How long `/readyz` answers "not ready" after a commit failed that no commit has cleared.
 pub const NOT_READY_AFTER_FAILURE: Duration = Duration::from_secs(10);

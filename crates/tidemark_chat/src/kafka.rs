@@ -44,6 +44,7 @@ use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::{Offset, TopicPartitionList};
 use tidemark_core::clock::SharedClock;
+use tidemark_core::store::{ErrorKind, StoreError};
 
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
@@ -55,8 +56,48 @@ const TIMEOUT: Duration = Duration::from_secs(5);
 /// The outbox partition.
 const PARTITION: i32 = 0;
 
-fn unavailable(what: &str, e: impl std::fmt::Display) -> ChatError {
-    ChatError::Unavailable(format!("kafka {what}: {e}"))
+/// `e`, which happened while doing `what`, as a store failure of the kind [`error_kind`] says.
+fn unavailable(what: &str, e: KafkaError) -> ChatError {
+    ChatError::Store(StoreError::new(error_kind(&e), "kafka", e).with_context(what.to_owned()))
+}
+
+/// A failure that is no broker error (a lock, a worker thread, an answer out of order),
+/// retryable: the next call starts afresh.
+fn internal(what: &str) -> ChatError {
+    ChatError::Store(StoreError::new(
+        ErrorKind::Unavailable,
+        "kafka",
+        what.to_owned(),
+    ))
+}
+
+/// The kind of a broker error: a message, topic or configuration the broker refuses as such
+/// (too large, invalid, not authorized, an unsupported version or policy, a bad client
+/// setting) is [`ErrorKind::Rejected`]; everything else (no broker, timeouts, leader
+/// elections, a replica's storage error, not enough replicas) [`ErrorKind::Unavailable`], as
+/// librdkafka itself retries those.
+pub fn error_kind(e: &KafkaError) -> ErrorKind {
+    use RDKafkaErrorCode as C;
+    match (e, e.rdkafka_error_code()) {
+        (KafkaError::ClientConfig(..) | KafkaError::Nul(_), _) => ErrorKind::Rejected,
+        (
+            _,
+            Some(
+                C::InvalidMessage
+                | C::InvalidMessageSize
+                | C::MessageSizeTooLarge
+                | C::MessageBatchTooLarge
+                | C::InvalidRecord
+                | C::InvalidTopic
+                | C::TopicAuthorizationFailed
+                | C::ClusterAuthorizationFailed
+                | C::UnsupportedVersion
+                | C::InvalidConfig
+                | C::PolicyViolation,
+            ),
+        ) => ErrorKind::Rejected,
+        _ => ErrorKind::Unavailable,
+    }
 }
 
 /// A parsed outbox URL.
@@ -175,7 +216,7 @@ fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer> {
 impl KafkaOutbox {
     /// Connects to the brokers of `url` (`kafka://host:port/topic`), creates the topic with one
     /// partition if it is missing and checks it has exactly one. Errors: [`ChatError::Invalid`]
-    /// for a bad URL or a topic with several partitions, [`ChatError::Unavailable`] when the
+    /// for a bad URL or a topic with several partitions, [`ChatError::Store`] when the
     /// broker does not answer within 5 s.
     pub async fn connect(url: &str) -> Result<Self> {
         let KafkaUrl {
@@ -199,7 +240,12 @@ impl KafkaOutbox {
         for result in created {
             match result {
                 Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
-                Err((t, code)) => return Err(unavailable(&format!("create topic {t}"), code)),
+                Err((t, code)) => {
+                    return Err(unavailable(
+                        &format!("create topic {t}"),
+                        KafkaError::AdminOp(code),
+                    ));
+                }
             }
         }
         let producer = new_producer(&brokers, idempotence, max_batch)?;
@@ -246,7 +292,7 @@ impl KafkaOutbox {
         let mut groups = self
             .groups
             .lock()
-            .map_err(|_| ChatError::Unavailable("kafka: consumer table poisoned".into()))?;
+            .map_err(|_| internal("consumer table poisoned"))?;
         if let Some(c) = groups.get(name) {
             return Ok(Arc::clone(c));
         }
@@ -317,7 +363,7 @@ fn admin_options() -> AdminOptions {
 async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'static) -> Result<T> {
     tokio::task::spawn_blocking(f)
         .await
-        .map_err(|e| ChatError::Unavailable(format!("kafka worker: {e}")))?
+        .map_err(|e| internal(&format!("worker: {e}")))?
 }
 
 /// Positions the reader at `from`: `unassign`, then `assign` at the offset. (A second `assign`
@@ -373,8 +419,8 @@ fn read(
         steps_back += 1;
         if steps_back > MAX_STEPS_BACK {
             reader.next = None;
-            return Err(ChatError::Unavailable(format!(
-                "kafka fetch: expected offset {next} of {topic}, the broker answers {seen}"
+            return Err(internal(&format!(
+                "fetch: expected offset {next} of {topic}, the broker answers {seen}"
             )));
         }
         let back = 8i64 << (3 * (steps_back - 1));
@@ -423,7 +469,7 @@ impl Outbox for KafkaOutbox {
         let producer = self
             .producer
             .read()
-            .map_err(|_| ChatError::Unavailable("kafka: producer poisoned".into()))?
+            .map_err(|_| internal("producer poisoned"))?
             .clone();
         let encoded = records
             .iter()
@@ -472,9 +518,7 @@ impl Outbox for KafkaOutbox {
         let (reader, topic) = (Arc::clone(&self.reader), self.topic.clone());
         let floor = self.floor.load(Ordering::SeqCst);
         blocking(move || {
-            let reader = reader
-                .lock()
-                .map_err(|_| ChatError::Unavailable("kafka: reader poisoned".into()))?;
+            let reader = reader.lock().map_err(|_| internal("reader poisoned"))?;
             let (low, high) = reader
                 .consumer
                 .fetch_watermarks(&topic, PARTITION, TIMEOUT)
@@ -498,9 +542,7 @@ impl Outbox for KafkaOutbox {
         let (reader, topic) = (Arc::clone(&self.reader), self.topic.clone());
         let floor = self.floor.load(Ordering::SeqCst) as i64;
         blocking(move || {
-            let mut reader = reader
-                .lock()
-                .map_err(|_| ChatError::Unavailable("kafka: reader poisoned".into()))?;
+            let mut reader = reader.lock().map_err(|_| internal("reader poisoned"))?;
             let (low, high) = reader
                 .consumer
                 .fetch_watermarks(&topic, PARTITION, TIMEOUT)
@@ -582,6 +624,28 @@ impl Outbox for KafkaOutbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn broker_errors_sort_into_kinds() {
+        use RDKafkaErrorCode as C;
+        let produce = |c| error_kind(&KafkaError::MessageProduction(c));
+        assert_eq!(produce(C::MessageTimedOut), ErrorKind::Unavailable);
+        assert_eq!(produce(C::AllBrokersDown), ErrorKind::Unavailable);
+        assert_eq!(produce(C::NotEnoughReplicas), ErrorKind::Unavailable);
+        assert_eq!(produce(C::KafkaStorageError), ErrorKind::Unavailable);
+        assert_eq!(produce(C::MessageSizeTooLarge), ErrorKind::Rejected);
+        assert_eq!(produce(C::TopicAuthorizationFailed), ErrorKind::Rejected);
+        assert_eq!(
+            error_kind(&KafkaError::ClientCreation("x".into())),
+            ErrorKind::Unavailable
+        );
+        let e = unavailable(
+            "produce",
+            KafkaError::MessageProduction(C::MessageSizeTooLarge),
+        );
+        assert!(!e.is_retryable());
+        assert!(e.to_string().starts_with("kafka: produce: "), "{e}");
+    }
 
     #[test]
     fn urls_name_brokers_and_one_topic() {

@@ -30,11 +30,10 @@
 //! - `archiver`: outbox → archive in idempotent batches; start rule; watermark T.
 //! - `commit`: the SEND path, fused (one transaction) or staged (reserve, append, commit).
 //! - `config`: `[chat]` settings and the modes `tiered`, `hot-only`, `sync-archive`.
-//! - `conformance`: one suite per port that every backend's tests run.
 //! - `contact`: the first message about a listing → one `contact` event.
 //! - `error`: [`ChatError`] and its HTTP status.
-//! - `failpoint`: crash points in the commit path, for crash tests of the real binary.
-//! - `health`: whether commits work, for `/readyz`.
+//! - `health`: whether commits work, for `/readyz`; the chat stores' names in the node's
+//!   store health.
 //! - `http`: the `/v1` conversation and message routes.
 //! - `kafka`: the Kafka-protocol outbox.
 //! - `metrics`: chat's Prometheus metrics.
@@ -47,15 +46,22 @@
 //! - `service`: the chat API the routes call (validation, membership, background workers).
 //! - `sqlite`: the embedded hot tier + outbox, outbox file and archive.
 //! - `stores`: the backend of each port by URL, and the hot tier ↔ archive startup check.
-//! - `testing`: fault-injecting port wrappers and private `redis-server` / tansu servers.
 //! - `trimmer`: hot-tier trimming behind T, and the expiry chores of outbox and archive.
+//!
+//! The `testing` feature (tests and benchmarks only, never the product) adds:
+//! - `conformance`: one suite per port that every backend's tests run.
+//! - `failpoint`: the crash tests' stops in the commit path.
+//! - `testing`: fault-injecting port wrappers; private `redis-server`, tansu and `mariadbd`
+//!   processes.
 
 pub mod archiver;
 pub mod commit;
 pub mod config;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod contact;
 pub mod error;
+#[cfg(feature = "testing")]
 pub mod failpoint;
 pub mod health;
 pub mod http;
@@ -70,6 +76,7 @@ pub mod redis;
 pub mod service;
 pub mod sqlite;
 pub mod stores;
+#[cfg(feature = "testing")]
 pub mod testing;
 pub mod trimmer;
 

@@ -13,7 +13,7 @@ use crate::error::ChatError;
 
 impl From<sqlx::Error> for ChatError {
     fn from(e: sqlx::Error) -> Self {
-        ChatError::Unavailable(format!("mysql: {e}"))
+        ChatError::Store(e.into())
     }
 }
 
@@ -21,7 +21,7 @@ impl From<tidemark_core::mysql::MysqlError> for ChatError {
     fn from(e: tidemark_core::mysql::MysqlError) -> Self {
         match e {
             tidemark_core::mysql::MysqlError::BadUrl { .. } => ChatError::Invalid(e.to_string()),
-            other => ChatError::Unavailable(other.to_string()),
+            other => ChatError::Store(other.into()),
         }
     }
 }

@@ -13,10 +13,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
+use tidemark_core::health::StoreHealth;
+use tidemark_core::retry::Retry;
 use tokio_util::sync::CancellationToken;
 
 use crate::commit::publish_and_commit;
 use crate::error::Result;
+use crate::health::HOT_STORE;
 use crate::metrics::ChatMetrics;
 use crate::model::MessageRecord;
 use crate::ports::{CommitParams, HotStore, Outbox};
@@ -30,6 +33,8 @@ pub struct Recovery {
     params: CommitParams,
     window: Duration,
     metrics: ChatMetrics,
+    /// Where a full hot store or outbox is reported ([`Recovery::with_store_health`]).
+    health: StoreHealth,
 }
 
 impl Recovery {
@@ -49,7 +54,16 @@ impl Recovery {
             params,
             window,
             metrics,
+            health: StoreHealth::default(),
         }
+    }
+
+    /// Reports its passes to `health`, the node's, under [`HOT_STORE`]: a pass that fails
+    /// for want of space marks the hot store full, one that recovered records clears it.
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// One pass; returns how many records were recovered.
@@ -75,16 +89,29 @@ impl Recovery {
         }
     }
 
-    /// Runs a pass every quarter of the recovery window (at least every second) until `cancel`.
+    /// Runs a pass every quarter of the recovery window (at least every second) until
+    /// `cancel`; after a failed pass, the workers' rule ([`tidemark_core::retry`]): a back-off
+    /// from that period up to 30 s if it is retryable, a minute otherwise.
     pub async fn run(self, cancel: CancellationToken) {
         let every = (self.window / 4).clamp(Duration::from_millis(100), Duration::from_secs(1));
+        let mut retry = Retry::new("chat recovery", every, Duration::from_secs(30));
         loop {
-            if let Err(error) = self.run_once().await {
-                tracing::warn!(%error, "recovery pass failed; will retry");
-            }
+            let pause = match self.run_once().await {
+                Ok(recovered) => {
+                    retry.succeeded();
+                    if recovered > 0 {
+                        self.health.wrote(HOT_STORE);
+                    }
+                    every
+                }
+                Err(error) => {
+                    self.health.failed(HOT_STORE, &error);
+                    retry.failed(&error, error.is_retryable())
+                }
+            };
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }

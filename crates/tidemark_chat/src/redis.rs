@@ -30,6 +30,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use tidemark_core::store::{ErrorKind, StoreError};
 
 use crate::error::{ChatError, Result};
 use scripts::Scripts;
@@ -63,17 +64,52 @@ impl std::fmt::Debug for RedisHot {
 
 impl From<redis::RedisError> for ChatError {
     fn from(e: redis::RedisError) -> Self {
-        ChatError::Unavailable(format!("redis: {e}"))
+        ChatError::Store(StoreError::new(error_kind(&e), "redis", e))
+    }
+}
+
+/// The kind of a Redis error: `OOM command not allowed` (past `maxmemory`) is
+/// [`ErrorKind::Full`], and so is a `MISCONF` refusal whose cause is a full disk (the AOF
+/// could not be written: "No space left on device"); no connection, a timeout, a dropped
+/// link, a server loading its data, busy with a script, failing over or refusing writes for
+/// now (`MISCONF` otherwise, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`) is
+/// [`ErrorKind::Unavailable`]; an answer that does not parse as what was stored is
+/// [`ErrorKind::Corrupt`]; the rest (a script error, a wrong type, bad auth or configuration)
+/// [`ErrorKind::Rejected`].
+pub fn error_kind(e: &redis::RedisError) -> ErrorKind {
+    use redis::ErrorKind as K;
+    let text = e.to_string();
+    match (e.kind(), e.code()) {
+        (_, Some("OOM")) => ErrorKind::Full,
+        (_, Some("MISCONF")) if text.contains("No space left") => ErrorKind::Full,
+        (_, Some("MISCONF" | "BUSY")) => ErrorKind::Unavailable,
+        _ if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
+            ErrorKind::Unavailable
+        }
+        (
+            K::IoError
+            | K::BusyLoadingError
+            | K::TryAgain
+            | K::ClusterDown
+            | K::MasterDown
+            | K::ReadOnly
+            | K::ClusterConnectionNotFound
+            | K::Moved
+            | K::Ask,
+            _,
+        ) => ErrorKind::Unavailable,
+        (K::TypeError | K::ParseError, _) => ErrorKind::Corrupt,
+        _ => ErrorKind::Rejected,
     }
 }
 
 impl RedisHot {
     /// Connects `pool_size` (≥ 1) connections to `url` (`redis://host:port[/db]`), checks the
     /// durability settings and loads the scripts. Errors: [`ChatError::Invalid`] for a bad URL,
-    /// [`ChatError::Unavailable`] if the server cannot be reached (5 s connect timeout),
-    /// [`ChatError::NotDurable`] naming the first setting that is not as required,
-    /// [`ChatError::Unavailable`] for a server whose key layout a newer build wrote
-    /// ([`keys::LAYOUT_VERSION`]).
+    /// [`ChatError::Store`] if the server cannot be reached (5 s connect timeout),
+    /// [`ChatError::NotDurable`] naming the first setting that is not as required, a
+    /// [`ChatError::Store`] that is not retryable for a server whose key layout a newer build
+    /// wrote ([`keys::LAYOUT_VERSION`]).
     pub async fn connect(url: &str, pool_size: usize) -> Result<Self> {
         let client = redis::Client::open(url)
             .map_err(|e| ChatError::Invalid(format!("bad Redis URL {url:?}: {e}")))?;
@@ -86,7 +122,10 @@ impl RedisHot {
         for _ in 0..pool_size.max(1) {
             let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
                 .await
-                .map_err(|e| ChatError::Unavailable(format!("redis at {url}: {e}")))?;
+                .map_err(|e| {
+                    let kind = error_kind(&e);
+                    StoreError::new(kind, "redis", e).with_context(format!("connecting to {url}"))
+                })?;
             pool.push(conn);
         }
         let store = Self {
@@ -121,11 +160,15 @@ impl RedisHot {
             .query_async(&mut conn)
             .await?;
         if found > keys::LAYOUT_VERSION {
-            return Err(ChatError::Unavailable(format!(
-                "redis at {} has key layout version {found}, this build knows up to {}: use a newer tidemark",
-                self.url,
-                keys::LAYOUT_VERSION
-            )));
+            return Err(StoreError::rejected(
+                "redis",
+                format!(
+                    "redis at {} has key layout version {found}, this build knows up to {}: use a newer tidemark",
+                    self.url,
+                    keys::LAYOUT_VERSION
+                ),
+            )
+            .into());
         }
         Ok(())
     }
@@ -161,5 +204,43 @@ impl RedisHot {
     /// Number of pooled connections.
     pub fn pool_size(&self) -> usize {
         self.pool.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn redis_errors_sort_into_kinds() {
+        let ext = |code: &str, detail: &str| {
+            redis::make_extension_error(code.to_owned(), Some(detail.to_owned()))
+        };
+        let oom = ext("OOM", "command not allowed when used memory > 'maxmemory'.");
+        assert_eq!(error_kind(&oom), ErrorKind::Full);
+        let misconf = "Errors writing to the AOF file: No space left on device";
+        assert_eq!(error_kind(&ext("MISCONF", misconf)), ErrorKind::Full);
+        let misconf = "Redis is configured to save RDB snapshots, but it's currently unable to persist to disk";
+        assert_eq!(error_kind(&ext("MISCONF", misconf)), ErrorKind::Unavailable);
+        let kind = |k: redis::ErrorKind| error_kind(&redis::RedisError::from((k, "x")));
+        assert_eq!(
+            kind(redis::ErrorKind::BusyLoadingError),
+            ErrorKind::Unavailable
+        );
+        assert_eq!(kind(redis::ErrorKind::TryAgain), ErrorKind::Unavailable);
+        assert_eq!(kind(redis::ErrorKind::ReadOnly), ErrorKind::Unavailable);
+        assert_eq!(kind(redis::ErrorKind::TypeError), ErrorKind::Corrupt);
+        assert_eq!(kind(redis::ErrorKind::ResponseError), ErrorKind::Rejected);
+        assert_eq!(kind(redis::ErrorKind::NoScriptError), ErrorKind::Rejected);
+        assert_eq!(
+            kind(redis::ErrorKind::AuthenticationFailed),
+            ErrorKind::Rejected
+        );
+        let refused = std::io::Error::from(std::io::ErrorKind::ConnectionRefused);
+        let e = ChatError::from(redis::RedisError::from(refused));
+        assert!(e.is_retryable(), "{e}");
+        assert!(
+            matches!(&e, ChatError::Store(s) if s.kind() == ErrorKind::Unavailable && s.backend() == "redis")
+        );
     }
 }

@@ -6,6 +6,8 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use tidemark_core::clock::SharedClock;
+use tidemark_core::health::StoreHealth;
+use tidemark_core::store::StoreError;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -15,7 +17,7 @@ use crate::commit::{CommitPath, Committer};
 use crate::config::{ChatConfig, ChatMode};
 use crate::contact::{ContactSink, FirstContact};
 use crate::error::{ChatError, Result};
-use crate::health::CommitHealth;
+use crate::health::{CommitHealth, HOT_STORE};
 use crate::metrics::ChatMetrics;
 use crate::model::{ConversationMeta, MessageClass, MessageRecord, SendCommand, SendOutcome};
 use crate::ports::{Archive, HotStore, Outbox};
@@ -51,7 +53,7 @@ impl ChatStores {
     pub fn open_embedded(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
         let dir = dir.join("chat");
         std::fs::create_dir_all(&dir)
-            .map_err(|e| ChatError::Unavailable(format!("creating {}: {e}", dir.display())))?;
+            .map_err(|e| StoreError::file(&dir, e).with_context("creating"))?;
         let hot = Arc::new(
             SqliteHot::open(&dir.join("hot.db"), cfg.commit_batch_max)?
                 .with_dedup_memory_keys(cfg.dedup_memory_keys),
@@ -143,6 +145,8 @@ pub struct ChatService {
     /// waits for them at shutdown.
     contact_tasks: TaskTracker,
     health: CommitHealth,
+    /// The node's full stores ([`tidemark_core::health`]), shared with the workers.
+    store_health: StoreHealth,
     /// Set once this service's hot window is recorded in the hot store
     /// ([`ChatService::record_hot_window`]).
     hot_window_recorded: Arc<tokio::sync::OnceCell<()>>,
@@ -279,6 +283,7 @@ impl ChatService {
             contacts: None,
             contact_tasks: TaskTracker::new(),
             health: CommitHealth::default(),
+            store_health: StoreHealth::default(),
             hot_window_recorded: Arc::default(),
         }
     }
@@ -299,6 +304,14 @@ impl ChatService {
             })
             .await?;
         Ok(())
+    }
+
+    /// Reports the SEND path's and the workers' writes to `health`, the node's (for
+    /// `/readyz`); by default to one of the service's own.
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.store_health = health;
+        self
     }
 
     /// Sends each first contact about a listing to `sink` (chat → events).
@@ -380,6 +393,11 @@ impl ChatService {
         &self.health
     }
 
+    /// The full stores this service and its workers report to ([`ChatService::with_store_health`]).
+    pub fn store_health(&self) -> &StoreHealth {
+        &self.store_health
+    }
+
     /// Measures the archive's lag and the outbox backlog into their gauges now
     /// ([`crate::trimmer::measure_archive_lag`]; nothing in `hot-only`). Called by `/metrics`.
     ///
@@ -399,6 +417,7 @@ impl ChatService {
 
     /// Records a SEND's store failure in [`ChatService::commit_health`].
     fn note_failure(&self, e: &ChatError) {
+        self.store_health.failed(HOT_STORE, e);
         if e.is_retryable() {
             self.health.failed(&e.to_string());
         }
@@ -554,6 +573,7 @@ impl ChatService {
             // A retry answered from the dedup entries committed nothing: it says nothing of
             // whether commits work.
             self.health.succeeded();
+            self.store_health.wrote(HOT_STORE);
         }
         timer.observe_duration();
         Ok(outcome)
@@ -725,7 +745,8 @@ impl ChatService {
                 self.cfg.archive_batch_max,
                 self.metrics.clone(),
             )
-            .await?;
+            .await?
+            .with_store_health(self.store_health.clone());
             tasks.spawn(archiver.run(self.cfg.archive_idle, cancel.clone()));
             let recovery = Recovery::new(
                 Arc::clone(&s.hot),
@@ -734,7 +755,8 @@ impl ChatService {
                 self.cfg.commit_params(),
                 self.cfg.outbox_recovery_window,
                 self.metrics.clone(),
-            );
+            )
+            .with_store_health(self.store_health.clone());
             tasks.spawn(recovery.run(cancel.clone()));
         }
         let trimmer = Trimmer::new(
@@ -744,7 +766,8 @@ impl ChatService {
             Arc::clone(&self.clock),
             self.cfg.clone(),
             self.metrics.clone(),
-        );
+        )
+        .with_store_health(self.store_health.clone());
         tasks.spawn(trimmer.run(cancel.clone()));
         Ok(())
     }

@@ -30,16 +30,14 @@ use crate::error::ChatError;
 use crate::model::{MessageClass, MessageRecord};
 
 /// `e`, an error opening the file at `path`, with the file named in front: SQLite's own words
-/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database"). A
-/// message that starts with the file's name already (a schema of a newer build) is left as
-/// it is.
+/// name none ("disk I/O error" from `xShmMap` on a full disk, "file is not a database"). An
+/// error whose own message names the file already (a schema of a newer build) keeps it
+/// ([`StoreError::in_file`]).
+///
+/// [`StoreError::in_file`]: tidemark_core::store::StoreError::in_file
 fn opening(path: &Path, e: ChatError) -> ChatError {
-    let named = path.display().to_string();
     match e {
-        ChatError::Unavailable(m) if m.starts_with(&named) => ChatError::Unavailable(m),
-        ChatError::Unavailable(m) => {
-            ChatError::Unavailable(format!("opening {}: {m}", path.display()))
-        }
+        ChatError::Store(e) => ChatError::Store(e.with_context("opening").in_file(path)),
         ChatError::Corrupt(m) => ChatError::Corrupt(format!("opening {}: {m}", path.display())),
         other => other,
     }

@@ -32,6 +32,7 @@ use crate::ports::{Archive, HotStore, Outbox};
 use crate::redis::RedisHot;
 use crate::service::ChatStores;
 use crate::sqlite::{SqliteArchive, SqliteHot};
+use tidemark_core::store::StoreError;
 
 /// A port's engine as configured.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -72,7 +73,7 @@ impl Engine {
 impl ChatStores {
     /// Opens the stores `cfg` names (see the module docs); all `sqlite` is
     /// [`ChatStores::open_embedded`] under `dir`. Errors: a bad or unsupported URL or mode
-    /// combination ([`ChatError::Invalid`]), a server down ([`ChatError::Unavailable`]), a
+    /// combination ([`ChatError::Invalid`]), a server down ([`ChatError::Store`]), a
     /// Redis that is not durable ([`ChatError::NotDurable`]), an archive missing or not the
     /// one the hot tier's history is in ([`check_archive`]).
     pub async fn open(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
@@ -118,7 +119,7 @@ impl ChatStores {
         }
         let chat_dir = dir.join("chat");
         std::fs::create_dir_all(&chat_dir)
-            .map_err(|e| ChatError::Unavailable(format!("creating {}: {e}", chat_dir.display())))?;
+            .map_err(|e| StoreError::file(&chat_dir, e).with_context("creating"))?;
         let tiered = cfg.mode != ChatMode::HotOnly;
         let archive: Option<Arc<dyn Archive>> = match &archive {
             // Configured, so read in hot-only mode too (see `sqlite_archive`).

@@ -8,9 +8,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use async_trait::async_trait;
 
-use crate::error::{ChatError, Result};
+use crate::error::Result;
 use crate::model::{IndexEntry, MessageRecord};
 use crate::ports::Archive;
+use tidemark_core::store::StoreError;
 
 /// Forwards to an inner archive, but fails the next `n` calls of a chosen write.
 #[derive(Debug)]
@@ -56,16 +57,14 @@ impl Archive for FaultyArchive {
     async fn put_records(&self, records: &[MessageRecord]) -> Result<()> {
         self.record_writes.fetch_add(1, Ordering::SeqCst);
         if take_failure(&self.fail_records) {
-            return Err(ChatError::Unavailable(
-                "injected put_records failure".into(),
-            ));
+            return Err(StoreError::unavailable("sqlite", "injected put_records failure").into());
         }
         self.inner.put_records(records).await
     }
     async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()> {
         self.index_writes.fetch_add(1, Ordering::SeqCst);
         if take_failure(&self.fail_index) {
-            return Err(ChatError::Unavailable("injected put_index failure".into()));
+            return Err(StoreError::unavailable("sqlite", "injected put_index failure").into());
         }
         self.inner.put_index(entries, through).await
     }

@@ -38,11 +38,14 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
+use tidemark_core::health::StoreHealth;
+use tidemark_core::retry::Retry;
 use tokio_util::sync::CancellationToken;
 
 use crate::archiver::ARCHIVER_CONSUMER;
 use crate::config::ChatConfig;
 use crate::error::Result;
+use crate::health::HOT_STORE;
 use crate::metrics::ChatMetrics;
 use crate::ports::{Archive, HotStore, Outbox};
 
@@ -108,6 +111,8 @@ pub struct Trimmer {
     clock: SharedClock,
     cfg: ChatConfig,
     metrics: ChatMetrics,
+    /// Where a full hot store is reported ([`Trimmer::with_store_health`]).
+    health: StoreHealth,
 }
 
 impl Trimmer {
@@ -127,7 +132,16 @@ impl Trimmer {
             clock,
             cfg,
             metrics,
+            health: StoreHealth::default(),
         }
+    }
+
+    /// Reports its passes to `health`, the node's, under [`HOT_STORE`]: a pass that fails
+    /// for want of space marks the hot store full, one that trimmed records clears it.
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// One pass: measure archive lag, trim every eligible candidate (in batches), purge expired
@@ -186,15 +200,29 @@ impl Trimmer {
         Ok(out)
     }
 
-    /// Runs a pass every `trim_interval` until `cancel`.
+    /// Runs a pass every `trim_interval` until `cancel`; after a failed pass, the workers'
+    /// rule ([`tidemark_core::retry`]): a back-off from `trim_interval` up to 30 s if it is
+    /// retryable, a minute otherwise.
     pub async fn run(self, cancel: CancellationToken) {
+        let every = self.cfg.trim_interval;
+        let mut retry = Retry::new("chat trimmer", every, Duration::from_secs(30));
         loop {
-            if let Err(error) = self.run_pass(&cancel).await {
-                tracing::warn!(%error, "trimmer pass failed; will retry");
-            }
+            let pause = match self.run_pass(&cancel).await {
+                Ok(out) => {
+                    retry.succeeded();
+                    if out.trimmed > 0 {
+                        self.health.wrote(HOT_STORE);
+                    }
+                    every
+                }
+                Err(error) => {
+                    self.health.failed(HOT_STORE, &error);
+                    retry.failed(&error, error.is_retryable())
+                }
+            };
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(self.cfg.trim_interval) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }

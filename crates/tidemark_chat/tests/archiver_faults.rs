@@ -87,7 +87,7 @@ async fn failed_record_write_stores_nothing_and_the_batch_is_replayed_once() {
     faulty(&h).fail_next_records(1);
     let err = archiver.run_once().await.unwrap_err();
     assert!(
-        matches!(&err, ChatError::Unavailable(m) if m.contains("injected put_records failure")),
+        matches!(&err, ChatError::Store(e) if e.is_retryable() && e.to_string().contains("injected put_records failure")),
         "{err:?}"
     );
     assert_eq!(archiver.position(), 3);
@@ -151,7 +151,7 @@ async fn failed_index_write_leaves_records_without_index_and_is_replayed_once() 
     faulty(&h).fail_next_index(1);
     let err = archiver.run_once().await.unwrap_err();
     assert!(
-        matches!(&err, ChatError::Unavailable(m) if m.contains("injected put_index failure")),
+        matches!(&err, ChatError::Store(e) if e.is_retryable() && e.to_string().contains("injected put_index failure")),
         "{err:?}"
     );
     assert_eq!(archiver.position(), 3);

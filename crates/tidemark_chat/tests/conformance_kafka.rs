@@ -26,5 +26,8 @@ async fn a_bad_url_or_a_down_broker_is_a_clear_error() {
     let err = KafkaOutbox::connect("kafka://127.0.0.1:1/t")
         .await
         .unwrap_err();
-    assert!(matches!(err, ChatError::Unavailable(_)), "{err:?}");
+    assert!(
+        matches!(&err, ChatError::Store(e) if e.kind() == tidemark_core::store::ErrorKind::Unavailable && e.backend() == "kafka"),
+        "{err:?}"
+    );
 }

@@ -72,7 +72,15 @@ async fn a_bad_url_or_a_down_server_is_a_clear_error() {
     let err = RedisHot::connect("redis://127.0.0.1:1", 1)
         .await
         .unwrap_err();
-    assert!(matches!(err, ChatError::Unavailable(_)), "{err:?}");
+    assert!(
+        matches!(&err, ChatError::Store(e) if e.kind() == tidemark_core::store::ErrorKind::Unavailable && e.backend() == "redis"),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .starts_with("redis: connecting to redis://127.0.0.1:1: "),
+        "{err}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -113,8 +121,52 @@ async fn a_redis_of_a_newer_layout_is_refused() {
     assert_eq!(
         err,
         format!(
-            "store unavailable: redis at {} has key layout version 2, this build knows up to 1: use a newer tidemark",
+            "redis: redis at {} has key layout version 2, this build knows up to 1: use a newer tidemark",
             server.url()
         )
+    );
+}
+
+/// A Redis past its `maxmemory` (policy `noeviction`) refuses writes with `OOM command not
+/// allowed`: a store error of kind Full, retryable; writes go on once memory is allowed again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_out_of_memory_is_full() {
+    use tidemark_chat::ports::HotStore;
+    use tidemark_core::store::ErrorKind;
+    let server = RedisServer::start().unwrap();
+    let hot = RedisHot::connect(&server.url(), 1).await.unwrap();
+    let mut admin = redis::Client::open(server.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap();
+    let set_maxmemory = |bytes: &'static str| {
+        redis::cmd("CONFIG")
+            .arg("SET")
+            .arg("maxmemory")
+            .arg(bytes)
+            .clone()
+    };
+    let () = set_maxmemory("1").query_async(&mut admin).await.unwrap();
+    let members = vec!["a".to_string(), "b".to_string()];
+    let err = hot
+        .create_conversation("t", "c1", &members, None, 0)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ChatError::Store(e) if e.kind() == ErrorKind::Full && e.backend() == "redis"),
+        "{err:?}"
+    );
+    assert!(err.is_retryable());
+    assert!(
+        err.to_string()
+            .starts_with("redis: OOM: command not allowed"),
+        "{err}"
+    );
+    let () = set_maxmemory("0").query_async(&mut admin).await.unwrap();
+    assert!(
+        hot.create_conversation("t", "c1", &members, None, 0)
+            .await
+            .unwrap()
     );
 }

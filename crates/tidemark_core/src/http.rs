@@ -22,6 +22,8 @@ use axum::{Json, Router};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::store::{ErrorKind, StoreError};
+
 /// An API error: HTTP status, a stable machine-readable `code`, and a human `message`.
 #[derive(Debug, Clone)]
 pub struct ApiError {
@@ -65,6 +67,35 @@ impl ApiError {
     /// 500 `internal`: e.g. corrupt data found while reading (never a partial answer).
     pub fn internal(message: impl Into<String>) -> Self {
         Self::new(StatusCode::INTERNAL_SERVER_ERROR, "internal", message)
+    }
+
+    /// The answer to a store failure of `kind` ([`crate::store`]); `message` says what failed:
+    /// - [`ErrorKind::Unavailable`]: 503 `unavailable`, `Retry-After: 1`;
+    /// - [`ErrorKind::Full`]: 503 `storage_full`, `Retry-After: 10`. A 503 and not WebDAV's 507
+    ///   Insufficient Storage: 503 with `Retry-After` is what clients, proxies and load
+    ///   balancers already retry on (elsewhere, or later), and the request may indeed be
+    ///   repeated as it was once space is freed; nothing of it was stored;
+    /// - [`ErrorKind::Corrupt`]: 500 `corrupt`, the message naming the file or what is damaged;
+    /// - [`ErrorKind::Rejected`]: 500 `store_rejected` (the engine refused what Tidemark
+    ///   asked: not the client's fault, and the same request fails again);
+    /// - [`ErrorKind::Conflict`]: 409 `conflict`.
+    pub fn store(kind: ErrorKind, message: impl Into<String>) -> Self {
+        match kind {
+            ErrorKind::Unavailable => Self::unavailable(message),
+            ErrorKind::Full => Self::new(StatusCode::SERVICE_UNAVAILABLE, "storage_full", message),
+            ErrorKind::Corrupt => Self::new(StatusCode::INTERNAL_SERVER_ERROR, "corrupt", message),
+            ErrorKind::Rejected => {
+                Self::new(StatusCode::INTERNAL_SERVER_ERROR, "store_rejected", message)
+            }
+            ErrorKind::Conflict => Self::new(StatusCode::CONFLICT, "conflict", message),
+        }
+    }
+}
+
+/// A store failure answers as [`ApiError::store`] says for its kind, with its message.
+impl From<StoreError> for ApiError {
+    fn from(e: StoreError) -> Self {
+        ApiError::store(e.kind(), e.to_string())
     }
 }
 
@@ -118,9 +149,13 @@ impl IntoResponse for ApiError {
         };
         let mut response = (self.status, Json(body)).into_response();
         if self.status == StatusCode::SERVICE_UNAVAILABLE {
+            let after = match self.code {
+                "storage_full" => STORAGE_FULL_RETRY_AFTER_SECS,
+                _ => UNAVAILABLE_RETRY_AFTER_SECS,
+            };
             response.headers_mut().insert(
                 axum::http::header::RETRY_AFTER,
-                axum::http::HeaderValue::from_static(UNAVAILABLE_RETRY_AFTER_SECS),
+                axum::http::HeaderValue::from_static(after),
             );
         }
         response
@@ -131,6 +166,10 @@ impl IntoResponse for ApiError {
 /// moment, and the request may be repeated as it was (sends with the same `client_msg_id`,
 /// event batches whole). The redirector sets its own.
 pub const UNAVAILABLE_RETRY_AFTER_SECS: &str = "1";
+
+/// `Retry-After` (seconds) of every 503 `storage_full` answer: freeing disk space takes an
+/// operator or a cleanup job, not a moment.
+pub const STORAGE_FULL_RETRY_AFTER_SECS: &str = "10";
 
 impl From<JsonRejection> for ApiError {
     fn from(r: JsonRejection) -> Self {
@@ -401,5 +440,35 @@ mod tests {
         assert_eq!(r.headers()[axum::http::header::RETRY_AFTER], "1");
         let r = ApiError::internal("corrupt").into_response();
         assert!(r.headers().get(axum::http::header::RETRY_AFTER).is_none());
+    }
+
+    #[tokio::test]
+    async fn store_failures_answer_by_kind() {
+        let cases = [
+            (ErrorKind::Unavailable, 503, "unavailable", Some("1")),
+            (ErrorKind::Full, 503, "storage_full", Some("10")),
+            (ErrorKind::Corrupt, 500, "corrupt", None),
+            (ErrorKind::Rejected, 500, "store_rejected", None),
+            (ErrorKind::Conflict, 409, "conflict", None),
+        ];
+        for (kind, status, code, retry_after) in cases {
+            let e =
+                StoreError::new(kind, "sqlite", "boom").in_file(std::path::Path::new("/d/x.db"));
+            let r = ApiError::from(e).into_response();
+            assert_eq!(r.status().as_u16(), status, "{kind}");
+            assert_eq!(
+                r.headers()
+                    .get(axum::http::header::RETRY_AFTER)
+                    .map(|v| v.to_str().unwrap()),
+                retry_after,
+                "{kind}"
+            );
+            let body = axum::body::to_bytes(r.into_body(), 4096).await.unwrap();
+            let body: serde_json::Value = serde_json::from_slice(&body).unwrap();
+            assert_eq!(
+                body,
+                serde_json::json!({"error": {"code": code, "message": "sqlite /d/x.db: boom"}})
+            );
+        }
     }
 }

@@ -11,13 +11,17 @@
 //!    once (one fsync) and only then answers each caller (group commit); on MariaDB the store
 //!    runs its own statements on the pool.
 //! 3. **Read**: a [`sqlite::ReadPool`] of read-only connections (WAL snapshots), or the pool.
-//! 4. **Answer**: a failure becomes [`http::ApiError`], the JSON error every route answers;
+//! 4. **Fail**: an engine's error becomes a [`store::StoreError`] of one [`store::ErrorKind`]
+//!    (unavailable, full, corrupt, rejected, conflict); workers retry by that kind
+//!    ([`retry`]), a full store makes the node not ready ([`health`]).
+//! 5. **Answer**: a failure becomes [`http::ApiError`], the JSON error every route answers;
 //!    times are rendered by [`timefmt`]; "now" comes from the injected [`Clock`] throughout.
 //!
 //! Backends held here: the embedded SQLite engine (group-committing writer, read pools,
 //! checkpoints and background priority) and the MariaDB / MySQL connection layer (pools from a
-//! URL, scratch databases for tests). Each subsystem's ports, tables and InfluxDB / Redis /
-//! Kafka clients live in that subsystem's crate.
+//! URL, scratch databases for tests), with the sorting of their errors (and the file system's)
+//! into kinds. Each subsystem's ports and tables, and the InfluxDB / Redis / Kafka clients,
+//! live in that subsystem's crate.
 //!
 //! Modules:
 //! - [`clock`]: injected time (`Arc<dyn Clock>`, Unix ms), so hot windows, TTLs and day
@@ -26,11 +30,14 @@
 //! - [`sqlite`]: the embedded engine: [`sqlite::GroupWriter`] (group commit), read pools,
 //!   checkpoints off the commit path, [`sqlite::SqliteError`].
 //! - [`mysql`]: the production relational engine (MariaDB / MySQL): a pool from a URL, URL
-//!   redaction for messages, and scratch databases for tests.
+//!   redaction for messages, and scratch databases for tests (`testing` feature).
 //! - [`schema`]: versioned schemas: each store's ordered migrations, run at open (SQLite's
 //!   `user_version`, a version table on MariaDB), and a store of a newer build refused.
-//! - [`store`]: [`store::StoreError`], a storage port's error whatever engine (SQLite, MariaDB,
-//!   InfluxDB) is behind it, and whether a retry may help.
+//! - [`store`]: [`store::StoreError`], the one error every storage port returns, whatever
+//!   engine (SQLite, MariaDB, Redis, Kafka, InfluxDB) is behind it, with its source and its
+//!   [`store::ErrorKind`].
+//! - [`retry`]: the rule background workers follow after a failed pass, by that kind.
+//! - [`health`]: stores marked full until a write to them succeeds, for `/readyz`.
 //! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, body and query
 //!   extractors that turn every bad request into such a 4xx, the request size limit, and
 //!   per-tenant API-key auth.
@@ -38,12 +45,17 @@
 //!   the bearer security scheme, for the document each subsystem contributes to.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
 //! - [`throttle`]: at most one log line per second for errors that repeat on every request.
+//!
+//! The `testing` feature adds what only tests and benchmarks use (scratch databases, the test
+//! MariaDB's URL, shared assertions); the product is built without it.
 
 pub mod clock;
 pub mod day;
+pub mod health;
 pub mod http;
 pub mod mysql;
 pub mod openapi;
+pub mod retry;
 pub mod schema;
 pub mod sqlite;
 pub mod store;

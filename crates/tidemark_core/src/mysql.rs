@@ -5,10 +5,9 @@
 //! database is created if it does not exist (the server account needs `CREATE`); tables are the
 //! port's own business.
 //!
-//! [`scratch_database`] gives tests (and the benchmarks) a fresh, uniquely named database on a
-//! real server, so runs never see each other's rows.
+//! With the `testing` feature (tests and benchmarks only, never the product), `scratch_database`
+//! gives a fresh, uniquely named database on a real server, so runs never see each other's rows.
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
@@ -124,8 +123,10 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<MySqlPool, Mysql
 
 /// Creates a new, empty database named `<prefix>_<pid>_<n>_<ms>` on the server of `server_url`
 /// (`mysql://user@host:port`, any path ignored) and returns its URL. For tests and benchmarks;
-/// drop it with [`drop_database`].
+/// drop it with [`drop_database`]. With the `testing` feature only.
+#[cfg(feature = "testing")]
 pub async fn scratch_database(server_url: &str, prefix: &str) -> Result<String, MysqlError> {
+    use std::sync::atomic::{AtomicU64, Ordering};
     static COUNTER: AtomicU64 = AtomicU64::new(0);
     let n = COUNTER.fetch_add(1, Ordering::Relaxed);
     let ms = std::time::SystemTime::now()
@@ -144,7 +145,8 @@ pub async fn scratch_database(server_url: &str, prefix: &str) -> Result<String, 
     Ok(url)
 }
 
-/// Drops the database `url` names (if it exists).
+/// Drops the database `url` names (if it exists). With the `testing` feature only.
+#[cfg(feature = "testing")]
 pub async fn drop_database(url: &str) -> Result<(), MysqlError> {
     let (server, database) = split_database(url)?;
     let mut conn = server.connect().await?;
@@ -157,7 +159,9 @@ pub async fn drop_database(url: &str) -> Result<(), MysqlError> {
 
 /// The MariaDB server tests use: `TEST_MYSQL_URL`, default `mysql://root@127.0.0.1:3306` (the
 /// machine's MariaDB; `scripts/test` checks it is up). Not a `TIDEMARK_*` name: the server
-/// reads every `TIDEMARK_*` variable as configuration and refuses unknown ones.
+/// reads every `TIDEMARK_*` variable as configuration and refuses unknown ones. With the
+/// `testing` feature only.
+#[cfg(feature = "testing")]
 pub fn test_server_url() -> String {
     std::env::var("TEST_MYSQL_URL").unwrap_or_else(|_| "mysql://root@127.0.0.1:3306".into())
 }

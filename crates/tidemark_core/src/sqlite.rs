@@ -32,12 +32,14 @@ pub use cache::{RESIZE_EVERY_GROUPS, SMALL_FILE_CACHE_KIB, WRITER_CACHE_KIB, wri
 use job_thread::JobThread;
 
 use std::panic::AssertUnwindSafe;
-use std::path::Path;
-use std::sync::mpsc;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, mpsc};
 use std::time::Duration;
 
 use rusqlite::{Connection, OpenFlags};
 use tokio::sync::oneshot;
+
+use crate::store::AsStoreError;
 
 /// Errors of the embedded engine itself (not of a job's own logic).
 #[derive(Debug, thiserror::Error)]
@@ -46,8 +48,15 @@ pub enum SqliteError {
     #[error("sqlite: {0}")]
     Sqlite(#[from] rusqlite::Error),
     /// The transaction that held this job failed to commit; nothing of it was written.
-    #[error("sqlite commit failed: {0}")]
-    CommitFailed(String),
+    #[error("commit failed: {reason}")]
+    CommitFailed {
+        /// What happened to the group.
+        reason: String,
+        /// SQLite's error, when the `BEGIN` or `COMMIT` itself failed (a full disk, an I/O
+        /// error); none when a neighbour's failure rolled the group back.
+        #[source]
+        source: Option<Arc<rusqlite::Error>>,
+    },
     /// The writer thread has stopped (shutdown or a fatal error).
     #[error("sqlite writer stopped")]
     WriterStopped,
@@ -112,7 +121,8 @@ pub fn opening<T>(
 
 /// Test support: writes 8 KiB that are not a database to `path`, opens it with `open` and
 /// panics unless the error names the file as [`opening`] does ("opening <path>: … not a
-/// database"; SQLite's own message names none).
+/// database"; SQLite's own message names none). With the `testing` feature only.
+#[cfg(feature = "testing")]
 pub fn assert_open_names_the_file<T, E: std::fmt::Display>(
     path: &Path,
     open: impl FnOnce(&Path) -> Result<T, E>,
@@ -187,7 +197,9 @@ fn refuse_orphan_log(path: &Path) -> Result<(), SqliteError> {
     }
 }
 
-type Completion = Box<dyn FnOnce(Result<(), String>) + Send>;
+/// How a group transaction ended: committed, or not, with why and SQLite's error if it had one.
+type GroupOutcome = Result<(), (String, Option<Arc<rusqlite::Error>>)>;
+type Completion = Box<dyn FnOnce(GroupOutcome) + Send>;
 /// A job run by the writer thread: its completion, and whether it failed after writing without
 /// a savepoint (which dooms the group transaction).
 type Job = Box<dyn FnOnce(&Connection) -> (Completion, bool) + Send>;
@@ -204,6 +216,8 @@ fn read_only_flags() -> OpenFlags {
 #[derive(Debug)]
 pub struct GroupWriter {
     jobs: JobThread<Job>,
+    /// The database file, named in the store failures of its jobs ([`in_file`]).
+    path: Option<PathBuf>,
 }
 
 impl GroupWriter {
@@ -263,7 +277,7 @@ impl GroupWriter {
             .filter(|p| !p.is_empty())
             .map(std::path::PathBuf::from);
         let (stop_tx, stop_rx) = mpsc::channel::<()>();
-        let checkpointer = path.map(|path| {
+        let checkpointer = path.clone().map(|path| {
             std::thread::Builder::new()
                 .name(format!("sqlite-checkpoint-{name}"))
                 .spawn(move || checkpoint_loop(&path, &stop_rx))
@@ -281,7 +295,7 @@ impl GroupWriter {
             }
         })
         .expect("spawning the sqlite writer thread");
-        Self { jobs }
+        Self { jobs, path }
     }
 
     /// Runs `job` in the next group transaction and returns its result once that transaction is
@@ -293,7 +307,7 @@ impl GroupWriter {
     where
         F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
         R: Send + 'static,
-        E: From<SqliteError> + Send + 'static,
+        E: From<SqliteError> + AsStoreError + Send + 'static,
     {
         self.submit(move |conn| (run_in_savepoint(conn, job), false))
             .await
@@ -309,7 +323,7 @@ impl GroupWriter {
     where
         F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
         R: Send + 'static,
-        E: From<SqliteError> + Send + 'static,
+        E: From<SqliteError> + AsStoreError + Send + 'static,
     {
         self.submit(move |conn| {
             let before = conn.total_changes();
@@ -327,40 +341,53 @@ impl GroupWriter {
     where
         F: FnOnce(&Connection) -> (Result<R, E>, bool) + Send + 'static,
         R: Send + 'static,
-        E: From<SqliteError> + Send + 'static,
+        E: From<SqliteError> + AsStoreError + Send + 'static,
     {
         let (done_tx, done_rx) = oneshot::channel::<Result<R, E>>();
         let boxed: Job = Box::new(move |conn: &Connection| {
-            // Outside a transaction (the writer could not begin one) the job is not run: in
-            // autocommit each of its statements would be durable alone, half a job.
+            // Outside a transaction (the writer could not begin one, or SQLite rolled the
+            // group back after a neighbour's error) the job is not run: in autocommit each of
+            // its statements would be durable alone, half a job. It is answered the group's
+            // error.
             let (outcome, doomed) = if conn.is_autocommit() {
-                let no_tx = SqliteError::CommitFailed("no transaction to run in".into());
-                (Err(E::from(no_tx)), false)
+                (None, false)
             } else {
                 // A job that panics (a bug) may have written anything, and left its savepoint
                 // open: it dooms its group, and the writer goes on with the next one.
-                std::panic::catch_unwind(AssertUnwindSafe(|| run(conn))).unwrap_or_else(|_| {
-                    tracing::error!("a sqlite writer job panicked: its group is rolled back");
-                    let panicked = SqliteError::Task("the write job panicked".into());
-                    (Err(E::from(panicked)), true)
-                })
+                let (outcome, doomed) = std::panic::catch_unwind(AssertUnwindSafe(|| run(conn)))
+                    .unwrap_or_else(|_| {
+                        tracing::error!("a sqlite writer job panicked: its group is rolled back");
+                        let panicked = SqliteError::Task("the write job panicked".into());
+                        (Err(E::from(panicked)), true)
+                    });
+                (Some(outcome), doomed)
             };
-            let completion = Box::new(move |commit: Result<(), String>| {
+            let completion = Box::new(move |commit: GroupOutcome| {
                 // A job that failed keeps its own error (e.g. disk full) when the group fails
                 // too: the group's error is often only that failure's consequence.
                 let answer = match (commit, outcome) {
-                    (Ok(()), outcome) => outcome,
-                    (Err(_), Err(own)) => Err(own),
-                    (Err(e), Ok(_)) => Err(E::from(SqliteError::CommitFailed(e))),
+                    (Ok(()), Some(outcome)) => outcome,
+                    (Err(_), Some(Err(own))) => Err(own),
+                    (Err((reason, source)), _) => {
+                        Err(E::from(SqliteError::CommitFailed { reason, source }))
+                    }
+                    (Ok(()), None) => Err(E::from(SqliteError::CommitFailed {
+                        reason: "no transaction to run in".into(),
+                        source: None,
+                    })),
                 };
                 let _ = done_tx.send(answer);
             }) as Completion;
             (completion, doomed)
         });
+        let path = self.path.as_deref();
         self.jobs
             .send(boxed)
-            .map_err(|_| SqliteError::WriterStopped)?;
-        done_rx.await.map_err(|_| SqliteError::WriterStopped)?
+            .map_err(|_| in_file(E::from(SqliteError::WriterStopped), path))?;
+        let answer = done_rx
+            .await
+            .map_err(|_| in_file(E::from(SqliteError::WriterStopped), path))?;
+        answer.map_err(|e| in_file(e, path))
     }
 
     /// Stops accepting jobs, finishes the ones queued, and joins the thread (dropping the
@@ -368,6 +395,15 @@ impl GroupWriter {
     pub fn shutdown(&mut self) {
         self.jobs.shutdown();
     }
+}
+
+/// `e`, naming `path` in the store failure it holds, if it holds one: SQLite's own messages
+/// ("database disk image is malformed") name no file.
+fn in_file<E: AsStoreError>(mut e: E, path: Option<&Path>) -> E {
+    if let (Some(path), Some(store)) = (path, e.as_store_error_mut()) {
+        store.name_file(path);
+    }
+    e
 }
 
 fn run_in_savepoint<R, E, F>(conn: &Connection, job: F) -> Result<R, E>
@@ -514,7 +550,7 @@ fn writer_loop(
                 on_rollback(conn);
             }
             // In autocommit now: the job sees it and does not run (see `submit`).
-            first(conn).0(Err(e.to_string()));
+            first(conn).0(Err((e.to_string(), Some(Arc::new(e)))));
             continue;
         }
         let (done, mut doomed) = first(conn);
@@ -532,18 +568,21 @@ fn writer_loop(
         let commit = if doomed {
             tracing::error!("a job failed after writing without a savepoint: group rolled back");
             roll_back(conn);
-            Err("rolled back: a job of the same group failed after writing".to_owned())
+            Err((
+                "rolled back: a job of the same group failed after writing".to_owned(),
+                None,
+            ))
         } else if conn.is_autocommit() {
             // SQLite itself rolled the transaction back after a job's error (disk full, an I/O
             // error): a COMMIT would only say that no transaction is active.
-            Err("rolled back by SQLite after a job of the same group failed (e.g. disk full); nothing of the group was written".to_owned())
+            Err(("rolled back by SQLite after a job of the same group failed (e.g. disk full); nothing of the group was written".to_owned(), None))
         } else {
             conn.execute_batch("COMMIT").map_err(|e| {
                 if let Some(left_out) = failed_commits.allow() {
                     tracing::error!(error = %e, left_out, "sqlite group commit failed (left_out: failed commits not logged since the last line)");
                 }
                 roll_back(conn);
-                e.to_string()
+                (e.to_string(), Some(Arc::new(e)))
             })
         };
         if commit.is_err() {
@@ -566,6 +605,8 @@ fn writer_loop(
 #[derive(Debug, Clone)]
 pub struct ReadPool {
     pool: r2d2::Pool<r2d2_sqlite::SqliteConnectionManager>,
+    /// The database file, named in the store failures of its reads.
+    path: Arc<Path>,
 }
 
 impl ReadPool {
@@ -578,7 +619,10 @@ impl ReadPool {
             .max_size(size.max(1))
             .min_idle(Some(1))
             .build(manager)?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            path: Arc::from(path),
+        })
     }
 
     /// Runs `f` on a pooled read connection in a blocking task.
@@ -586,15 +630,17 @@ impl ReadPool {
     where
         F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
         R: Send + 'static,
-        E: From<SqliteError> + Send + 'static,
+        E: From<SqliteError> + AsStoreError + Send + 'static,
     {
         let pool = self.pool.clone();
-        tokio::task::spawn_blocking(move || {
+        let read = tokio::task::spawn_blocking(move || {
             let conn = pool.get().map_err(|e| E::from(SqliteError::Pool(e)))?;
             f(&conn)
         })
         .await
-        .map_err(|e| E::from(SqliteError::Task(e.to_string())))?
+        .map_err(|e| E::from(SqliteError::Task(e.to_string())))
+        .and_then(|r| r);
+        read.map_err(|e| in_file(e, Some(&self.path)))
     }
 }
 
@@ -615,6 +661,14 @@ mod tests {
     impl From<rusqlite::Error> for TestError {
         fn from(e: rusqlite::Error) -> Self {
             TestError::Db(e.into())
+        }
+    }
+    impl AsStoreError for TestError {
+        fn as_store_error(&self) -> Option<&crate::store::StoreError> {
+            None
+        }
+        fn as_store_error_mut(&mut self) -> Option<&mut crate::store::StoreError> {
+            None
         }
     }
 
@@ -710,7 +764,7 @@ mod tests {
         assert!(matches!(failing.await.unwrap(), Err(TestError::Refused)));
         for job in [first, second] {
             match job.await.unwrap() {
-                Err(TestError::Db(SqliteError::CommitFailed(m))) => {
+                Err(TestError::Db(SqliteError::CommitFailed { reason: m, .. })) => {
                     assert!(m.contains("rolled back by SQLite"), "{m}")
                 }
                 other => panic!("{other:?}"),
@@ -812,7 +866,7 @@ mod tests {
     fn assert_group_rolled_back(out: &[Result<i64, TestError>], jobs: usize, cause: usize) {
         assert_eq!(out.len(), jobs);
         for (i, r) in out.iter().enumerate() {
-            let rolled_back = matches!(r, Err(TestError::Db(SqliteError::CommitFailed(_))));
+            let rolled_back = matches!(r, Err(TestError::Db(SqliteError::CommitFailed { .. })));
             assert!(r.is_err() && rolled_back == (i != cause), "{i}: {r:?}");
         }
     }
@@ -967,7 +1021,7 @@ mod tests {
             })
             .await;
         assert!(
-            matches!(out, Err(TestError::Db(SqliteError::CommitFailed(_)))),
+            matches!(out, Err(TestError::Db(SqliteError::CommitFailed { .. }))),
             "{out:?}"
         );
         let n: i64 = Connection::open(&path)

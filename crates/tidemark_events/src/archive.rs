@@ -48,7 +48,8 @@ use parquet::errors::ParquetError;
 use parquet::file::metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
 use tidemark_core::day::UtcDay;
-use tidemark_core::store::StoreError;
+use tidemark_core::store::classify::{io_kind, io_kind_in_chain};
+use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
 
 use crate::model::Event;
 use crate::raw::RawStore;
@@ -137,6 +138,32 @@ pub enum ArchiveError {
     /// A local directory could not be created.
     #[error("archive directory: {0}")]
     Io(#[from] std::io::Error),
+}
+
+/// A store failure inside, for the node's full-disk report ([`tidemark_core::health`]): the
+/// raw tier's, or a full disk under the object store or a local directory.
+impl AsStoreError for ArchiveError {
+    fn as_store_error(&self) -> Option<&StoreError> {
+        match self {
+            ArchiveError::Raw(e) => Some(e),
+            _ => None,
+        }
+    }
+    fn as_store_error_mut(&mut self) -> Option<&mut StoreError> {
+        match self {
+            ArchiveError::Raw(e) => Some(e),
+            _ => None,
+        }
+    }
+    fn store_kind(&self) -> Option<ErrorKind> {
+        match self {
+            ArchiveError::Raw(e) => Some(e.kind()),
+            ArchiveError::Store(e) => io_kind_in_chain(e),
+            ArchiveError::Parquet(e) => io_kind_in_chain(e),
+            ArchiveError::Io(e) => Some(io_kind(e)),
+            _ => None,
+        }
+    }
 }
 
 /// The Arrow schema of an archived day.
@@ -262,7 +289,9 @@ impl RawArchive {
         Ok(Self::new(Arc::new(store), ObjectPath::default()))
     }
 
-    /// Reads the raw tier in chunks of `n` events (default [`CHUNK_EVENTS`]).
+    /// Reads the raw tier in chunks of `n` events (default [`CHUNK_EVENTS`]). With the `testing`
+    /// feature only: tests make a day span several chunks.
+    #[cfg(feature = "testing")]
     pub fn with_chunk_size(mut self, n: usize) -> Self {
         self.chunk = n.max(1);
         self

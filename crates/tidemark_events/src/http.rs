@@ -58,7 +58,7 @@ impl From<IngestError> for ApiError {
             IngestError::Invalid(_) | IngestError::Request(_) | IngestError::DayDropped(_) => {
                 ApiError::bad_request(e.to_string())
             }
-            IngestError::Unavailable(_) => ApiError::unavailable(e.to_string()),
+            IngestError::Store(ref s) => ApiError::store(s.kind(), e.to_string()),
         }
     }
 }

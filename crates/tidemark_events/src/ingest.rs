@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use serde::Serialize;
 use serde_json::Value;
+use tidemark_core::health::StoreHealth;
 use tidemark_core::store::StoreError;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -36,8 +37,8 @@ pub enum IngestError {
     #[error("{0}")]
     Request(String),
     /// The raw tier could not store the batch; nothing was acknowledged.
-    #[error("raw tier unavailable: {0}")]
-    Unavailable(#[from] StoreError),
+    #[error("raw tier: {0}")]
+    Store(#[from] StoreError),
     /// The batch holds events for a day already dropped from the raw tier; nothing stored.
     #[error("{0}")]
     DayDropped(String),
@@ -250,12 +251,29 @@ fn check_time(time_ms: i64, now_ms: i64) -> Result<(), String> {
 pub struct Ingest {
     raw: Arc<dyn RawStore>,
     cfg: EventsConfig,
+    /// Where its appends are reported ([`Ingest::with_store_health`]).
+    health: StoreHealth,
 }
+
+/// The raw tier's name in the node's [`StoreHealth`].
+pub const RAW_STORE: &str = "events raw tier";
 
 impl Ingest {
     /// Ingest into `raw` with the settings `cfg`.
     pub fn new(raw: Arc<dyn RawStore>, cfg: EventsConfig) -> Self {
-        Self { raw, cfg }
+        Self {
+            raw,
+            cfg,
+            health: StoreHealth::default(),
+        }
+    }
+
+    /// Reports each append to `health`, the node's, under [`RAW_STORE`]: a full raw tier
+    /// makes the node not ready until an append succeeds.
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// The settings in force.
@@ -292,8 +310,10 @@ impl Ingest {
             .collect();
         let events = finish(events, bad)?;
         let n = events.len();
-        self.raw.append(events, now_ms).await.map_err(|e| match e {
-            RawError::Store(s) => IngestError::Unavailable(s),
+        let appended = self.raw.append(events, now_ms).await;
+        self.health.record(RAW_STORE, &appended);
+        appended.map_err(|e| match e {
+            RawError::Store(s) => IngestError::Store(s),
             d @ RawError::DayDropped(_) => IngestError::DayDropped(d.to_string()),
         })?;
         Ok(n)

@@ -32,7 +32,6 @@
 //! Modules:
 //! - `archive`: a raw day → one Parquet object, read back and checked before it counts.
 //! - `config`: `[events]` settings and the schema.
-//! - `conformance`: one suite per port that every backend's tests run.
 //! - `dashboard`: `GET /dashboard`, the live dashboard page.
 //! - `http`: the ingest routes (JSON, line protocol v1 and v2).
 //! - `ingest`: decoding, schema checks and the all-or-nothing append.
@@ -47,10 +46,14 @@
 //! - `rollups`: the summary-tier port and its SQLite and MariaDB backends.
 //! - `schema`: declared kinds and field types; what is refused.
 //! - `stores`: the backend of each port by URL.
+//!
+//! The `testing` feature (tests and benchmarks only, never the product) adds:
+//! - `conformance`: one suite per port that every backend's tests run.
 //! - `testing`: a private `influxd` for tests.
 
 pub mod archive;
 pub mod config;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod dashboard;
 pub mod http;
@@ -66,6 +69,7 @@ pub mod rollup;
 pub mod rollups;
 pub mod schema;
 pub mod stores;
+#[cfg(feature = "testing")]
 pub mod testing;
 
 /// The OpenAPI description of the events' `/v1` routes (ingest, recent, top, listings,

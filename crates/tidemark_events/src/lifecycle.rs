@@ -29,7 +29,9 @@ use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::{DAY_MS, UtcDay};
-use tidemark_core::store::StoreError;
+use tidemark_core::health::StoreHealth;
+use tidemark_core::retry::Retry;
+use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use crate::archive::RawArchive;
@@ -117,6 +119,15 @@ pub enum Step {
 }
 
 impl Step {
+    /// The store the step writes to, by its name in the node's [`StoreHealth`].
+    pub fn store(self) -> &'static str {
+        match self {
+            Step::Rollup => ROLLUP_STORE,
+            Step::Archive => ARCHIVE_STORE,
+            Step::Drop => crate::ingest::RAW_STORE,
+        }
+    }
+
     /// The metric label.
     pub fn label(self) -> &'static str {
         match self {
@@ -161,6 +172,15 @@ pub enum LifecycleError {
     Catalog(#[from] StoreError),
 }
 
+impl LifecycleError {
+    /// Whether the next pass may succeed (the catalog's store is unavailable or full).
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LifecycleError::Catalog(e) => e.is_retryable(),
+        }
+    }
+}
+
 /// The raw-tier scheduler (see the module docs).
 #[derive(Debug)]
 pub struct Lifecycle {
@@ -172,7 +192,17 @@ pub struct Lifecycle {
     metrics: EventsMetrics,
     /// Dropped days that received events afterwards, already warned about.
     warned: Mutex<BTreeSet<UtcDay>>,
+    /// Steps failing with an error that is not retryable, already logged as such (cleared
+    /// when the step succeeds).
+    reported: Mutex<BTreeSet<(UtcDay, Step)>>,
+    /// Where its writes are reported ([`Lifecycle::with_store_health`]).
+    health: StoreHealth,
 }
+
+/// The summary tier's name in the node's [`StoreHealth`].
+pub const ROLLUP_STORE: &str = "events rollups";
+/// The Parquet archive's name in the node's [`StoreHealth`].
+pub const ARCHIVE_STORE: &str = "events archive";
 
 impl Lifecycle {
     /// A lifecycle over the raw tier, summary tier and clock of `rollup` (whose one-at-a-time
@@ -192,7 +222,18 @@ impl Lifecycle {
             windows: Windows::of(cfg),
             metrics,
             warned: Mutex::new(BTreeSet::new()),
+            reported: Mutex::new(BTreeSet::new()),
+            health: StoreHealth::default(),
         }
+    }
+
+    /// Reports each step to `health`, the node's: a rollup, archive or drop that fails for
+    /// want of space marks its store ([`ROLLUP_STORE`], [`ARCHIVE_STORE`],
+    /// [`crate::ingest::RAW_STORE`]) full, the next one that succeeds clears it.
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// One pass over the catalog: roll up, archive, then drop (see the module docs).
@@ -204,20 +245,22 @@ impl Lifecycle {
             if !s.rollup_current() {
                 match self.rollup.roll_up(s.day).await {
                     Ok(_) => {
+                        self.succeeded(s.day, Step::Rollup);
                         self.metrics.days_rolled_up.inc();
                         report.rolled_up.push(s.day);
                     }
-                    Err(e) => self.failed(&mut report, s.day, Step::Rollup, e.to_string()),
+                    Err(e) => self.failed(&mut report, s.day, Step::Rollup, &e),
                 }
             }
             if !s.archive_current() {
                 match self.archive.archive_day(&*self.raw, s.day).await {
                     Ok(outcome) => {
+                        self.succeeded(s.day, Step::Archive);
                         self.metrics.days_archived.inc();
                         self.metrics.archived_events.inc_by(outcome.rows);
                         report.archived.push(s.day);
                     }
-                    Err(e) => self.failed(&mut report, s.day, Step::Archive, e.to_string()),
+                    Err(e) => self.failed(&mut report, s.day, Step::Archive, &e),
                 }
             }
         }
@@ -236,11 +279,12 @@ impl Lifecycle {
                     tracing::info!(day = %s.day, "raw day kept: events arrived since its rollup or archive");
                 }
                 Ok(true) => {
+                    self.succeeded(s.day, Step::Drop);
                     tracing::info!(day = %s.day, events = s.events, "raw day dropped (rolled up and archived)");
                     self.metrics.days_dropped.inc();
                     report.dropped.push(s.day);
                 }
-                Err(e) => self.failed(&mut report, s.day, Step::Drop, e.to_string()),
+                Err(e) => self.failed(&mut report, s.day, Step::Drop, &e),
             }
         }
 
@@ -273,13 +317,43 @@ impl Lifecycle {
         })
     }
 
-    fn failed(&self, report: &mut LifecycleReport, day: UtcDay, step: Step, error: String) {
-        tracing::warn!(%day, step = step.label(), %error, "raw-tier lifecycle step failed; the day is kept and retried");
+    /// A step's failure: counted, reported to the node's health, and logged by the workers'
+    /// rule ([`tidemark_core::retry`]): a retryable one (a store unavailable or full) as a
+    /// warning each pass, any other (a corrupt or refused store, raw data gone) once as an
+    /// error until the step succeeds. Either way the day is kept and tried again next pass.
+    fn failed<E>(&self, report: &mut LifecycleReport, day: UtcDay, step: Step, error: &E)
+    where
+        E: AsStoreError + std::fmt::Display,
+    {
+        self.health.failed(step.store(), error);
         self.metrics
             .failures
             .with_label_values(&[step.label()])
             .inc();
-        report.failures.push(Failure { day, step, error });
+        let retryable = error.store_kind().is_some_and(ErrorKind::is_retryable);
+        if retryable {
+            tracing::warn!(%day, step = step.label(), %error, "raw-tier lifecycle step failed; the day is kept and retried");
+        } else if self.lock_reported().insert((day, step)) {
+            tracing::error!(%day, step = step.label(), %error, "raw-tier lifecycle step failed and retrying will not help until the cause is fixed; the day is kept and retried each pass");
+        }
+        report.failures.push(Failure {
+            day,
+            step,
+            error: error.to_string(),
+        });
+    }
+
+    /// A step succeeded: its store accepts writes, and a failure logged once may be logged
+    /// again.
+    fn succeeded(&self, day: UtcDay, step: Step) {
+        self.health.wrote(step.store());
+        self.lock_reported().remove(&(day, step));
+    }
+
+    fn lock_reported(&self) -> std::sync::MutexGuard<'_, BTreeSet<(UtcDay, Step)>> {
+        self.reported
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
     /// Events that arrived for a day after its partition was dropped are neither rolled up
@@ -303,18 +377,23 @@ impl Lifecycle {
     /// archive object left behind is deleted by the next archive of that day.
     pub async fn run(self, every: Duration, cancel: CancellationToken) {
         let every = every.max(Duration::from_secs(1));
+        // A pass that could not read the catalog: the workers' rule (`tidemark_core::retry`),
+        // from one second up to `every`.
+        let mut retry = Retry::new("events lifecycle", Duration::from_secs(1), every);
         loop {
-            tokio::select! {
+            let pause = tokio::select! {
                 _ = cancel.cancelled() => return,
-                result = self.run_once() => {
-                    if let Err(error) = result {
-                        tracing::warn!(%error, "raw-tier lifecycle pass failed; will retry");
+                result = self.run_once() => match result {
+                    Ok(_) => {
+                        retry.succeeded();
+                        every
                     }
-                }
-            }
+                    Err(error) => retry.failed(&error, error.is_retryable()),
+                },
+            };
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }

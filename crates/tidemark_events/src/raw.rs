@@ -13,7 +13,7 @@ use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
-use tidemark_core::store::StoreError;
+use tidemark_core::store::{AsStoreError, StoreError};
 
 use crate::model::Event;
 
@@ -79,6 +79,21 @@ pub enum RawError {
         "events for {0} arrive after that day was rolled up, archived and dropped from the raw tier; they can no longer be counted"
     )]
     DayDropped(UtcDay),
+}
+
+impl AsStoreError for RawError {
+    fn as_store_error(&self) -> Option<&StoreError> {
+        match self {
+            RawError::Store(e) => Some(e),
+            RawError::DayDropped(_) => None,
+        }
+    }
+    fn as_store_error_mut(&mut self) -> Option<&mut StoreError> {
+        match self {
+            RawError::Store(e) => Some(e),
+            RawError::DayDropped(_) => None,
+        }
+    }
 }
 
 impl From<rusqlite::Error> for RawError {

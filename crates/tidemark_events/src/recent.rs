@@ -170,7 +170,7 @@ async fn recent(
         .raw()
         .counts_per_minute(since, until)
         .await
-        .map_err(|e| ApiError::unavailable(format!("raw tier: {e}")))?;
+        .map_err(|e| ApiError::store(e.kind(), format!("raw tier: {e}")))?;
     Ok(axum::Json(fill(
         since,
         until,
@@ -250,7 +250,7 @@ async fn top(
     let day = parse_day(q.day.as_deref(), s.clock.now_ms())?;
     let limit = parse_limit(q.limit.as_deref())?;
     let raw = s.ingest.raw();
-    let unavailable = |e: StoreError| ApiError::unavailable(format!("raw tier: {e}"));
+    let unavailable = |e: StoreError| ApiError::store(e.kind(), format!("raw tier: {e}"));
     let dropped = raw
         .days()
         .await

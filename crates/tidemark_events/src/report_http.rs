@@ -20,6 +20,7 @@ use tidemark_core::http::{
     ApiError, ApiJson, ApiJsonArray, ApiQuery, ErrorBody, Tenant, body_limit,
 };
 use tidemark_core::openapi::JsonBodyErrors;
+use tidemark_core::store::StoreError;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::rollup::{RollupError, RollupOutcome, RollupService};
@@ -64,7 +65,9 @@ impl From<RollupError> for ApiError {
             RollupError::NoEvents { .. } => {
                 ApiError::new(StatusCode::NOT_FOUND, "no_events", e.to_string())
             }
-            RollupError::Raw(_) | RollupError::Store(_) => ApiError::unavailable(e.to_string()),
+            RollupError::Raw(ref s) | RollupError::Store(ref s) => {
+                ApiError::store(s.kind(), e.to_string())
+            }
         }
     }
 }
@@ -88,8 +91,8 @@ fn day(what: &str, s: &str) -> Result<UtcDay, ApiError> {
     UtcDay::parse(s).map_err(|e| ApiError::bad_request(format!("`{what}`: {e}")))
 }
 
-fn store_error(e: impl std::fmt::Display) -> ApiError {
-    ApiError::unavailable(format!("rollup store: {e}"))
+fn store_error(e: StoreError) -> ApiError {
+    ApiError::store(e.kind(), format!("rollup store: {e}"))
 }
 
 /// The account a listing belongs to.

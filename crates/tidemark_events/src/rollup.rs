@@ -35,7 +35,7 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::UtcDay;
-use tidemark_core::store::StoreError;
+use tidemark_core::store::{AsStoreError, StoreError};
 use tidemark_core::timefmt::rfc3339_ms;
 use tokio::sync::Mutex;
 
@@ -95,6 +95,21 @@ pub enum RollupError {
     /// The summary tier could not be written.
     #[error("rollup store: {0}")]
     Store(#[source] StoreError),
+}
+
+impl AsStoreError for RollupError {
+    fn as_store_error(&self) -> Option<&StoreError> {
+        match self {
+            RollupError::Raw(e) | RollupError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+    fn as_store_error_mut(&mut self) -> Option<&mut StoreError> {
+        match self {
+            RollupError::Raw(e) | RollupError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 /// Totals of one `(listing_id, kind)` while reading.

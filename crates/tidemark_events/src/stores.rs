@@ -12,13 +12,13 @@ use crate::raw::{InfluxRaw, RawStore, SqliteRaw};
 use crate::rollups::{MysqlRollups, RollupStore, SqliteRollups};
 
 fn unknown(key: &str, value: &str, expected: &str) -> StoreError {
-    StoreError::Rejected {
-        backend: "config",
-        message: format!(
+    StoreError::rejected(
+        "config",
+        format!(
             "events.{key} must be \"sqlite\" or {expected}, got {:?}",
             tidemark_core::mysql::redact(value)
         ),
-    }
+    )
 }
 
 /// The raw tier of `cfg.raw`, with its files under `events_dir`.

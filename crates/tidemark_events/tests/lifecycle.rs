@@ -41,10 +41,10 @@ struct Switchable {
 impl RollupStore for Switchable {
     async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         if self.fail.load(Ordering::SeqCst) {
-            return Err(tidemark_core::sqlite::SqliteError::CommitFailed(
-                "injected rollup store failure".into(),
-            )
-            .into());
+            return Err(StoreError::unavailable(
+                "sqlite",
+                "injected rollup store failure",
+            ));
         }
         self.inner.upsert_day(day, rows).await
     }

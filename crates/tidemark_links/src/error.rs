@@ -2,6 +2,7 @@
 
 use tidemark_core::http::ApiError;
 use tidemark_core::sqlite::SqliteError;
+use tidemark_core::store::{AsStoreError, StoreError};
 
 /// What can go wrong in links.
 #[derive(Debug, thiserror::Error)]
@@ -12,20 +13,53 @@ pub enum LinksError {
     /// No such mailing for this tenant.
     #[error("unknown mailing {0}")]
     UnknownMailing(String),
-    /// The store failed; nothing was acknowledged. Retryable.
-    #[error("store unavailable: {0}")]
+    /// A store failed; nothing was acknowledged. Its [`tidemark_core::store::ErrorKind`] says
+    /// whether to retry and how it answers over HTTP.
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    /// A part of the server that is no store (the sending pool, event recording, a render
+    /// task) is closed or failed: the server is stopping, or a bug. Nothing was acknowledged;
+    /// retryable (another server may take the request).
+    #[error("{0}")]
     Unavailable(String),
+}
+
+impl LinksError {
+    /// Whether trying again later may succeed: a retryable store failure, or a part of the
+    /// server that is closed.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LinksError::Store(e) => e.is_retryable(),
+            LinksError::Unavailable(_) => true,
+            LinksError::Invalid(_) | LinksError::UnknownMailing(_) => false,
+        }
+    }
+}
+
+impl AsStoreError for LinksError {
+    fn as_store_error(&self) -> Option<&StoreError> {
+        match self {
+            LinksError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
+    fn as_store_error_mut(&mut self) -> Option<&mut StoreError> {
+        match self {
+            LinksError::Store(e) => Some(e),
+            _ => None,
+        }
+    }
 }
 
 impl From<SqliteError> for LinksError {
     fn from(e: SqliteError) -> Self {
-        LinksError::Unavailable(e.to_string())
+        LinksError::Store(e.into())
     }
 }
 
 impl From<rusqlite::Error> for LinksError {
     fn from(e: rusqlite::Error) -> Self {
-        LinksError::Unavailable(format!("sqlite: {e}"))
+        LinksError::Store(e.into())
     }
 }
 
@@ -35,6 +69,7 @@ impl From<LinksError> for ApiError {
         match e {
             LinksError::Invalid(_) => ApiError::bad_request(msg),
             LinksError::UnknownMailing(_) => ApiError::not_found(msg),
+            LinksError::Store(e) => ApiError::from(e),
             LinksError::Unavailable(_) => ApiError::unavailable(msg),
         }
     }
@@ -42,3 +77,45 @@ impl From<LinksError> for ApiError {
 
 /// Links results.
 pub type Result<T, E = LinksError> = std::result::Result<T, E>;
+
+#[cfg(test)]
+mod tests {
+    use std::error::Error as _;
+
+    use rusqlite::ffi;
+
+    use super::*;
+
+    fn sqlite(code: i32) -> LinksError {
+        LinksError::from(rusqlite::Error::SqliteFailure(ffi::Error::new(code), None))
+    }
+
+    #[test]
+    fn store_failures_keep_their_source_and_answer_by_kind() {
+        let full = sqlite(ffi::SQLITE_FULL);
+        assert!(full.is_retryable());
+        let source = full
+            .source()
+            .and_then(|s| s.downcast_ref::<rusqlite::Error>());
+        assert!(
+            matches!(source, Some(rusqlite::Error::SqliteFailure(e, _)) if e.code == ffi::ErrorCode::DiskFull),
+            "{source:?}"
+        );
+        for (code, status, api_code, retryable) in [
+            (ffi::SQLITE_FULL, 503, "storage_full", true),
+            (ffi::SQLITE_BUSY, 503, "unavailable", true),
+            (ffi::SQLITE_CORRUPT, 500, "corrupt", false),
+            (ffi::SQLITE_CONSTRAINT_UNIQUE, 409, "conflict", false),
+            (ffi::SQLITE_MISUSE, 500, "store_rejected", false),
+        ] {
+            let e = sqlite(code);
+            assert_eq!(e.is_retryable(), retryable, "{e}");
+            let api = ApiError::from(e);
+            assert_eq!(
+                (api.status.as_u16(), api.code),
+                (status, api_code),
+                "{code}"
+            );
+        }
+    }
+}

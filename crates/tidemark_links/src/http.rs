@@ -23,7 +23,6 @@ use tidemark_core::openapi::JsonBodyErrors;
 use utoipa::ToSchema;
 
 use crate::builder::{Recipient, Skipped};
-use crate::error::LinksError;
 use crate::redirect::PIXEL_GIF;
 use crate::service::{Hit, LinksService, Route};
 
@@ -307,7 +306,7 @@ async fn track(
     match svc.hit(route, id, head, user_agent(headers)).await {
         Ok(hit) => answer(hit),
         Err(e) => {
-            let retry = matches!(e, LinksError::Unavailable(_));
+            let retry = e.is_retryable();
             let mut r = ApiError::from(e).into_response();
             if retry {
                 // The link store is down: never a wrong redirect; tell the client when to retry.

@@ -28,12 +28,11 @@
 //! - **Sending pool** ([`send`]): SMTP relays over pooled connections (lettre), or `.eml` files
 //!   under the data dir on the embedded default.
 //!
-//! `conformance` checks both link stores; the versions of their schemas are in `migrations`.
+//! The versions of the link stores' schemas are in `migrations`.
 //!
 //! Modules:
 //! - `builder`: render → rewrite → link records for a list of recipients (CPU only).
 //! - `config`: `[links]` settings.
-//! - `conformance`: the link-store suite every backend's tests run.
 //! - `error`: `LinksError` and its HTTP status.
 //! - `http`: the `/v1` mailing and suppression routes, and the public `/c`, `/o`, `/expired`.
 //! - `id`: 32-character tracking ids carrying their creation time, unguessable and checked.
@@ -50,9 +49,13 @@
 //! - `sqlite`: the embedded link store and mailing store.
 //! - `store`: the link-store and mailing-store ports.
 //! - `user_agent`: bot, scanner, previewer and image-proxy classes of a `User-Agent`.
+//!
+//! The `testing` feature (tests only, never the product) adds `conformance`: the link-store
+//! suite both link stores' tests run.
 
 pub mod builder;
 pub mod config;
+#[cfg(feature = "testing")]
 pub mod conformance;
 pub mod error;
 pub mod http;

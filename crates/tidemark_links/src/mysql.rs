@@ -165,7 +165,7 @@ fn is_db_error(e: &sqlx::Error, code: u16) -> bool {
 
 impl From<sqlx::Error> for LinksError {
     fn from(e: sqlx::Error) -> Self {
-        LinksError::Unavailable(format!("mysql: {e}"))
+        LinksError::Store(e.into())
     }
 }
 
@@ -175,7 +175,7 @@ impl From<MysqlError> for LinksError {
             MysqlError::BadUrl { .. } => LinksError::Invalid(e.to_string()),
             MysqlError::Sqlx(e) => e.into(),
             MysqlError::SchemaTooNew { .. } | MysqlError::SchemaLocked { .. } => {
-                LinksError::Unavailable(e.to_string())
+                LinksError::Store(e.into())
             }
         }
     }

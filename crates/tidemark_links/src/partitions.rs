@@ -6,9 +6,12 @@ use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::UtcDay;
+use tidemark_core::health::StoreHealth;
+use tidemark_core::retry::Retry;
 use tokio_util::sync::CancellationToken;
 
 use crate::error::Result;
+use crate::service::LINKS_STORE;
 use crate::store::LinkStore;
 
 /// Days created ahead of today.
@@ -25,6 +28,8 @@ pub struct PartitionManager {
     store: Arc<dyn LinkStore>,
     clock: SharedClock,
     retention_days: u32,
+    /// Where its writes are reported ([`PartitionManager::with_store_health`]).
+    health: StoreHealth,
 }
 
 impl PartitionManager {
@@ -34,7 +39,16 @@ impl PartitionManager {
             store,
             clock,
             retention_days,
+            health: StoreHealth::default(),
         }
+    }
+
+    /// Reports a pass that fails for want of space to `health`, the node's, under
+    /// [`LINKS_STORE`].
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// One pass; returns the days dropped.
@@ -52,15 +66,32 @@ impl PartitionManager {
         Ok(dropped)
     }
 
-    /// Runs a pass now and then every `every` until `cancel`.
+    /// Runs a pass now and then every `every` until `cancel`. After a failed pass, the
+    /// workers' rule ([`tidemark_core::retry`]): a retryable failure is tried again after a
+    /// back-off from 10 s up to `every`, so that days ahead are created before they are
+    /// needed; any other after `every`, logged once.
     pub async fn run(self, every: Duration, cancel: CancellationToken) {
+        let mut retry = Retry::new(
+            "links partition manager",
+            Duration::from_secs(10).min(every),
+            every,
+        );
         loop {
-            if let Err(error) = self.run_once().await {
-                tracing::warn!(%error, "partition manager pass failed; will retry");
-            }
+            // Only failures are reported: a pass over partitions that exist writes nothing,
+            // and says nothing of whether the store has room.
+            let pause = match self.run_once().await {
+                Ok(_) => {
+                    retry.succeeded();
+                    every
+                }
+                Err(error) => {
+                    self.health.failed(LINKS_STORE, &error);
+                    retry.failed(&error, error.is_retryable())
+                }
+            };
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(every) => {}
+                _ = tokio::time::sleep(pause) => {}
             }
         }
     }

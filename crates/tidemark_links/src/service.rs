@@ -9,6 +9,8 @@ use std::sync::Arc;
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::UtcDay;
+use tidemark_core::health::StoreHealth;
+use tidemark_core::store::StoreError;
 use tidemark_events::Ingest;
 use tokio::sync::Semaphore;
 
@@ -75,7 +77,12 @@ pub struct LinksService {
     /// Bounds the hit events being written in the background (back-pressure on the
     /// redirector when the events store falls behind).
     event_permits: Arc<Semaphore>,
+    /// Where its writes are reported ([`LinksService::with_store_health`]).
+    health: StoreHealth,
 }
+
+/// The link and mailing stores' name in the node's [`StoreHealth`].
+pub const LINKS_STORE: &str = "links store";
 
 /// Most hit events written in the background at once before the redirector waits.
 pub const MAX_PENDING_HIT_EVENTS: u32 = 10_000;
@@ -98,7 +105,7 @@ pub fn load_or_create_secret(cfg: &LinksConfig, dir: &Path) -> Result<[u8; 16]> 
             .ok_or_else(|| LinksError::Invalid("links.id_secret must be 32 hex digits".into()));
     }
     let path = dir.join("id.key");
-    let io = |e: std::io::Error| LinksError::Unavailable(format!("{}: {e}", path.display()));
+    let io = |e: std::io::Error| LinksError::Store(StoreError::file(&path, e));
     match std::fs::read_to_string(&path) {
         Ok(s) => parse(&s).ok_or_else(|| {
             LinksError::Invalid(format!("{} must hold 32 hex digits", path.display()))
@@ -147,7 +154,7 @@ impl LinksService {
         check_track_base(&cfg)?;
         let dir = data_dir.join("links");
         std::fs::create_dir_all(&dir)
-            .map_err(|e| LinksError::Unavailable(format!("{}: {e}", dir.display())))?;
+            .map_err(|e| StoreError::file(&dir, e).with_context("creating"))?;
         let store = Arc::new(SqliteLinks::open(&dir.join("links.db"))?);
         Self::with_link_store(
             data_dir,
@@ -164,7 +171,7 @@ impl LinksService {
     /// day-partitioned store) beside the embedded mailing store; otherwise as
     /// [`LinksService::open_embedded`]. Errors: a store URL that is neither
     /// ([`LinksError::Invalid`]), or a database that cannot be reached
-    /// ([`LinksError::Unavailable`]).
+    /// ([`LinksError::Store`]).
     pub async fn open(
         data_dir: &Path,
         cfg: LinksConfig,
@@ -185,7 +192,7 @@ impl LinksService {
         }
         let dir = data_dir.join("links");
         std::fs::create_dir_all(&dir)
-            .map_err(|e| LinksError::Unavailable(format!("{}: {e}", dir.display())))?;
+            .map_err(|e| StoreError::file(&dir, e).with_context("creating"))?;
         let links = Arc::new(MysqlLinks::connect(&store, 16).await?);
         let mailings = Arc::new(SqliteLinks::open(&dir.join("links.db"))?);
         Self::with_link_store(data_dir, cfg, links, mailings, ingest, clock, metrics)
@@ -246,7 +253,17 @@ impl LinksService {
             clock,
             metrics,
             event_permits: Arc::new(Semaphore::new(MAX_PENDING_HIT_EVENTS as usize)),
+            health: StoreHealth::default(),
         }
+    }
+
+    /// Reports its writes (mailings, link records, suppressions) to `health`, the node's,
+    /// under [`LINKS_STORE`]: a full store makes the node not ready until a write succeeds.
+    /// (Hit events go through the events ingest, which reports under its own name.)
+    #[must_use]
+    pub fn with_store_health(mut self, health: StoreHealth) -> Self {
+        self.health = health;
+        self
     }
 
     /// Waits until every hit event handed to the background has been written (or has failed
@@ -319,7 +336,9 @@ impl LinksService {
             created_ms: self.clock.now_ms(),
         };
         let id = mailing.mailing_id.clone();
-        self.mailings.create_mailing(mailing).await?;
+        let created = self.mailings.create_mailing(mailing).await;
+        self.health.record(LINKS_STORE, &created);
+        created?;
         Ok(id)
     }
 
@@ -387,7 +406,9 @@ impl LinksService {
         .map_err(|e| LinksError::Unavailable(format!("render task: {e}")))??;
         let records = build.records.clone();
         let n = records.len() as u64;
-        self.links.insert(records).await?;
+        let inserted = self.links.insert(records).await;
+        self.health.record(LINKS_STORE, &inserted);
+        inserted?;
         self.metrics.records_stored.inc_by(n);
         self.metrics.rendered.inc_by(build.messages.len() as u64);
         self.metrics.skipped.inc_by(build.skipped.len() as u64);
@@ -457,7 +478,9 @@ impl LinksService {
             })?;
         }
         let normalised: Vec<String> = emails.iter().map(|e| e.trim().to_lowercase()).collect();
-        self.mailings.suppress(tenant, &normalised).await?;
+        let suppressed = self.mailings.suppress(tenant, &normalised).await;
+        self.health.record(LINKS_STORE, &suppressed);
+        suppressed?;
         Ok(normalised.len())
     }
 

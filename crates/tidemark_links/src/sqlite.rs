@@ -81,8 +81,8 @@ impl SqliteLinks {
     /// Opens (creating if needed) the store at `path`.
     ///
     /// # Errors
-    /// [`LinksError::Unavailable`] naming the file ([`opening`]), also for a file of a newer
-    /// build ([`tidemark_core::sqlite::SqliteError::SchemaTooNew`]).
+    /// [`LinksError::Store`] naming the file ([`opening`]), also for a file of a newer build
+    /// ([`tidemark_core::sqlite::SqliteError::SchemaTooNew`], not retryable).
     pub fn open(path: &Path) -> Result<Self> {
         Ok(opening(path, || {
             let conn = open_rw(path)?;
@@ -363,7 +363,7 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "store unavailable: {} has schema version 3, this build knows up to 1: use a newer tidemark",
+                "sqlite: {} has schema version 3, this build knows up to 1: use a newer tidemark",
                 path.display()
             )
         );

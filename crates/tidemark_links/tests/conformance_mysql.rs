@@ -110,7 +110,7 @@ async fn a_store_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "store unavailable: database {database} has links schema version 4, this build knows up to 1: use a newer tidemark"
+            "mysql: database {database} has links schema version 4, this build knows up to 1: use a newer tidemark"
         )
     );
     store.pool().close().await;

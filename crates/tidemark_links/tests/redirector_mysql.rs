@@ -167,7 +167,7 @@ async fn database_down_means_503_with_retry_after_and_nothing_half_stored() {
     assert!(down.headers().get(header::LOCATION).is_none());
     let failed = svc.render("t", &mid, vec![recipient()]).await;
     assert!(
-        matches!(failed, Err(LinksError::Unavailable(_))),
+        matches!(&failed, Err(LinksError::Store(e)) if e.kind() == tidemark_core::store::ErrorKind::Unavailable),
         "{failed:?}"
     );
 

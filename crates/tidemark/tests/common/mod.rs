@@ -179,11 +179,56 @@ impl TestServer {
         cmd
     }
 
+    /// Starts a server (embedded mode) whose data directory is a tmpfs of `bytes`, mounted
+    /// in a mount namespace of the server's own (`unshare --mount`; needs root), so that a
+    /// test can fill its disk without touching the machine's. The directory is reached from
+    /// outside through [`TestServer::inside`].
+    pub async fn start_on_small_disk(bytes: u64) -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = Self {
+            child: None,
+            base: String::new(),
+            dir: tmp.path().to_path_buf(),
+            env: Vec::new(),
+            _tmp: Some(tmp),
+            engines: None,
+        };
+        let port = free_port();
+        s.base = format!("http://127.0.0.1:{port}");
+        let serve = Self::command(&s.dir, port, &s.env);
+        let mut cmd = Command::new("unshare");
+        cmd.args(["--mount", "--propagation", "private", "sh", "-c"])
+            .arg(format!(
+                "mount -t tmpfs -o size={bytes} tidemark-test \"$0\" && exec \"$@\""
+            ))
+            .arg(&s.dir)
+            .arg(serve.get_program())
+            .args(serve.get_args())
+            .envs(serve.get_envs().filter_map(|(k, v)| Some((k, v?))))
+            .stdout(Stdio::null())
+            .stderr(Stdio::inherit());
+        s.child = Some(cmd.spawn().expect("running unshare (util-linux)"));
+        s.wait_ready().await;
+        s
+    }
+
+    /// `rel` under the data directory as the server sees it (its own mount namespace).
+    pub fn inside(&self, rel: &str) -> PathBuf {
+        let pid = self.child.as_ref().expect("running").id();
+        Path::new(&format!("/proc/{pid}/root"))
+            .join(self.dir.strip_prefix("/").unwrap())
+            .join(rel)
+    }
+
     /// (Re)starts the process on the same data dir and a new port; waits for /readyz.
     pub async fn spawn(&mut self) {
         let port = free_port();
         self.base = format!("http://127.0.0.1:{port}");
         self.child = Some(Self::command(&self.dir, port, &self.env).spawn().unwrap());
+        self.wait_ready().await;
+    }
+
+    async fn wait_ready(&self) {
         let deadline = Instant::now() + Duration::from_secs(20);
         loop {
             if let Ok(r) = reqwest::get(format!("{}/readyz", self.base)).await

@@ -38,7 +38,7 @@ pub struct MysqlArchive {
 impl MysqlArchive {
     /// Connects to `url` (`mysql://user[:password]@host[:port]/database`; the database is created
     /// if missing) with at most `max_connections`, and creates or migrates the tables. Errors:
-    /// [`ChatError::Invalid`] for a bad URL, [`ChatError::Unavailable`] if the server is down.
+    /// [`ChatError::Invalid`] for a bad URL, [`ChatError::Store`] if the server is down.
     pub async fn connect(url: &str, max_connections: u32) -> Result<Self> {
         let pool = tidemark_core::mysql::connect(url, max_connections).await?;
         Self::with_pool(pool).await
@@ -48,7 +48,8 @@ impl MysqlArchive {
     ///
     /// # Errors
     /// As [`MysqlArchive::connect`]; an archive of a newer build is refused
-    /// ([`tidemark_core::mysql::MysqlError::SchemaTooNew`], as [`ChatError::Unavailable`]).
+    /// ([`tidemark_core::mysql::MysqlError::SchemaTooNew`], as a [`ChatError::Store`] that is not
+    /// retryable).
     pub async fn with_pool(pool: MySqlPool) -> Result<Self> {
         migrate_mysql(&pool, &super::migrations::ARCHIVE).await?;
         Ok(Self { pool })

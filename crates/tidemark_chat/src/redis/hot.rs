@@ -15,6 +15,7 @@ use crate::model::{
 use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore};
 use crate::trimmer::first_recorded_window;
 use tidemark_core::clock::SharedClock;
+use tidemark_core::store::StoreError;
 
 /// The state `reserve_and_record.lua` writes a fresh record in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -128,8 +129,9 @@ fn seq_of(s: &str) -> Result<u64> {
 }
 
 impl RedisHot {
-    /// Every seq the hot tier holds for the conversation, RESERVED or COMMITTED, ascending (for
-    /// operators and tests; one `HKEYS`).
+    /// Every seq the hot tier holds for the conversation, RESERVED or COMMITTED, ascending (one
+    /// `HKEYS`). With the `testing` feature only: tests look behind the store's back with it.
+    #[cfg(feature = "testing")]
     pub async fn held_seqs(&self, tenant: &str, conversation_id: &str) -> Result<Vec<u64>> {
         let k = ConvKeys::new(tenant, conversation_id);
         let mut seqs: Vec<u64> = redis::cmd("HKEYS")
@@ -312,7 +314,7 @@ impl RedisHot {
 impl FusedCommit for RedisHot {
     /// Errors: `with_outbox` ([`ChatError::Invalid`]: a Redis hot store commits through a
     /// separate outbox, [`crate::commit::staged_commit`]); a retry whose first try is still
-    /// RESERVED from a tiered run ([`ChatError::Unavailable`]: committing it without the outbox
+    /// RESERVED from a tiered run (a retryable [`ChatError::Store`]: committing it without the outbox
     /// would let the trimmer of a later tiered run drop a record the archive never saw — the
     /// recovery worker of a tiered server finishes it).
     async fn commit_fused(
@@ -336,11 +338,15 @@ impl FusedCommit for RedisHot {
                 record,
                 fresh: true,
             } => Ok(SendOutcome::Committed(record)),
-            Reservation::Reserved { record, .. } => Err(ChatError::Unavailable(format!(
-                "message {} of conversation {} is still RESERVED from a tiered run: a tiered \
-                 server's recovery worker commits it",
-                record.conversation_seq, record.conversation_id
-            ))),
+            Reservation::Reserved { record, .. } => Err(StoreError::unavailable(
+                "redis",
+                format!(
+                    "message {} of conversation {} is still RESERVED from a tiered run: a \
+                     tiered server's recovery worker commits it",
+                    record.conversation_seq, record.conversation_id
+                ),
+            )
+            .into()),
         }
     }
 }

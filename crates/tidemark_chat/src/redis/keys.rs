@@ -49,7 +49,9 @@ pub const SHARDS: usize = 64;
 
 /// The kind of a shard key, as in the table above: `{tm:NN}:<kind>…` → `<kind>` (`m`
 /// records, `h` hot index, `d` dedup, `dx`, `trim`, `rsv`, `ut`, `n`, `c`); `None` for the keys
-/// outside the shards (memberships, `tm:meta`). For operators and memory accounting.
+/// outside the shards (memberships, `tm:meta`). With the `testing` feature only: the memory
+/// accounting of tests and benchmarks.
+#[cfg(feature = "testing")]
 pub fn kind_of(key: &str) -> Option<&str> {
     let (_, rest) = key.split_once("}:")?;
     rest.split(':').next()
@@ -68,8 +70,9 @@ pub(crate) fn shard_prefix(n: usize) -> String {
     format!("{{tm:{n:02}}}:")
 }
 
-/// The key of a conversation's records hash (`{tm:NN}:m:P`: seq → record value), for operators
-/// and tests that look at the hot tier behind the store's back.
+/// The key of a conversation's records hash (`{tm:NN}:m:P`: seq → record value), for tests
+/// that look at the hot tier behind the store's back. With the `testing` feature only.
+#[cfg(feature = "testing")]
 pub fn records_key(tenant: &str, conversation_id: &str) -> String {
     ConvKeys::new(tenant, conversation_id).messages()
 }

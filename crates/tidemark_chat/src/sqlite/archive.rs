@@ -79,7 +79,9 @@ impl SqliteArchive {
     }
 
     /// Merges the index log once it holds `entries` pending entries (default
-    /// [`MERGE_ENTRIES`]; at least 1). Tests use a few, to merge often.
+    /// [`MERGE_ENTRIES`]; at least 1). Tests use a few, to merge often. With the `testing`
+    /// feature only.
+    #[cfg(feature = "testing")]
     #[must_use]
     pub fn with_merge_entries(mut self, entries: usize) -> Self {
         self.merge_entries = entries.max(1);

@@ -22,6 +22,7 @@ use super::hot::meta_set;
 use super::{RECORD_COLUMNS, record_from_row_at};
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
+use tidemark_core::store::StoreError;
 
 /// The `meta` key of the outbox's `high` while the log is empty, as a literal: [`HIGH_KEY`]
 /// for bound parameters, and spliced into [`HIGH`]'s SQL by `concat!` (which takes literals,
@@ -52,7 +53,7 @@ pub(super) fn append(conn: &Connection, records: &[MessageRecord], now_ms: i64) 
     ))?;
     for r in records {
         let envelope = serde_json::to_vec(r)
-            .map_err(|e| ChatError::Unavailable(format!("encoding envelope: {e}")))?;
+            .map_err(|e| StoreError::rejected("sqlite", e).with_context("encoding envelope"))?;
         stmt.execute(params![now_ms, envelope])?;
     }
     Ok(())

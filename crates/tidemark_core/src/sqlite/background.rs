@@ -21,6 +21,7 @@ use tokio::sync::oneshot;
 
 use super::job_thread::JobThread;
 use super::{BUSY_TIMEOUT, SqliteError, read_only_flags};
+use crate::store::AsStoreError;
 
 /// The nice value of [`Priority::Background`] threads (0 is the default, 19 the lowest).
 pub const BACKGROUND_NICE: i32 = 10;
@@ -74,6 +75,8 @@ type ReadJob = Box<dyn FnOnce(&Connection) + Send>;
 #[derive(Debug)]
 pub struct ReadThread {
     jobs: JobThread<ReadJob>,
+    /// The database file, named in the store failures of its reads.
+    path: std::path::PathBuf,
 }
 
 impl ReadThread {
@@ -90,7 +93,10 @@ impl ReadThread {
             }
         })
         .map_err(|e| SqliteError::Task(format!("spawning the read thread: {e}")))?;
-        Ok(Self { jobs })
+        Ok(Self {
+            jobs,
+            path: path.to_path_buf(),
+        })
     }
 
     /// Runs `f` on the thread's connection, after the reads queued before it.
@@ -98,7 +104,7 @@ impl ReadThread {
     where
         F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
         R: Send + 'static,
-        E: From<SqliteError> + Send + 'static,
+        E: From<SqliteError> + AsStoreError + Send + 'static,
     {
         let (done_tx, done_rx) = oneshot::channel();
         let job: ReadJob = Box::new(move |conn| {
@@ -107,9 +113,10 @@ impl ReadThread {
         self.jobs
             .send(job)
             .map_err(|_| SqliteError::Task("the read thread has stopped".into()))?;
-        done_rx
+        let read = done_rx
             .await
-            .map_err(|_| SqliteError::Task("the read job panicked".into()))?
+            .map_err(|_| SqliteError::Task("the read job panicked".into()))?;
+        read.map_err(|e| super::in_file(e, Some(&self.path)))
     }
 }
 

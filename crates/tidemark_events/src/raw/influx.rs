@@ -53,7 +53,7 @@ use serde_json::{Map, Value};
 use tidemark_core::day::UtcDay;
 use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
-use tidemark_core::store::StoreError;
+use tidemark_core::store::{ErrorKind, StoreError};
 
 use super::catalog::{self, Mark};
 use super::{DayState, MinuteCount, RawError, RawStore};
@@ -74,16 +74,24 @@ const NS_PER_MS: i64 = 1_000_000;
 const BACKEND: &str = "influxdb";
 
 fn rejected(message: impl Into<String>) -> StoreError {
-    StoreError::Rejected {
-        backend: BACKEND,
-        message: message.into(),
-    }
+    StoreError::rejected(BACKEND, message.into())
 }
 
 fn unavailable(message: impl Into<String>) -> StoreError {
-    StoreError::Unavailable {
-        backend: BACKEND,
-        message: message.into(),
+    StoreError::unavailable(BACKEND, message.into())
+}
+
+/// The kind of InfluxDB's last 5xx answer (or connection error) after every attempt: a full
+/// disk (`no space left on device`, which InfluxDB passes on from its storage engine) is
+/// [`ErrorKind::Full`], anything else [`ErrorKind::Unavailable`].
+fn server_error_kind(answer: &str) -> ErrorKind {
+    if answer
+        .to_ascii_lowercase()
+        .contains("no space left on device")
+    {
+        ErrorKind::Full
+    } else {
+        ErrorKind::Unavailable
     }
 }
 
@@ -99,7 +107,8 @@ pub struct InfluxTarget {
 }
 
 impl InfluxTarget {
-    /// Parses a raw-tier URL. Errors ([`StoreError::Rejected`]) name what is wrong.
+    /// Parses a raw-tier URL. Errors (a [`StoreError`] of kind [`ErrorKind::Rejected`]) name
+    /// what is wrong.
     pub fn parse(url: &str) -> Result<Self, StoreError> {
         let u = url::Url::parse(url).map_err(|e| rejected(format!("bad URL {url:?}: {e}")))?;
         if u.scheme() != "influxdb" {
@@ -384,7 +393,9 @@ impl InfluxRaw {
              REPLICATION 1 SHARD DURATION 1d DEFAULT"
         );
         match self.command(&create).await {
-            Err(StoreError::Rejected { message, .. }) if message.contains("already exists") => {
+            Err(e)
+                if e.kind() == ErrorKind::Rejected && e.to_string().contains("already exists") =>
+            {
                 self.command(&format!(
                     "ALTER RETENTION POLICY \"{RETENTION_POLICY}\" ON \"{db}\" DURATION {hours}h \
                      SHARD DURATION 1d DEFAULT"
@@ -432,10 +443,11 @@ impl InfluxRaw {
                 Err(e) => last = e.to_string(),
             }
         }
-        Err(unavailable(format!(
-            "{} after {ATTEMPTS} attempts: {last}",
-            self.target.base
-        )))
+        Err(StoreError::new(
+            server_error_kind(&last),
+            BACKEND,
+            format!("{} after {ATTEMPTS} attempts: {last}", self.target.base),
+        ))
     }
 
     fn query_url(&self, q: &str, epoch: &str) -> String {
@@ -815,7 +827,7 @@ mod tests {
             "influxdb://h/db?foo=1",
         ] {
             assert!(
-                matches!(InfluxTarget::parse(bad), Err(StoreError::Rejected { .. })),
+                matches!(InfluxTarget::parse(bad), Err(e) if e.kind() == ErrorKind::Rejected),
                 "{bad}"
             );
         }
@@ -832,8 +844,18 @@ mod tests {
         assert_eq!(series[1].tags["event"], "b");
         assert!(matches!(
             parse_answer(br#"{"results":[{"statement_id":0,"error":"boom"}]}"#),
-            Err(StoreError::Rejected { message, .. }) if message == "boom"
+            Err(e) if e.kind() == ErrorKind::Rejected && e.to_string() == "influxdb: boom"
         ));
+        assert_eq!(
+            server_error_kind(
+                "500 Internal Server Error: {\"error\":\"write /var/lib/influxdb/wal/x: no space left on device\"}"
+            ),
+            ErrorKind::Full
+        );
+        assert_eq!(
+            server_error_kind("503 Service Unavailable: "),
+            ErrorKind::Unavailable
+        );
         assert!(parse_answer(b"not json").is_err());
     }
 

@@ -32,7 +32,7 @@ use sqlx::{QueryBuilder, Row};
 use tidemark_core::day::UtcDay;
 use tidemark_core::mysql::{MysqlError, connect};
 use tidemark_core::schema::migrate_mysql;
-use tidemark_core::store::StoreError;
+use tidemark_core::store::{ErrorKind, StoreError};
 
 use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
 
@@ -132,9 +132,8 @@ impl MysqlRollups {
 /// Text read from a `utf8mb4_bin` column: the driver hands it over as bytes (binary
 /// collation), so it is checked here, with a clear error instead of a panic.
 fn text(bytes: Vec<u8>) -> Result<String, StoreError> {
-    String::from_utf8(bytes).map_err(|e| StoreError::Rejected {
-        backend: "mysql",
-        message: format!("an event kind is not UTF-8: {e}"),
+    String::from_utf8(bytes).map_err(|e| {
+        StoreError::new(ErrorKind::Corrupt, "mysql", e).with_context("an event kind is not UTF-8")
     })
 }
 

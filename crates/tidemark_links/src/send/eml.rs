@@ -5,6 +5,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::time::{SystemTime, UNIX_EPOCH};
 
+use tidemark_core::store::classify::io_kind;
+
 use super::{MailTransport, OutgoingMail, SendError, build_message};
 
 /// Longest sanitised e-mail address in a file name, in bytes.
@@ -51,7 +53,19 @@ impl MailTransport for EmlDir {
         tokio::task::spawn_blocking(move || write_atomically(&dir, &name, &bytes))
             .await
             .map_err(|e| SendError::Transient(format!("eml writer task failed: {e}")))?
-            .map_err(|e| SendError::Transient(format!("cannot write .eml file: {e}")))
+            .map_err(eml_write_error)
+    }
+}
+
+/// A failed `.eml` write, sorted by the store error rule ([`io_kind`]): a full disk or an I/O
+/// error may pass ([`SendError::Transient`]: retried); no permission, a read-only file
+/// system or a path that cannot be made will not ([`SendError::Permanent`]).
+fn eml_write_error(e: std::io::Error) -> SendError {
+    let message = format!("cannot write .eml file: {e}");
+    if io_kind(&e).is_retryable() {
+        SendError::Transient(message)
+    } else {
+        SendError::Permanent(message)
     }
 }
 
@@ -96,7 +110,20 @@ fn sanitise(s: &str, max: usize) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::sanitise;
+    use super::{SendError, eml_write_error, sanitise};
+
+    #[test]
+    fn a_full_disk_is_retried_and_no_permission_is_not() {
+        use std::io::ErrorKind as K;
+        let io = std::io::Error::from;
+        assert!(eml_write_error(io(K::StorageFull)).is_transient());
+        assert!(eml_write_error(io(K::TimedOut)).is_transient());
+        assert!(matches!(
+            eml_write_error(io(K::PermissionDenied)),
+            SendError::Permanent(m) if m == "cannot write .eml file: permission denied"
+        ));
+        assert!(!eml_write_error(io(K::ReadOnlyFilesystem)).is_transient());
+    }
 
     #[test]
     fn sanitised_names_stay_in_their_directory() {

@@ -198,7 +198,7 @@ fn files_of_a_newer_build_are_refused() {
         .unwrap_err()
         .to_string();
         let expected = format!(
-            "store unavailable: {} has schema version 2, this build knows up to 1: use a newer tidemark",
+            "sqlite: {} has schema version 2, this build knows up to 1: use a newer tidemark",
             path.display()
         );
         assert_eq!(err, expected);
