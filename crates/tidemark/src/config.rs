@@ -126,8 +126,8 @@ pub enum ConfigError {
 /// pod of a namespace that has a Service named `tidemark` or `tidemark-<x>` (service links, on
 /// by default): `<S>_SERVICE_HOST`, `<S>_SERVICE_PORT[_<name>]`, `<S>_PORT` and
 /// `<S>_PORT_<port>_<proto>[_PROTO|_PORT|_ADDR]`, `<S>` being `TIDEMARK` or `TIDEMARK_<X>`.
-/// These are skipped rather than refused as unknown keys (issue 2, operator trials: such a pod
-/// would not start). Only top-level names (no `__`), none of which is a configuration key.
+/// These are skipped rather than refused as unknown keys (refused, such a pod would not start).
+/// Only top-level names (no `__`), none of which is a configuration key.
 fn is_service_link(key: &str) -> bool {
     let key = key.to_ascii_lowercase();
     if key.contains("__") {

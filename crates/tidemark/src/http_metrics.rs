@@ -1,7 +1,7 @@
 //! `tidemark_http_responses_total{method, route, status}`: every answer the server gives,
 //! counted by its route's template (`/v1/conversations/{cid}/messages`, not the concrete path,
-//! so the series stay few) and status. Before it, a SEND that failed was visible only as
-//! `send_seconds_count − sends − duplicates`, and a 4xx nowhere (issue 2, operator trial).
+//! so the series stay few) and status. Without it a failed SEND would show only as
+//! `send_seconds_count − sends − duplicates`, and a 4xx nowhere.
 
 use axum::extract::{MatchedPath, Request, State};
 use axum::http::Method;
@@ -26,7 +26,7 @@ pub fn register(registry: &Registry) -> prometheus::Result<IntCounterVec> {
 }
 
 /// The `method` label: one of HTTP's standard methods, else `other`, so that a client cannot
-/// make a series per made-up method (second operator trial: `-X M12345…` made one each).
+/// make a series per made-up method (`-X M12345…`, `-X M12346…`, …).
 fn method_label(method: &Method) -> &'static str {
     match *method {
         Method::GET => "GET",

@@ -88,9 +88,9 @@ enum Command {
 
 /// Runs the command; on an error prints it once, with its causes on the same line (`Error:
 /// <what failed>: <why>`), and exits with code 1. Never a backtrace, whatever `RUST_BACKTRACE`
-/// says: a refused start is a message for an operator, not a crash (a new user's trial:
-/// `main` returning the error printed anyhow's `Debug` form, a stack trace under
-/// `RUST_BACKTRACE=1`). Usage errors are clap's (code 2).
+/// says: a refused start is a message for an operator, not a crash (a `main` that returned the
+/// error would print anyhow's `Debug` form, a stack trace under `RUST_BACKTRACE=1`). Usage
+/// errors are clap's (code 2).
 fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,

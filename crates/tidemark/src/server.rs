@@ -1,6 +1,7 @@
 //! `tidemark serve`: opens the stores (chat, links, events), starts every background worker
-//! (archiver, trimmer, recovery, partition manager, sending pool), serves the HTTP API, and
-//! shuts down in order (stop accepting, finish in-flight requests, stop workers, close stores).
+//! (archiver, trimmer, recovery, partition manager, sending pool, events lifecycle), serves the
+//! HTTP API, and shuts down in order (stop accepting, finish in-flight requests, stop workers,
+//! close stores).
 
 use std::future::Future;
 use std::sync::Arc;
@@ -81,7 +82,7 @@ pub async fn run(
         ),
         schema: config.events.schema.clone(),
     };
-    // Issue 5 wiring: a conversation's first message about a listing is one `contact` event.
+    // Wiring: a conversation's first message about a listing is one `contact` event.
     let chat = chat.with_contact_sink(Arc::new(crate::wiring::ContactEvents {
         ingest: ingest.clone(),
         owner: config.analytics_owner().to_owned(),
@@ -171,9 +172,9 @@ pub async fn run(
 /// Takes an exclusive lock on the data directory itself (`flock` of the directory) for as long
 /// as the returned handle lives, so a second `serve` on the same data directory refuses to
 /// start instead of running a second set of writers and workers over the same stores. The lock
-/// is on the directory, not on a file in it, so no file can be deleted to get past it (issue 2,
-/// operator trial: with a `serve.lock` file, `rm serve.lock` let a second server in, and its
-/// retries got new seqs). (The offline tools — `mail render`, `rollup` — go through the
+/// is on the directory, not on a file in it, so no file can be deleted to get past it (with a
+/// `serve.lock` file, `rm serve.lock` would let a second server in, and retries sent to it
+/// would get new seqs). (The offline tools — `mail render`, `rollup` — go through the
 /// stores' own locking and may run beside a server.)
 fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     use anyhow::Context;
@@ -243,9 +244,9 @@ pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a graceful stop waits for in-flight requests: SENDs finish in milliseconds, so a
 /// request still running after this is a client that stopped sending (half its headers, a body
 /// short of its `Content-Length`), and it is cut. Then the workers stop and the stores close,
-/// all well inside a supervisor's grace period (Kubernetes' default is 30 s), which at 30 s
-/// here a single stalled client outlasted: the server was killed instead of closing its
-/// stores (issue 2's new-user trial).
+/// all well inside a supervisor's grace period (Kubernetes' default is 30 s). A drain of 30 s
+/// would let a single stalled client outlast that grace period, and the server would be killed
+/// instead of closing its stores.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The HTTP/1.1 accept loop: like `axum::serve`, plus a header read timeout (slow-loris
@@ -336,7 +337,7 @@ async fn metrics(State(ops): State<Ops>) -> Response {
 ///
 /// SIGHUP too: the terminal that started the server closed, or a supervisor asked for a
 /// reload, which Tidemark does not have; either way a graceful stop, where SIGHUP's default
-/// action ended the process at once, without closing its stores (operator trial).
+/// action would end the process at once, without closing its stores.
 pub async fn shutdown_signal() {
     use tokio::signal::unix::{SignalKind, signal};
     let ctrl_c = async {

@@ -1,4 +1,4 @@
-//! How the three subsystems feed each other (issue 5): chat's first contact about a listing
+//! How the three subsystems feed each other: chat's first contact about a listing
 //! becomes a `contact` event in the events subsystem. (Links → events — `email_click` /
 //! `email_open`, with the listing taken from an `/item/<id>` target — is wired inside
 //! `tidemark_links`, which records through the same [`Ingest`].)

@@ -229,7 +229,7 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
         &r.json().await.unwrap(),
         "listing id must be an integer",
     );
-    // Listing ids are non-negative, as in events (found by schemathesis: -5 was stored).
+    // Listing ids are non-negative, as in events: -5 is not stored.
     let r = put("/v1/listings/-5", json!({"account_id": 8}))
         .await
         .unwrap();
@@ -249,7 +249,7 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
     .await;
     assert_eq!(st, 400, "{v}");
     assert_bad(st, &v, "listing_id must be non-negative");
-    // So are account ids (found by the new-user trial: -7 was stored and reported on).
+    // So are account ids: -7 is neither stored nor reported on.
     let r = put("/v1/listings/101", json!({"account_id": -7}))
         .await
         .unwrap();
@@ -351,7 +351,7 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
             "the raw tier has no event of {empty}; nothing rolled up, existing totals are kept"
         )
     );
-    // A day in the future says so (found by the new-user trial: it said "gone").
+    // A day in the future says so, not "gone".
     let future = today.plus(40);
     let (st, v) = call(
         &c,

@@ -1,4 +1,4 @@
-//! Issue 2, test 7: a real `tidemark serve` is `kill -9`ed in the middle of concurrent sends and
+//! Crash test: a real `tidemark serve` is `kill -9`ed in the middle of concurrent sends and
 //! restarted on the same data dir: every acknowledged message is readable with its seq and id,
 //! seqs stay dense, and retries of acknowledged sends return the original ACK.
 
@@ -240,8 +240,8 @@ async fn a_second_sigterm_ends_the_drain_at_once() {
 }
 
 /// The default key is refused off loopback, and the refusal is one line on stderr and exit
-/// code 1, never a stack trace, whatever `RUST_BACKTRACE` says (a new user's trial: with
-/// `RUST_BACKTRACE=1` the refusal printed one).
+/// code 1, never a stack trace, whatever `RUST_BACKTRACE` says (also with
+/// `RUST_BACKTRACE=1`).
 #[test]
 fn default_key_is_refused_off_loopback() {
     let tmp = tempfile::tempdir().unwrap();
@@ -267,9 +267,9 @@ fn default_key_is_refused_off_loopback() {
     }
 }
 
-/// A server that cannot start says what it could not do and with what (new-user trial: `File
-/// exists (os error 17)`, `Address already in use (os error 98)`), and a configuration error
-/// once (it was printed again as its own cause).
+/// A server that cannot start says what it could not do and with what (not a bare `File
+/// exists (os error 17)` or `Address already in use (os error 98)`), and a configuration error
+/// once (not again as its own cause).
 #[test]
 fn startup_errors_name_what_failed() {
     let tmp = tempfile::tempdir().unwrap();

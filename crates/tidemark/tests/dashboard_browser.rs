@@ -1,9 +1,9 @@
-//! Issue 4, "Reports and dashboard", against a real `tidemark serve`: `GET /v1/events/recent`
-//! and `GET /v1/events/top` over HTTP, then `GET /dashboard` rendered by headless Chromium
-//! from Debian (`/usr/bin/chromium`, installed by `scripts/test`): the chart has data, the
-//! total is the number of non-bot events of the window, the legend and the top listings
-//! match, the page refreshed by itself, a bad key shows the 401 message; a screenshot is saved
-//! under `target/test-artifacts/dashboard.png`.
+//! Events reports and dashboard (DESIGN.md part C) against a real `tidemark serve`:
+//! `GET /v1/events/recent` and `GET /v1/events/top` over HTTP, then `GET /dashboard` rendered
+//! by headless Chromium from Debian (`/usr/bin/chromium`, installed by `scripts/test`): the
+//! chart has data, the total is the number of non-bot events of the window, the legend and the
+//! top listings match, the page refreshed by itself, a bad key shows the 401 message; a
+//! screenshot is saved under `target/test-artifacts/dashboard.png`.
 
 mod common;
 

@@ -1,4 +1,4 @@
-//! Issue 5: `tidemark demo --embedded` replays a marketplace day through the public API; every
+//! `tidemark demo --embedded` replays a marketplace day through the public API; every
 //! figure of its summary must equal what this test computes from the same inputs with its own
 //! code (the corpus files and the rules written in `tidemark::demo::plan`'s module doc — the
 //! test re-derives them and never calls the demo's code).

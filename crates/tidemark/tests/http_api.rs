@@ -1,5 +1,5 @@
-//! The chat HTTP contract of issue 2 against a real `tidemark serve`, and test 8: every bad
-//! input gets its 4xx with a JSON error body and changes nothing.
+//! The chat HTTP contract (DESIGN.md part A) against a real `tidemark serve`, and bad input:
+//! every bad input gets its 4xx with a JSON error body and changes nothing.
 
 mod common;
 
@@ -228,8 +228,8 @@ async fn contract_and_bad_inputs() {
             403,
             "forbidden",
         ),
-        // Found by schemathesis: ids beyond i64 were accepted, and a listing id stored wrapped
-        // to a negative number (its contact event then failed); seqs are i64 in every store.
+        // Ids beyond i64 are refused: a listing id stored wrapped to a negative number would
+        // fail its contact event; seqs are i64 in every store.
         (
             Method::POST,
             server.url("/v1/conversations"),
@@ -501,8 +501,8 @@ async fn ops_endpoints() {
     assert!(text.contains("tidemark_chat_archive_lag_seconds"));
 }
 
-/// The request limit follows `chat.max_body_bytes` (found by a new user: above 2 MiB it had
-/// no effect), and leaves room for a body that JSON spells six bytes per byte.
+/// The request limit follows `chat.max_body_bytes`, also above 2 MiB, and leaves room for a
+/// body that JSON spells six bytes per byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_body_limit_is_the_configured_one_whatever_its_size() {
     let c = client();
@@ -536,8 +536,8 @@ async fn the_body_limit_is_the_configured_one_whatever_its_size() {
 
 /// A history page is cut at `chat.page_bytes_max` bytes of message JSON, keeping the messages
 /// nearest its anchor, and says so; a client that pages on from the first (or last) message
-/// it got reads every message exactly once (found by a new user: 200 bodies of 64 KiB of
-/// control characters made one 79 MB answer).
+/// it got reads every message exactly once (uncut, 200 bodies of 64 KiB of control characters
+/// would make one 79 MB answer).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_history_page_is_cut_at_its_byte_budget_and_paging_goes_on_from_the_cut() {
     let server = TestServer::start(&[("TIDEMARK_CHAT__PAGE_BYTES_MAX", "20000")]).await;
@@ -601,8 +601,8 @@ async fn a_history_page_is_cut_at_its_byte_budget_and_paging_goes_on_from_the_cu
 }
 
 /// A request whose `Content-Length` is over the limit is refused at once with a JSON 413,
-/// before its body is read (found by a new user: a declared 100 MB and a silent client held
-/// the request until the 60 s body timeout). The chat, links and analytics routes alike.
+/// before its body is read (else a declared 100 MB and a silent client would hold the request
+/// until the 60 s body timeout). The chat, links and analytics routes alike.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_oversized_content_length_is_refused_before_the_body_is_read() {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -638,8 +638,8 @@ async fn an_oversized_content_length_is_refused_before_the_body_is_read() {
 }
 
 /// A user's conversations come in pages in conversation id order: `limit` (default 200, at
-/// most 1,000) and `after`, the page's `next_after` (found by a new user: a user in thousands
-/// of conversations got them all, each with its unread count, in one answer).
+/// most 1,000) and `after`, the page's `next_after`, so that a user in thousands of
+/// conversations does not get them all, each with its unread count, in one answer.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_users_conversations_come_in_pages() {
     let server = TestServer::start(&[]).await;
@@ -699,7 +699,7 @@ async fn a_users_conversations_come_in_pages() {
     }
 
     // `after` is a conversation id as a page spells it: anything else is refused and says so
-    // (a new user's `after=garbage` got 200 and an empty list). A well-formed id that names no
+    // (`after=garbage` must not get 200 and an empty list). A well-formed id that names no
     // conversation is a cursor like any other.
     let refused = |shown: &str| {
         format!(
@@ -728,9 +728,10 @@ async fn a_users_conversations_come_in_pages() {
 /// An id that is empty, blank or has whitespace (or an invisible character) at either end is
 /// refused with a 400 that names the field and says which, whether the request creates it (a
 /// member, a `client_msg_id`) or only looks it up (a sender, a reader, a user): ids are
-/// compared byte for byte, so `" u1"` can never match the member `"u1"` (a new user's trial:
-/// `" buyer1"` got 403 "not a member", `"  "` was told "must not be empty", `/v1/users/%20u1`
-/// answered an empty list). Nothing is written.
+/// compared byte for byte, so `" u1"` can never match the member `"u1"` (accepted, `" buyer1"`
+/// would get 403 "not a member", and `/v1/users/%20u1` an empty list; `"  "` is blank, not
+/// empty).
+/// Nothing is written.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn blank_ids_and_ids_with_whitespace_at_either_end_are_refused_naming_the_field() {
     let server = TestServer::start(&[]).await;

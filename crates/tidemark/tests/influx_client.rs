@@ -1,4 +1,4 @@
-//! Issue 4: existing InfluxDB clients work unchanged. The official Python `influxdb-client`
+//! Existing InfluxDB clients work unchanged. The official Python `influxdb-client`
 //! (installed by scripts/test) writes to Tidemark's `/api/v2/write` with `Authorization: Token`,
 //! with ms precision and with the default ns precision, escaping included; then a bad point is
 //! refused with a 400 naming it and nothing of its batch is stored.

@@ -1,6 +1,6 @@
-//! Issue 3 over HTTP against a real `tidemark serve`: mailings, render with merge fields and
-//! rewriting, suppressions, sending to `.eml`, the redirector, and bad input that stores and
-//! sends nothing.
+//! Links (DESIGN.md part B) over HTTP against a real `tidemark serve`: mailings, render with
+//! merge fields and rewriting, suppressions, sending to `.eml`, the redirector, and bad input
+//! that stores and sends nothing.
 
 mod common;
 

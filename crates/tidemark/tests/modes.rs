@@ -253,7 +253,7 @@ async fn ten_messages_trimmed_and_stopped() -> (TestServer, reqwest::Client, Str
 
 /// A tiered data dir whose history was trimmed into the archive, restarted `hot-only`, still
 /// reads that history and counts it unread: the archive is not written in `hot-only`, but it is
-/// read (found by a new user: every read below a floor got 500 `corrupt_history`).
+/// read (a read below a floor must not answer 500 `corrupt_history`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() {
     let (mut server, c, cid) = ten_messages_trimmed_and_stopped().await;
@@ -307,8 +307,8 @@ fn refused_start(server: &TestServer, env: &[(String, String)]) -> String {
 
 /// The hot tier records its archive's identity: with `archive.db` moved away, a tiered server
 /// (which would make a new, empty one) and a hot-only one (which would read none) both refuse
-/// to start, saying so; with the file back, all of the history reads again. Operator trial:
-/// both started, `/readyz` said ready, and reads below the floor answered 200 with holes.
+/// to start, saying so; with the file back, all of the history reads again. Started, both
+/// would say ready at `/readyz` and answer reads below the floor with 200 and holes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_replaced_archive_is_refused_at_startup() {
     let (mut server, c, cid) = ten_messages_trimmed_and_stopped().await;
@@ -351,8 +351,8 @@ async fn a_missing_or_replaced_archive_is_refused_at_startup() {
 
 /// `/metrics` measures the archive's backlog and lag when it is scraped (here with the archiver
 /// and the trimmer asleep for an hour after their first round, the gauges' last pass saw
-/// nothing), and counts every answer by route template and status (operator trial: a scrape
-/// showed backlog 0 and lag 0 while records waited, and 4xx answers were counted nowhere).
+/// nothing), and counts every answer by route template and status: a scrape must not show
+/// backlog 0 and lag 0 while records wait, and 4xx answers are counted too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn metrics_are_as_of_the_scrape_and_count_every_answer() {
     let server = TestServer::start(&[
@@ -461,8 +461,8 @@ async fn archive_restored_from_an_older_copy(
 
 /// An archive put back from an older copy of itself (same identity, without what was archived
 /// since) is caught up from the outbox while the hot tier still holds those messages, and
-/// refused when they were trimmed (they are then only in a newer copy). Second operator trial:
-/// the server started, and the pages of the newer history answered 200 empty, for good.
+/// refused when they were trimmed (they are then only in a newer copy). Started, the server
+/// would answer the pages of the newer history with 200 and nothing, for good.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_archive_restored_from_an_older_copy_is_caught_up_or_refused() {
     let (mut server, c, cid) =
@@ -487,8 +487,8 @@ async fn an_archive_restored_from_an_older_copy_is_caught_up_or_refused() {
 
 /// A hot tier put back from an older copy, or deleted, beside the archive its later history
 /// went to is refused at startup (`check_archive`): it would hand out the archived seqs again,
-/// and a retry of an acknowledged message would commit anew. Session 26's new-user trial: the
-/// server started, SENDs took seq 6 again and the archive held two records of it.
+/// and a retry of an acknowledged message would commit anew. Started, its SENDs would take
+/// seq 6 again and the archive would hold two records of it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_hot_tier_older_than_the_archive_is_refused_at_startup() {
     let mut server = TestServer::start(&[]).await;

@@ -1,4 +1,4 @@
-//! The OpenAPI contract (issue 5): `GET /v1/openapi.json` documents exactly the `/v1` routes the
+//! The OpenAPI contract: `GET /v1/openapi.json` documents exactly the `/v1` routes the
 //! server serves, and schemathesis, run against a live server with a bounded number of
 //! examples per operation, finds no 5xx and no answer outside the document (status code,
 //! content type, body schema, headers), and no schema-violating request accepted.

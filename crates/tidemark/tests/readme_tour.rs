@@ -1,4 +1,4 @@
-//! Issue 5: the README's tour cannot rot. Every `sh` block of the "Tour" section runs, in
+//! The README's tour cannot rot. Every `sh` block of the "Tour" section runs, in
 //! order, as one bash script (`set -euo pipefail`) against a live server, with three
 //! substitutions only: the server's address for `http://127.0.0.1:8080`, this build's binary
 //! for `cargo run --release --`, and the corpus's absolute path for `../shared/corpus`. Then

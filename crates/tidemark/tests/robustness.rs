@@ -1,4 +1,4 @@
-//! Inputs a new user tried in order to break the server: every error answer is JSON, events
+//! Inputs meant to break the server: every error answer is JSON, events
 //! outside the accepted time range are refused, gzip line protocol is accepted.
 
 mod common;

@@ -1,7 +1,8 @@
-//! Issue 5 wiring against a real `tidemark serve`: a conversation about a listing counts one
-//! `contact` when its first message commits — never again for retries, later messages, other
-//! senders or a restart — and an email click on an `/item/<id>` link reaches the same listing's
-//! report. Everything is read back through the public report after a rollup.
+//! How the subsystems feed each other, against a real `tidemark serve`: a conversation about a
+//! listing counts one `contact` when its first message commits — never again for retries,
+//! later messages, other senders or a restart — and an email click on an `/item/<id>` link
+//! reaches the same listing's report. Everything is read back through the public report after
+//! a rollup.
 
 mod common;
 

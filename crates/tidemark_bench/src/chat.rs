@@ -7,7 +7,7 @@
 //! drawn Zipf-like, senders either member, 1 KiB bodies, unique `client_msg_id`s. After the
 //! rates: scrape `/metrics`, stop the server with SIGTERM, and size its hot tier.
 //! Also measured in the same run: the fsync rate of the disk that holds the data dirs.
-//! It prints figures and whether the bars of the chat issue were met; it asserts nothing.
+//! It prints figures and whether the chat bars were met; it asserts nothing.
 
 mod engines;
 mod fsync;
@@ -47,7 +47,7 @@ const BAR_P99_MS: f64 = 20.0;
 const BAR_RATIO_RATE: u64 = 5_000;
 /// The factor.
 const BAR_RATIO: f64 = 1.25;
-/// Production engines (issue 6): `tiered` at this rate…
+/// Production engines: `tiered` at this rate…
 const BAR_PRODUCTION_RATE: u64 = 5_000;
 /// …with a p99 at most this (ms)…
 const BAR_PRODUCTION_P99_MS: f64 = 50.0;
@@ -117,7 +117,7 @@ pub struct ChatBenchArgs {
     /// system temp dir]. Removed afterwards.
     #[arg(long)]
     pub dir: Option<PathBuf>,
-    /// Storage engines of the servers: `embedded` (SQLite) or `production` (issue 6: a private
+    /// Storage engines of the servers: `embedded` (SQLite) or `production` (a private
     /// durable redis-server, a private tansu broker and a scratch database on `--mysql`, fresh
     /// for every run).
     #[arg(long, value_enum, default_value = "embedded")]
@@ -132,7 +132,7 @@ pub struct ChatBenchArgs {
     pub mysql: String,
     /// Rounds: every mode runs this many times, in turn (round 1: tiered, hot-only, …; round 2:
     /// the same), each on a fresh server. On a noisy machine one run's p99 moves several-fold
-    /// (issue 2: `hot-only` 5k p99 8.5–93 ms from run to run), so with more than one round the
+    /// (`hot-only` 5k p99 8.5–93 ms from run to run), so with more than one round the
     /// bars are judged on runs made close in time: bar 1 by the rounds that meet it, bar 2 by
     /// the median of each round's tiered/hot-only ratio.
     #[arg(long, default_value_t = 1)]
@@ -392,7 +392,7 @@ fn write_redis_storage(
     }
     writeln!(
         out,
-        "(rec+index = record hash + hot history index: the issue's figure; all keys adds the \
+        "(rec+index = record hash + hot history index: the bar's figure; all keys adds the \
          conversation hashes, dedup entries with their expiry queue and the trim candidates)"
     )
 }
@@ -633,8 +633,8 @@ async fn run_mode(
     // The data of a mode is no longer needed; free the disk for the next one, and let the
     // file system finish with it now (`sync`: its journal commit, and on a disk mounted with
     // `discard` the discards of the freed blocks) rather than inside the next run, which it
-    // held up once for ~200 ms a few seconds in (issue 2, session 20: the first `hot-only`
-    // run after a `tiered` one, in 4 of 5 benches).
+    // would hold up for ~200 ms a few seconds in (seen in the first `hot-only` run after a
+    // `tiered` one, in 4 of 5 benches).
     let _ = std::fs::remove_dir_all(&data_dir);
     settle_disk().await;
     Ok((rows, st))
@@ -991,7 +991,7 @@ fn write_bars(out: &mut String, rows: &[Row], rounds: usize) -> std::fmt::Result
     )
 }
 
-/// The production bars of issue 6, each beside what seed 000 measured.
+/// The production bars, each beside what seed 000 measured.
 fn write_production_bars(
     out: &mut String,
     rows: &[Row],

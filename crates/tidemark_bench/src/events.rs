@@ -14,10 +14,10 @@
 //! 5. **influx-schema** (not run by default) — `influx_schema.rs`: identifiers as tags vs as
 //!    fields on a real InfluxDB: series cardinality, write rate and memory as users grow.
 //!
-//! Events are shaped like the issue's: kinds view / click / contact, a listing id, user,
-//! device and session ids, and `page_url` `/item/<listing>`; all are derived from the event's
-//! number, so every run writes the same data. It prints the figures, then each bar of the issue
-//! with PASS/FAIL; it asserts nothing.
+//! Events are shaped like the marketplace's (DESIGN.md part C): kinds view / click / contact,
+//! a listing id, user, device and session ids, and `page_url` `/item/<listing>`; all are
+//! derived from the event's number, so every run writes the same data. It prints the figures,
+//! then each bar of the events benchmark with PASS/FAIL; it asserts nothing.
 
 mod influx_schema;
 mod ingest;
@@ -115,7 +115,7 @@ pub struct EventsBenchArgs {
     pub report_runs: usize,
     /// Run the report part on MariaDB / MySQL instead of SQLite: the server's URL
     /// (`mysql://user[:password]@host[:port]`); a scratch database is created there and
-    /// dropped afterwards (issue 7, measurement 3).
+    /// dropped afterwards.
     #[arg(long)]
     pub report_mysql: Option<String>,
     /// Steps of distinct users of the influx-schema part (increasing).
@@ -212,7 +212,7 @@ async fn run_here(args: EventsBenchArgs) -> anyhow::Result<()> {
             r.plot(dir)?;
         }
     }
-    print_summary(4, &bars);
+    print_summary("events", &bars);
     drop(root);
     Ok(())
 }

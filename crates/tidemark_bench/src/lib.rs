@@ -27,9 +27,20 @@
 //! report). Real Redis, tansu and InfluxDB servers come from the subsystems' `testing` helpers;
 //! MariaDB is the one at `--mysql` / `--insert-mysql` / `--report-mysql`.
 //!
-//! Shared pieces: `load` (the open-loop driver and its HTTP client), `process` (the server
-//! child, its metrics and CPU time), `plot` (SVG charts with `--plot-dir`), and here the temp
-//! dir of a run, the machine's load average and the closing summary of bars.
+//! Backends measured: chat on the embedded SQLite stores or on Redis + tansu (Kafka protocol)
+//! + MariaDB; the link store on SQLite or MariaDB (three key schemas compared); the events
+//! summary tier on SQLite or MariaDB; InfluxDB 1.x for the tags-vs-fields comparison. The
+//! HTTP parts measure whatever engines the server child is configured with.
+//!
+//! Modules:
+//! - `chat`: the `chat` subcommand (open-loop SEND load, engines, fsync probe).
+//! - `events`: the `events` subcommand (ingest, rollup, report, InfluxDB schema).
+//! - `links`: the `links` subcommand (rewrite, render, link-store insert, redirect).
+//! - `load` (private): the open-loop driver and its HTTP client.
+//! - `plot` (private): SVG charts written with `--plot-dir`.
+//! - `process` (private): the server child, its metrics, CPU time and disk writes.
+//!
+//! Here: the temp dir of a run, the machine's load average and the closing summary of bars.
 
 pub mod chat;
 pub mod events;
@@ -117,7 +128,7 @@ pub(crate) fn load_average() -> String {
     )
 }
 
-/// One bar of an issue, for the closing summary.
+/// One bar of a benchmark, for the closing summary.
 #[derive(Debug)]
 pub(crate) struct Bar {
     /// What is asked, e.g. "redirect ≥ 10000 req/s".
@@ -128,10 +139,11 @@ pub(crate) struct Bar {
     pub(crate) pass: Option<bool>,
 }
 
-/// Prints each bar of issue `issue` with PASS / FAIL / NOT MEASURED, and the load average now.
-pub(crate) fn print_summary(issue: u32, bars: &[Bar]) {
+/// Prints each bar of the `subsystem`'s benchmark with PASS / FAIL / NOT MEASURED, and the load
+/// average now.
+pub(crate) fn print_summary(subsystem: &str, bars: &[Bar]) {
     println!(
-        "\nsummary (bars of issue {issue} on this machine; load average now {}):",
+        "\nsummary ({subsystem} bars on this machine; load average now {}):",
         load_average()
     );
     for b in bars {

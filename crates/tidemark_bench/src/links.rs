@@ -1,4 +1,4 @@
-//! `tidemark-bench links`: the figures of the links issue (seed 001), in four parts:
+//! `tidemark-bench links`: the figures of the links subsystem (seed 001), in four parts:
 //! 1. **rewrite** — [`find_links`] + [`splice`] over every corpus template, repeated for
 //!    `--rewrite-seconds` on one thread: MB/s of input HTML.
 //! 2. **render** — [`LinksService::render`] of `--template` (merge fields, rewrite, ids, and all
@@ -9,7 +9,8 @@
 //! 4. **redirect** — [`redirect`]: `GET /c/<id>` against a `tidemark serve` child
 //!    (`--server-bin`), with `wrk` and with the open-loop driver.
 //!
-//! It prints the figures, then each bar of the issue with PASS/FAIL; it asserts nothing.
+//! It prints the figures, then each bar of the links benchmark with PASS/FAIL; it asserts
+//! nothing.
 
 mod hit;
 mod redirect;
@@ -104,7 +105,7 @@ pub struct LinksBenchArgs {
     pub insert_batch: usize,
     /// Run the insert part on MariaDB instead of SQLite: the server's URL
     /// (`mysql://user[:password]@host[:port]`); each schema gets a scratch database, dropped
-    /// afterwards (issue 7, measurement 1; seed 001: 0 to 20 million rows).
+    /// afterwards (seed 001: 0 to 20 million rows).
     #[arg(long)]
     pub insert_mysql: Option<String>,
     /// The MariaDB schemas the insert part compares (with `--insert-mysql`).
@@ -286,7 +287,7 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         bars.extend(r.bars());
     }
 
-    print_summary(3, &bars);
+    print_summary("links", &bars);
     drop(root);
     Ok(())
 }

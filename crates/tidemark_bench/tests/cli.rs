@@ -5,8 +5,8 @@
 //! `CARGO_BIN_EXE_<name>` only for the binaries of its own package, and building another
 //! package's binary for a test needs artifact dependencies, which are unstable; so these tests
 //! take `tidemark` from beside `tidemark-bench`. `cargo test --workspace` builds it before any
-//! test runs; alone, run `cargo build -p tidemark` first (else an older build is measured, or
-//! the test fails saying so).
+//! test runs; alone, run `cargo build -p tidemark` first (else a stale `tidemark` binary is
+//! measured, or the test fails saying so).
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

@@ -81,12 +81,12 @@ pub fn start_position(stored: Option<u64>, low: u64, high: u64) -> Result<u64> {
 ///
 /// That happens only to an archive restored from an older copy of itself: it passes the
 /// identity check ([`crate::stores::check_archive`]) but lacks what was archived after the
-/// copy, and reads answered 200 without those messages, for good (issue 2, second operator
-/// trial). If the outbox can still give back the records from where the archive stops, the
+/// copy, and reads would answer 200 without those messages, for good. If the outbox can still
+/// give back the records from where the archive stops, the
 /// archiver starts there and writes them again (idempotently). If it cannot (the embedded
 /// outbox refers to hot-tier records, and those behind the watermark were trimmed; a broker
 /// may have dropped them), what the archive lacks is in no store the archiver can read:
-/// [`ChatError::WrongArchive`]. An archive that records nothing (made by an earlier build)
+/// [`ChatError::WrongArchive`]. An archive that records nothing (`archived_through` is `None`)
 /// is taken at its word.
 ///
 /// # Errors
@@ -257,25 +257,25 @@ impl Archiver {
     /// steady load it wakes every `idle` for one batch of about `rate × idle` records, instead of
     /// chasing each commit with a batch of a few records — each batch costs a watermark snapshot
     /// and a position write on the hot store's writer and a commit (fsync) of the archive, and
-    /// pages shared by the records of one batch are written once (issue 2: at 5,000 sends/s the
-    /// chasing archiver's small batches wrote about as many bytes to disk as the sends did).
+    /// pages shared by the records of one batch are written once (at 5,000 sends/s a chasing
+    /// archiver's small batches wrote about as many bytes to disk as the sends did).
     /// The same holds past that: the archive's indexes are keyed by conversation, so a batch
     /// of a few hundred records dirties nearly one index page per record, a batch of a few
     /// thousand far fewer — but commits them in one burst of disk writes, which the SEND path's
-    /// fsyncs then queue behind. Issue 2, `tiered` on the embedded engine at 5,000 sends/s:
+    /// fsyncs then queue behind. `tiered` on the embedded engine at 5,000 sends/s:
     /// with `idle` 1 s (batches up to 20,000) instead of 50 ms (up to 1,000) the archive's WAL
     /// writes fell from 44 to 13 MB/s and its writer's CPU from 13 % to 7 % of a core; at
     /// 10,000 sends/s from 84–92 to 23–26 MB/s and 27 % to 10 %. On disk, though, SEND_ACK p99
     /// at 10,000 sends/s was 49 / 49 / 117 ms with 1 s, 14 / 33 / 25 ms with 250 ms and
     /// 49 / 306 / 24 ms with 50 ms (three rounds): hence the default of 250 ms.
     ///
-    /// Since the history index is written in time order (`sqlite::index_log` on the embedded
-    /// engine), a larger batch no longer saves index pages, and only its burst is left: the
-    /// default `archive_batch_max` went from 2,500 (one `idle` of sends at 10,000 sends/s) to
-    /// 500, so that from 2,000 sends/s on the archiver runs batch after batch of one short
-    /// archive transaction each. Issue 2, session 16, a trace of one 10,000 sends/s run (each
-    /// request's latency against the archive writer's transactions): the SEND stalls over 20 ms
-    /// came with archive commits of up to 74 ms. Four interleaved pairs, 2,500 → 500, `tiered`
+    /// The history index is written in time order (`sqlite::index_log` on the embedded
+    /// engine), so a larger batch saves no index pages, and only its burst is left: the default
+    /// `archive_batch_max` is 500, not one `idle` of sends (2,500 at 10,000 sends/s), so that
+    /// from 2,000 sends/s on the archiver runs batch after batch of one short archive
+    /// transaction each. In a trace of one 10,000 sends/s run (each request's latency against
+    /// the archive writer's transactions) the SEND stalls over 20 ms came with archive commits
+    /// of up to 74 ms. Four interleaved pairs, `archive_batch_max` 2,500 → 500, `tiered`
     /// p99 at 10,000 sends/s 103.6 / 33.1 / 32.6 / 39.7 → 36.9 / 23.1 / 49.9 / 11.5 ms
     /// (requests not sent 2,938 / 356 / 576 / 0 → 297 / 0 / 451 / 154), at 5,000 sends/s
     /// 5.8 / 4.4 / 4.0 / 5.4 → 5.4 / 3.1 / 3.8 / 3.1 ms; the archive kept up in both.

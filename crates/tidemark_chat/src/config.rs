@@ -58,7 +58,7 @@ pub struct ChatConfig {
     /// SQLite hot store: how many client dedup keys are indexed in memory (default 4,000,000,
     /// about 80–160 MB). Past it the oldest keys move to an on-disk index in the trimmer's pass
     /// (random B-tree writes, off the commit path) and each SEND also reads that index; sized
-    /// to the sends of one dedup window, neither happens (issue 2; see `sqlite::dedup`). The
+    /// to the sends of one dedup window, neither happens (see `sqlite::dedup`). The
     /// index is rebuilt when the server starts: 4,000,000 keys took 4.9 s and 207 MB of
     /// resident memory on the project's 2-core test machine.
     pub dedup_memory_keys: usize,

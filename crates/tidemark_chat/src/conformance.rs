@@ -1,6 +1,7 @@
 //! One conformance suite per port (STYLE.md, object_store's `integration.rs`): each function
 //! takes a fresh, empty store and checks the port's contract with exact values. Every backend's
-//! tests call these unchanged — SQLite now, Redis / Kafka protocol / MariaDB as they are added.
+//! tests call these unchanged — SQLite, Redis, the Kafka-protocol outbox and MariaDB
+//! (`tests/conformance_*.rs`).
 //! They panic (assert) on a violation.
 
 use std::sync::Arc;

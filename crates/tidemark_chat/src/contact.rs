@@ -1,4 +1,4 @@
-//! First contact about a listing (issue 5 wiring): a conversation created with a `listing_id`
+//! First contact about a listing (chat → events): a conversation created with a `listing_id`
 //! yields exactly one `contact` for that listing, when its first message (seq 1) commits.
 //!
 //! Data flow: [`crate::service::ChatService::send`] sees the commit outcome. Only a *fresh*

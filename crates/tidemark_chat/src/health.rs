@@ -2,12 +2,13 @@
 //!
 //! A store can answer reads while every write fails: on a full disk SQLite reads on and every
 //! commit fails with "database or disk is full", so a read probe says ready while every SEND
-//! answers 503 (issue 2, operator trial). So the SEND path reports here: each commit that fails
-//! on a store ([`crate::ChatError::is_retryable`]) marks the path failing, the next one that
-//! commits a new message clears it (a retry answered with its original ACK commits nothing), and `/readyz` answers 503 for [`NOT_READY_AFTER_FAILURE`] after a failure
-//! that no commit has cleared since. It recovers by itself: once that time passes without a new
-//! failure it says ready again, a load balancer that took the server out sends it SENDs again,
-//! and if they still fail it is taken out again.
+//! answers 503. So the SEND path reports here: each commit that fails on a store
+//! ([`crate::ChatError::is_retryable`]) marks the path failing, the next one that commits a new
+//! message clears it (a retry answered with its original ACK commits nothing), and `/readyz`
+//! answers 503 for [`NOT_READY_AFTER_FAILURE`] after a failure that no commit has cleared
+//! since. It recovers by itself: once that time passes without a new failure it says ready
+//! again, a load balancer that took the server out sends it SENDs again, and if they still fail
+//! it is taken out again.
 //!
 //! A full store is the exception to "by itself": the SEND path, the archiver, the trimmer and
 //! the recovery worker also report to the node's [`tidemark_core::health::StoreHealth`] under

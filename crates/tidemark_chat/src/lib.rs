@@ -10,16 +10,49 @@
 //!    raises each conversation's floor F.
 //! 4. **Read** ([`reads`]): seq > F from the hot tier, seq ≤ F from the archive, merged; any
 //!    missing record fails the whole request.
-//! 5. **Recover** ([`recovery`]): re-publishes records a crash left RESERVED.
+//! 5. **Recover** ([`recovery`]): re-publishes records a crash left RESERVED, and backfills
+//!    into the outbox history a `hot-only` run left untracked.
 //! 6. **Contact** ([`contact`]): the first committed message about a listing becomes one
 //!    `contact` event for the events subsystem.
 //!
-//! Ports ([`ports`]) keep the storage apart from these rules; [`sqlite`] is the embedded
-//! backend, [`http`] the routes, [`service`] the API the routes call.
+//! Three ports ([`ports`]: hot store, outbox, archive) keep the storage apart from these rules;
+//! [`stores`] picks each one's backend by URL:
+//! - **SQLite**, the embedded default ([`sqlite`]): hot tier and outbox together in `hot.db`
+//!   (a SEND is one group-committed transaction), the archive in `archive.db`, and an outbox
+//!   file of its own (`outbox.db`) beside a Redis hot tier when no broker is named.
+//! - **Redis** hot tier ([`redis`]): Redis 7 with AOF `appendfsync always`, one Lua script per
+//!   atomic step, a conversation's keys under one hash tag (Cluster-safe shards).
+//! - **Kafka-protocol** outbox ([`kafka`]): one partition of a topic, the archiver's position
+//!   as its consumer group's committed offset.
+//! - **MariaDB / MySQL** archive ([`mysql`]).
 //!
-//! The `testing` feature (tests and benchmarks only, never the product) adds `conformance` (one
-//! suite per port), `testing` (fault-injecting ports, private `redis-server`, tansu and
-//! `mariadbd` processes) and `failpoint` (the crash tests' stops in the commit path).
+//! Modules (the steps above are shared code: a backend only stores):
+//! - `archiver`: outbox → archive in idempotent batches; start rule; watermark T.
+//! - `commit`: the SEND path, fused (one transaction) or staged (reserve, append, commit).
+//! - `config`: `[chat]` settings and the modes `tiered`, `hot-only`, `sync-archive`.
+//! - `contact`: the first message about a listing → one `contact` event.
+//! - `error`: [`ChatError`] and its HTTP status.
+//! - `health`: whether commits work, for `/readyz`; the chat stores' names in the node's
+//!   store health.
+//! - `http`: the `/v1` conversation and message routes.
+//! - `kafka`: the Kafka-protocol outbox.
+//! - `metrics`: chat's Prometheus metrics.
+//! - `model`: sends, message records, acknowledgements, conversations.
+//! - `mysql`: the MariaDB / MySQL archive.
+//! - `ports`: the hot store, outbox and archive traits.
+//! - `reads`: tiered history pages and unread counts across F.
+//! - `recovery`: re-publishing RESERVED records; backfill of untracked history.
+//! - `redis`: the Redis hot tier (key layout in `redis::keys`).
+//! - `service`: the chat API the routes call (validation, membership, background workers).
+//! - `sqlite`: the embedded hot tier + outbox, outbox file and archive.
+//! - `stores`: the backend of each port by URL, and the hot tier ↔ archive startup check.
+//! - `trimmer`: hot-tier trimming behind T, and the expiry chores of outbox and archive.
+//!
+//! The `testing` feature (tests and benchmarks only, never the product) adds:
+//! - `conformance`: one suite per port that every backend's tests run.
+//! - `failpoint`: the crash tests' stops in the commit path.
+//! - `testing`: fault-injecting port wrappers; private `redis-server`, tansu and `mariadbd`
+//!   processes.
 
 pub mod archiver;
 pub mod commit;

@@ -207,7 +207,7 @@ pub trait Outbox: Send + Sync + std::fmt::Debug {
     /// and were appended before `older_than_ms` (Unix ms), stopping at the first that was not,
     /// and at most `max` of them; returns how many. The cost is bounded by `max`, not by the
     /// size of the log: the trimmer calls it every pass, and a day's outbox holds hundreds of
-    /// millions of records (issue 2). Never called with `below` past the archiver's stored
+    /// millions of records. Never called with `below` past the archiver's stored
     /// position.
     async fn truncate(&self, below: u64, older_than_ms: i64, max: usize) -> Result<usize>;
 }
@@ -272,7 +272,7 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
 
     /// How far the archive holds every record and index entry of the outbox: the last
     /// `through` given to [`Archive::put_index`]; `None` before the first batch
-    /// (or in an archive made by an earlier build). Less than the archiver's stored position
+    /// (or in an archive that does not record it). Less than the archiver's stored position
     /// only in an archive restored from an older copy of itself
     /// ([`crate::archiver::resume_behind_archive`]).
     async fn archived_through(&self) -> Result<Option<u64>>;

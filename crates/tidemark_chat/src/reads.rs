@@ -14,8 +14,8 @@
 //! So a page leaves out only expired ephemeral messages and, above F, seqs still RESERVED (a
 //! send in flight on the staged commit path, held but not yet committed).
 //!
-//! Archives written before tombstones (issue 2 before session 27) lost the index entries of
-//! the ephemeral messages they purged; a read over one of those seqs fails as corrupt.
+//! An archive that purged ephemeral messages without leaving tombstones lacks their index
+//! entries; a read over one of those seqs fails as corrupt.
 
 use std::collections::HashMap;
 
@@ -91,7 +91,7 @@ fn json_string_bytes(s: &str) -> usize {
 /// [`HistoryPage::truncated`] when it dropped any. Why: a page is up to 200 seqs wide and a
 /// body up to `max_body_bytes`, so without a budget one answer could hold 200 × 64 KiB of
 /// control characters spelled in six bytes each (79 MB; 30 such reads at once took a server
-/// to 2.5 GB, issue 2's new-user trial).
+/// to 2.5 GB).
 pub fn cap_page(page: &mut HistoryPage, anchor: Anchor, budget: usize) {
     let newest_first = !matches!(anchor, Anchor::After(_));
     let keep = if newest_first {

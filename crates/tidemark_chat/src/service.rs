@@ -174,8 +174,8 @@ fn require_member(members: &[String], user: &str, conversation_id: &str) -> Resu
 /// it up (a sender, a reader, a user): not empty, not blank, at most [`MAX_ID_BYTES`] bytes,
 /// and no whitespace or invisible character ([`is_invisible`]) at either end. Ids are compared
 /// byte for byte, so `" buyer1"` can never match the member `"buyer1"`: it is refused as what
-/// it is (400 naming the field), not answered "not a member" (403) or an empty list (a new
-/// user's trial). No such id can be created either, since members and keys pass here too.
+/// it is (400 naming the field), not answered "not a member" (403) or an empty list. No such
+/// id can be created either, since members and keys pass here too.
 fn check_id(what: &str, v: &str) -> Result<()> {
     if v.is_empty() {
         return Err(ChatError::Invalid(format!("{what} must not be empty")));
@@ -214,8 +214,8 @@ fn same_conversation(existing: &ConversationMeta, asked: &NewConversation) -> bo
 
 /// An id a request creates (a member of a new conversation, a message's `client_msg_id`, a
 /// `client_conversation_id`): [`check_id`], and no control character anywhere, which would
-/// make ids that look alike on screen and in logs differ in the store (issue 2's new-user
-/// trial: `"u\u{7}1"` beside `"u1"`). An id that only looks something up may hold one: it is
+/// make ids that look alike on screen and in logs differ in the store (`"u\u{7}1"` beside
+/// `"u1"`). An id that only looks something up may hold one: it is
 /// then simply not found.
 fn check_new_id(what: &str, v: &str) -> Result<()> {
     check_id(what, v)?;
@@ -232,8 +232,8 @@ fn check_new_id(what: &str, v: &str) -> Result<()> {
 /// (version 7, or version 5 of a `client_conversation_id`: [`conversation_id_for_key`]), and
 /// the page is the ids that sort after the cursor as strings, so anything else (`garbage`, a
 /// UUID in capitals or without hyphens, which would sort elsewhere) is refused instead of
-/// answering a page that is silently empty or wrong (a new user's trial: `after=garbage` got
-/// 200 and no conversations). A well-formed id that names no conversation is a valid cursor.
+/// answering a page that is silently empty or wrong (`after=garbage` would get 200 and no
+/// conversations). A well-formed id that names no conversation is a valid cursor.
 fn check_cursor(after: &str) -> Result<()> {
     let canonical =
         uuid::Uuid::try_parse(after).is_ok_and(|id| id.hyphenated().to_string() == after);
@@ -251,7 +251,7 @@ fn check_cursor(after: &str) -> Result<()> {
 /// soft hyphen, the zero-width space and joiners, the direction marks, the word joiner and
 /// invisible operators, the byte order mark. Not allowed at either end of an id
 /// ([`check_id`]), where `"\u{200b}"` would be a blank id and `"x\u{200b}"` one that looks
-/// like `"x"` (issue 2's new-user trial); inside an id they may be meant (emoji sequences).
+/// like `"x"`; inside an id they may be meant (emoji sequences).
 fn is_invisible(c: char) -> bool {
     matches!(c, '\u{ad}' | '\u{200b}'..='\u{200f}' | '\u{2060}'..='\u{2064}' | '\u{feff}')
 }
@@ -314,7 +314,7 @@ impl ChatService {
         self
     }
 
-    /// Sends each first contact about a listing to `sink` (issue 5 wiring).
+    /// Sends each first contact about a listing to `sink` (chat → events).
     pub fn with_contact_sink(mut self, sink: Arc<dyn ContactSink>) -> Self {
         self.contacts = Some(sink);
         self
@@ -502,8 +502,8 @@ impl ChatService {
             .hot
             .conversation(tenant, conversation_id)
             .await?
-            // Quoted to MAX_ID_BYTES (a 5,000-byte path segment was echoed whole: issue 2's
-            // new-user trial); no stored id is longer, so a longer one is never found.
+            // Quoted to MAX_ID_BYTES (a 5,000-byte path segment is not echoed whole); no
+            // stored id is longer, so a longer one is never found.
             .ok_or_else(|| {
                 let shown = tidemark_core::http::quoted(conversation_id, MAX_ID_BYTES);
                 ChatError::UnknownConversation(shown.into_owned())
@@ -571,7 +571,7 @@ impl ChatService {
         }
         if matches!(outcome, SendOutcome::Committed(_)) {
             // A retry answered from the dedup entries committed nothing: it says nothing of
-            // whether commits work (second operator trial).
+            // whether commits work.
             self.health.succeeded();
             self.store_health.wrote(HOT_STORE);
         }
@@ -673,7 +673,7 @@ impl ChatService {
     /// least 1) whose id sorts after `after`, each with its latest seq and unread count (fails
     /// whole if any count cannot be computed). Only the page's counts are read: a user in
     /// thousands of conversations costs one membership read, not thousands of counts, per
-    /// page (issue 2's new-user trial). Errors: [`ChatError::Invalid`] for a bad `user` or an
+    /// page. Errors: [`ChatError::Invalid`] for a bad `user` or an
     /// `after` that cannot be a conversation id (not a UUID in lowercase hex with hyphens).
     pub async fn user_conversations_page(
         &self,
@@ -798,9 +798,9 @@ mod tests {
     }
 
     /// Each id is refused with what is wrong with it: an empty one as empty, a whitespace-only
-    /// one as blank (it was told "must not be empty"), and one with whitespace or an invisible
+    /// one as blank (not "must not be empty"), and one with whitespace or an invisible
     /// character at either end as such, whether it is created (a member) or only looked up (a
-    /// sender: `" buyer1"` got 403 "not a member", which it could never be).
+    /// sender: `" buyer1"` is not answered 403 "not a member", which it could never be).
     #[test]
     fn an_id_is_refused_with_what_is_wrong_with_it() {
         let cases = [

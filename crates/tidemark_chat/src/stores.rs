@@ -201,15 +201,15 @@ impl ChatStores {
 /// missing archive (`hot-only` without its file) or another one (a new empty file after the old
 /// was moved away, another database) is refused with [`ChatError::WrongArchive`]. Below each
 /// conversation's floor F the history is only in that archive, and without this rule reads there
-/// answered 200 with holes and `/readyz` said ready (issue 2, operator trial). `archive_at` says
-/// where the archive is looked for.
+/// would answer 200 with holes while `/readyz` said ready. `archive_at` says where the archive
+/// is looked for.
 ///
 /// The other way round, with an outbox: an archive that holds the outbox through offset
 /// `through` ([`Archive::archived_through`]) beside an outbox whose `high` is below it is
 /// refused too. With the embedded outbox (in `hot.db`) that is a hot tier put back from an
 /// older copy, or deleted, beside the archive its later history went to: it would hand out the
 /// same `conversation_seq`s again, and a retry of an acknowledged message would commit anew
-/// (DESIGN.md part A: seqs are never reused; issue 2, session 26's new-user trial).
+/// (DESIGN.md part A: seqs are never reused).
 ///
 /// # Errors
 /// [`ChatError::WrongArchive`], or a store's own.
@@ -250,9 +250,9 @@ pub async fn check_archive(
 /// missing) and written by the archiver in `tiered` and `sync-archive`; in `hot-only` nothing is
 /// archived, but a file an earlier tiered run left is opened all the same, because that run's
 /// trimmer moved the history below each conversation's floor F there, and reads below F and
-/// unread counts need it (it is also purged of expired ephemerals). Issue 2's new-user trial: a
-/// tiered data dir restarted `hot-only` answered every read below a floor with 500
-/// `corrupt_history` while `/readyz` said ready. `None` in `hot-only` without the file.
+/// unread counts need it (it is also purged of expired ephemerals); without it, a tiered data
+/// dir restarted `hot-only` would answer every read below a floor with 500 `corrupt_history`
+/// while `/readyz` said ready. `None` in `hot-only` without the file.
 pub(crate) fn sqlite_archive(
     chat_dir: &Path,
     cfg: &ChatConfig,

@@ -12,22 +12,22 @@
 //! window before a candidate is scored with it ([`crate::ports::HotStore::hot_window_floor`]).
 //! A candidate scored `c + w` with `w` ≥ that floor `f` meets `c + w ≤ T − 1 + f − margins`
 //! only if `c ≤ T − 1 − margins`: archived, whatever windows came and went. With today's
-//! window in the bound instead, a raised window let a message committed after T under the
-//! old, smaller window leave the hot tier unarchived once it outlived the old window (issue 2,
-//! session 10: `tests/trim_passes.rs`, `a_raised_hot_window_never_trims_an_unarchived_message`).
+//! window in the bound instead, a raised window would let a message committed after T under
+//! the old, smaller window leave the hot tier unarchived once it outlived the old window
+//! (`tests/trim_passes.rs`, `a_raised_hot_window_never_trims_an_unarchived_message`).
 //! The floor costs nothing while it is at least the margins plus the archive's lag: the `now`
 //! bound binds first. Below that, trimming waits until the archive is `margins + lag − floor`
 //! further along.
 //!
-//! A store that held candidates before windows were recorded (made by an earlier build) gets
+//! A store that holds candidates but has no window recorded gets
 //! [`first_recorded_window`] as its first floor, a bound on their windows that can be far
 //! below the configured one (0 while one of them is overdue): trimming then waits the margins
 //! plus the lag longer, on that store, until an operator who knows the windows used resets the
 //! floor (SQLite: `DELETE FROM meta WHERE key = 'hot_window_floor'`, Redis:
 //! `HDEL tm:meta hot_window_floor`; the next start records the configured window, and is
 //! only safe if no candidate was ever scored with a smaller one). Where several processes share
-//! one hot store (Redis), raise the window only once every one of them runs a build that
-//! records it: an earlier build scores candidates without recording its window.
+//! one hot store (Redis), raise the window only once every one of them records its window
+//! (`hot_window_floor`): a process that does not scores candidates without recording it.
 //!
 //! A pass works in batches of `trim_batch` and goes on until nothing eligible is left, however
 //! large the backlog (the first pass after a week's downtime); shutdown does not wait for it:
@@ -257,8 +257,7 @@ where
 /// sets `tidemark_chat_archive_lag_seconds` and `tidemark_chat_outbox_backlog` to what it read.
 /// Each trimmer pass measures it, and so does each `/metrics` scrape
 /// ([`crate::ChatService::refresh_archive_gauges`]), so that the gauges are as of the scrape,
-/// not of the last pass (issue 2, operator trial: a scrape showed backlog 0 and lag 0 while
-/// records waited).
+/// not of the last pass (which may have seen backlog 0 and lag 0 while records wait now).
 ///
 /// # Errors
 /// The outbox's.

@@ -1,4 +1,4 @@
-//! Archiver fault injection (issue 2, test 3; DESIGN.md part A, "Archiver"): the archive port is
+//! Archiver fault injection (DESIGN.md part A, "Archiver"): the archive port is
 //! wrapped in `testing::FaultyArchive`, one write of a batch fails, and the archiver must store
 //! nothing (neither its position nor the watermark T), replay the batch, and end with every
 //! record archived exactly once — never showing an index entry without its record.
@@ -233,7 +233,7 @@ async fn failed_first_batch_publishes_no_watermark_and_blocks_all_trimming() {
 /// `sync-archive`: a SEND whose archive write fails after its commit answers `NotArchived`
 /// with its seq (not a bare "unavailable": the message is committed and readable); it counts as
 /// sent; a retry with the same client id writes the archive and gets the original ACK, and the
-/// archive then holds the message once (operator trial: 503s for messages that were stored).
+/// archive then holds the message once (never a 503 for a message that was stored).
 #[tokio::test]
 async fn sync_archive_answers_not_archived_for_a_committed_message_and_the_retry_archives_it() {
     let h = Harness::with_faulty_archive(tidemark_chat::ChatConfig {

@@ -1,5 +1,4 @@
-//! The commit path on the embedded SQLite stores and on Redis + MariaDB (issue 2, tests 1 and 2,
-//! issue 6; DESIGN.md part A,
+//! The commit path on the embedded SQLite stores and on Redis + MariaDB (DESIGN.md part A,
 //! "Commit path" and "Durability"): idempotent retries and dense, never reused seqs.
 
 #[macro_use]

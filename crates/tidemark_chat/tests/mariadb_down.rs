@@ -1,4 +1,4 @@
-//! Fault test (issue 6): the archive's MariaDB goes down (SIGKILL of a private `mariadbd`)
+//! Fault test: the archive's MariaDB goes down (SIGKILL of a private `mariadbd`)
 //! under a Redis hot store. The archiver pauses (its batch fails and stores nothing), archive
 //! lag grows, nothing more is trimmed and reads that need the archive fail whole (retryable);
 //! once MariaDB is back the archiver catches up and trimming resumes, with no gap in the

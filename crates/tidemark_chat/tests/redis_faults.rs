@@ -1,4 +1,4 @@
-//! Fault test of the Redis hot store (issue 6): `kill -9` of redis-server under load, then a
+//! Fault test of the Redis hot store: `kill -9` of redis-server under load, then a
 //! restart on the same AOF. No acknowledged message is lost, no seq is reused, and once the
 //! recovery worker has finished what the crash left RESERVED the history is dense and holds
 //! every client message exactly once.

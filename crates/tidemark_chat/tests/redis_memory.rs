@@ -1,4 +1,4 @@
-//! Redis bytes per message of the hot tier (issue 6 benchmark figure, measured here as a test):
+//! Redis bytes per message of the hot tier (a benchmark figure, measured here as a test):
 //! 1,000 committed messages of one conversation on a private redis-server, every key's
 //! `MEMORY USAGE` summed, bodies (20 B each) subtracted. Record, hot index, trim candidate and
 //! dedup entry (with its expiry entry) are all counted; the test prints the split by key kind.
@@ -77,7 +77,7 @@ async fn bytes_per_message_in_redis() {
         "redis bytes per message (bodies excluded): {per_message} over {} keys",
         keys.len()
     );
-    // The issue's bar counts record + index, body excluded: ≤ 360 B (seed 000: about 360 B).
+    // The bar counts record + index, body excluded: ≤ 360 B (seed 000: about 360 B).
     let record_and_index = (by_kind["m"] + by_kind["h"]) / N - BODY as u64;
     println!("record + hot index (body excluded): {record_and_index} B per message");
     assert!(record_and_index <= 360, "{record_and_index} B per message");

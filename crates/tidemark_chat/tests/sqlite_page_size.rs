@@ -78,7 +78,7 @@ async fn a_new_hot_file_has_small_pages_and_holds_every_body_size() {
 async fn a_hot_file_made_with_4_kib_pages_keeps_them() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("hot.db");
-    // An empty file as an earlier build left it: SQLite's default 4 KiB pages, in WAL.
+    // An empty file with SQLite's default 4 KiB pages, in WAL.
     let conn = rusqlite::Connection::open(&path).unwrap();
     conn.pragma_update(None, "page_size", 4096).unwrap();
     conn.pragma_update(None, "journal_mode", "WAL").unwrap();

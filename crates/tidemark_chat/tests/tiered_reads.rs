@@ -1,4 +1,4 @@
-//! Reads across the hot tier and the archive (issue 2, tests 5 and 6; DESIGN.md part A,
+//! Reads across the hot tier and the archive (DESIGN.md part A,
 //! "Reads", and principle 7 "fail whole, never partial"): paging while the floor F moves,
 //! corruption detection, unread counts over both tiers, and ephemeral expiry in both tiers.
 
@@ -375,8 +375,8 @@ on_every_backend!(
     /// DESIGN.md part A "Reads": both tiers are dense over what a read needs, so a lost index
     /// entry (archive, seq ≤ F) or a lost hot record (seq > F), deleted behind the server's
     /// back, fails every history window and unread count that needs it with
-    /// `ChatError::Corrupt`, not a page or a count with a silent gap (issue 2, session 26's
-    /// new-user trial: both read as 200 with a seq missing). An expired ephemeral message stays
+    /// `ChatError::Corrupt`, not a page or a count with a silent gap (a 200 with a seq
+    /// missing). An expired ephemeral message stays
     /// the one gap a page may have, in either tier, also once its archive record is purged.
     #[tokio::test]
     a_lost_index_entry_or_hot_record_fails_whole,

@@ -1,4 +1,4 @@
-//! Property tests of the trimmer against the archiver (issue 2, test 4; DESIGN.md part A,
+//! Property tests of the trimmer against the archiver (DESIGN.md part A,
 //! "Trimmer" and principle 2 "never delete what is not safely elsewhere"), over random
 //! interleavings of sends, archiver batches, trimmer passes and clock advances on the real
 //! SQLite stores with a manual clock.

@@ -118,8 +118,8 @@ pub struct ErrorDetail<'a> {
 
 /// The longest error message answered, in bytes; a longer one is cut at a char boundary and
 /// ends in `…`. Messages quote what was wrong, and what was wrong may be a 60,000-byte header or
-/// a 400,000-byte field name, which an answer should not repeat whole (issue 2's new-user
-/// trial: an 800 KB answer to a bad field name).
+/// a 400,000-byte field name, which an answer should not repeat whole (uncut, a bad field name
+/// could get an 800 KB answer).
 pub const MAX_ERROR_MESSAGE_BYTES: usize = 1024;
 
 /// `text` as an error message quotes it: whole up to `max_bytes`, past that cut at a char
@@ -193,8 +193,8 @@ impl From<JsonRejection> for ApiError {
 ///
 /// The body must be an object: serde fills a struct from an array too, by position, so
 /// without the check `["u1", "hi"]` would be taken for `{"sender": "u1", "body": "hi"}`
-/// against the documented schema (422 `unprocessable_entity` instead; issue 2's new-user
-/// trial). A body that is a list is an [`ApiJsonArray`].
+/// against the documented schema (422 `unprocessable_entity` instead). A body that is a list
+/// is an [`ApiJsonArray`].
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ApiJson<T>(pub T);
 
@@ -234,9 +234,8 @@ where
 /// with its rejections) whose top-level value opens with `open` (`kind` names it in the error).
 ///
 /// These bodies are read as sent: a `Content-Encoding` other than `identity` is refused (415),
-/// rather than a gzip body failing as bad JSON and a plain one labelled gzip passing (issue 2's
-/// new-user trial). Routes that decode compressed bodies (the events ingest) use their own
-/// extractor.
+/// rather than a gzip body failing as bad JSON and a plain one labelled gzip passing. Routes
+/// that decode compressed bodies (the events ingest) use their own extractor.
 async fn json_of_kind<T: DeserializeOwned, S: Send + Sync>(
     req: Request,
     state: &S,
@@ -336,8 +335,8 @@ impl ApiKeys {
 /// refused by the extractors ([`ApiJson`]: 413 `payload_too_large`), and a request whose
 /// `Content-Length` already says more is refused with the same 413 before any of its body is
 /// read, instead of after the client sent up to the limit or the server's body timeout
-/// passed (a declared 100 MB and a silent client held a request for 60 s, issue 2's new-user
-/// trial). [`json_errors`] gives the early refusal its JSON body.
+/// passed (a declared 100 MB and a silent client would hold a request for 60 s).
+/// [`json_errors`] gives the early refusal its JSON body.
 pub fn body_limit<S>(router: Router<S>, bytes: usize) -> Router<S>
 where
     S: Clone + Send + Sync + 'static,

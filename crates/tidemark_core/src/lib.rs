@@ -1,22 +1,46 @@
-//! What Tidemark's three subsystems truly share.
+//! What Tidemark's three subsystems (chat, links, events) share: time, days, the two relational
+//! engines their stores are built on, schema versions, and the HTTP conventions of their routes.
+//! It holds no subsystem's data and no subsystem's rules.
 //!
-//! - [`clock`]: injected time (`Arc<dyn Clock>`), so hot windows, TTLs and day boundaries are
-//!   tested without sleeping.
-//! - [`day`]: UTC days, the partition unit of link records and raw events.
-//! - [`sqlite`]: the embedded engine. Every write goes through one [`sqlite::GroupWriter`]
-//!   thread that runs many callers' jobs in one transaction and one fsync (group commit) and
-//!   answers each caller only after that fsync; reads use a pool of read-only connections.
-//! - [`mysql`]: the production relational engine (MariaDB / MySQL): one way to open a pool from
-//!   a URL, and scratch databases for tests (`testing` feature).
+//! Data flow through it, for any subsystem:
+//! 1. **Open**: a store opens its file or pool here — SQLite ([`sqlite::open_rw`], WAL, fsync on
+//!    commit) or MariaDB / MySQL ([`mysql::connect`], database created if missing) — and
+//!    [`schema`] brings it to the version this build knows, or refuses a newer one.
+//! 2. **Write**: on SQLite every write is a job handed to the file's one
+//!    [`sqlite::GroupWriter`] thread, which runs all waiting jobs in one transaction, commits
+//!    once (one fsync) and only then answers each caller (group commit); on MariaDB the store
+//!    runs its own statements on the pool.
+//! 3. **Read**: a [`sqlite::ReadPool`] of read-only connections (WAL snapshots), or the pool.
+//! 4. **Fail**: an engine's error becomes a [`store::StoreError`] of one [`store::ErrorKind`]
+//!    (unavailable, full, corrupt, rejected, conflict); workers retry by that kind
+//!    ([`retry`]), a full store makes the node not ready ([`health`]).
+//! 5. **Answer**: a failure becomes [`http::ApiError`], the JSON error every route answers;
+//!    times are rendered by [`timefmt`]; "now" comes from the injected [`Clock`] throughout.
+//!
+//! Backends held here: the embedded SQLite engine (group-committing writer, read pools,
+//! checkpoints and background priority) and the MariaDB / MySQL connection layer (pools from a
+//! URL, scratch databases for tests), with the sorting of their errors (and the file system's)
+//! into kinds. Each subsystem's ports and tables, and the InfluxDB / Redis / Kafka clients,
+//! live in that subsystem's crate.
+//!
+//! Modules:
+//! - [`clock`]: injected time (`Arc<dyn Clock>`, Unix ms), so hot windows, TTLs and day
+//!   boundaries are tested without sleeping.
+//! - [`day`]: UTC days ([`day::UtcDay`]), the partition unit of link records and raw events.
+//! - [`sqlite`]: the embedded engine: [`sqlite::GroupWriter`] (group commit), read pools,
+//!   checkpoints off the commit path, [`sqlite::SqliteError`].
+//! - [`mysql`]: the production relational engine (MariaDB / MySQL): a pool from a URL, URL
+//!   redaction for messages, and scratch databases for tests (`testing` feature).
 //! - [`schema`]: versioned schemas: each store's ordered migrations, run at open (SQLite's
 //!   `user_version`, a version table on MariaDB), and a store of a newer build refused.
 //! - [`store`]: [`store::StoreError`], the one error every storage port returns, whatever
 //!   engine (SQLite, MariaDB, Redis, Kafka, InfluxDB) is behind it, with its source and its
-//!   [`store::ErrorKind`] (unavailable, full, corrupt, rejected, conflict).
+//!   [`store::ErrorKind`].
 //! - [`retry`]: the rule background workers follow after a failed pass, by that kind.
 //! - [`health`]: stores marked full until a write to them succeeds, for `/readyz`.
-//! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, the JSON body extractor that
-//!   turns every bad body into such a 4xx, and per-tenant API-key auth.
+//! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, body and query
+//!   extractors that turn every bad request into such a 4xx, the request size limit, and
+//!   per-tenant API-key auth.
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
 //!   the bearer security scheme, for the document each subsystem contributes to.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.

@@ -13,7 +13,7 @@
 //!   store's [`Versions::adopt`] steps, then migrations 2…N. An adoption step recognises one
 //!   earlier shape of the store (a missing column, an index since dropped) and changes it to
 //!   version 1's; on a store that does not have that shape it changes nothing, so the steps
-//!   can run whatever earlier build made the store.
+//!   can run whichever earlier shape the store has.
 //!
 //! A store whose recorded version is above what this build knows was written by a newer
 //! build: it is refused, naming the store and both versions ([`SqliteError::SchemaTooNew`],

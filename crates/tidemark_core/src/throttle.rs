@@ -1,9 +1,9 @@
 //! At most one log line per interval for an error that can repeat on every request.
 //!
-//! On a full disk every SEND fails the same way: the server logged a warning for each 503 and an
-//! error for each failed group commit, about 1,500 lines a second, onto a disk that had no room
-//! (issue 2, operator trial). A [`Throttle`] lets the first line through, then one per
-//! interval, each saying how many like it were left out since the last.
+//! On a full disk every SEND fails the same way: a warning for each 503 and an error for each
+//! failed group commit would be about 1,500 lines a second, onto a disk that has no room. A
+//! [`Throttle`] lets the first line through, then one per interval, each saying how many like
+//! it were left out since the last.
 
 use std::sync::Mutex;
 use std::time::{Duration, Instant};

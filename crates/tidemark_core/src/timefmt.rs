@@ -5,8 +5,8 @@ use time::format_description::FormatItem;
 use time::macros::format_description;
 
 /// `2026-11-30T02:45:34.120Z`: always three fractional digits, so that timestamps of one
-/// width sort as strings do and parse alike (issue 2's new-user trial: `time`'s RFC 3339
-/// format trims trailing zeros, giving `…34.12Z` beside `…34.123Z` and `…34Z`).
+/// width sort as strings do and parse alike (`time`'s RFC 3339 format trims trailing zeros,
+/// giving `…34.12Z` beside `…34.123Z` and `…34Z`).
 const RFC3339_MS: &[FormatItem<'static>] =
     format_description!("[year]-[month]-[day]T[hour]:[minute]:[second].[subsecond digits:3]Z");
 

@@ -1,23 +1,55 @@
 //! Tidemark events: listing analytics (DESIGN.md part C, seed 002).
 //!
-//! Data flow so far: producers (the link redirector; later `POST /v1/events` and line
-//! protocol) hand [`Event`]s to [`Ingest::record`], which checks them against the schema
-//! (the `event` tag is a closed set; identifiers are fields, never tags) and appends them to
-//! the raw tier ([`RawStore`]): on the embedded default one SQLite table per UTC day in
-//! `data/events/raw.db`, group-committed, so an acknowledged event is durable. Two events with
-//! the same timestamp are two rows: nothing is merged. Closed days are rolled up into the
-//! summary tier ([`rollups::RollupStore`], `listing_daily` + `listings`), archived as Parquet
-//! ([`archive`]) and dropped behind both ([`lifecycle`]); reports read the summary tier only.
+//! Data flow:
+//! 1. **Ingest** ([`ingest`], routes in [`http`]): `POST /v1/events` (JSON array or NDJSON),
+//!    InfluxDB line protocol (`/api/v2/write`, `/write`), the links redirector (`email_click`,
+//!    `email_open`) and chat's first contacts (`contact`) become [`Event`]s, checked against
+//!    the [`schema`] (the `event` tag is a closed set; identifiers are fields, never tags). A
+//!    batch with one bad line stores nothing.
+//! 2. **Raw tier** ([`raw`], [`RawStore`]): the batch is appended to its UTC days' partitions,
+//!    durably before the answer; two events with the same timestamp are two rows, never merged.
+//!    A day catalog counts each day's events and last arrival.
+//! 3. **Lifecycle** ([`lifecycle`]): once a day has closed plus the lateness window, it is
+//!    rolled up ([`rollup`]: per `(listing_id, day, kind)` `total` and `uniques`, bots
+//!    excluded) into the summary tier ([`rollups`]: `listing_daily`, `listings`), archived as
+//!    Parquet ([`archive`]), and only then, past `raw_retention`, dropped whole. A day with late
+//!    events is rolled up and archived again.
+//! 4. **Reads**: the live dashboard ([`recent`], page in [`dashboard`]) reads the raw tier;
+//!    account reports ([`report_http`]) read the summary tier only.
 //!
-//! Each port has the embedded default and a production engine, picked by URL in [`stores`]:
-//! the raw tier on InfluxDB 1.x ([`raw::influx`]: line protocol, `event` the only tag, a unique
-//! nanosecond per event, its day catalog in a local SQLite file) and the summary tier on
-//! MariaDB ([`rollups::MysqlRollups`]). With the `testing` feature (tests and benchmarks only,
-//! never the product), `conformance` holds one suite per port that every backend passes and
-//! `testing` starts a real `influxd`.
+//! Backends, picked by URL in [`stores`] (the archive by `events.archive_url`):
+//! - **Raw tier**: SQLite, the embedded default (`raw.db`, one table per UTC day), or
+//!   InfluxDB 1.x ([`raw::influx`]: line protocol, `event` the only tag, a unique nanosecond
+//!   per event, one shard per day, its day catalog in a local SQLite file).
+//! - **Rollups**: SQLite, the embedded default (`rollups.db`), or MariaDB / MySQL
+//!   ([`rollups::MysqlRollups`], with month sums for year-long reports).
+//! - **Raw archive**: Parquet through `object_store`: a local directory by default, or any
+//!   object store URL it understands (e.g. `s3://bucket/prefix`).
 //!
 //! Bot traffic (HEAD requests, known scanners) is recorded with the field `bot = true` so it
 //! can be shown, and is excluded from every count of clicks and opens.
+//!
+//! Modules:
+//! - `archive`: a raw day → one Parquet object, read back and checked before it counts.
+//! - `config`: `[events]` settings and the schema.
+//! - `dashboard`: `GET /dashboard`, the live dashboard page.
+//! - `http`: the ingest routes (JSON, line protocol v1 and v2).
+//! - `ingest`: decoding, schema checks and the all-or-nothing append.
+//! - `lifecycle`: the scheduler that rolls up, archives and drops raw days.
+//! - `lineproto`: InfluxDB line protocol parsing.
+//! - `metrics`: the lifecycle's Prometheus metrics.
+//! - `model`: [`Event`].
+//! - `raw`: the raw-tier port, its SQLite and InfluxDB backends and the day catalog.
+//! - `recent`: the dashboard's reads (`/v1/events/recent`, `/v1/events/top`).
+//! - `report_http`: listings, account reports and on-demand rollups over HTTP.
+//! - `rollup`: the daily rollup rule and the service that runs it.
+//! - `rollups`: the summary-tier port and its SQLite and MariaDB backends.
+//! - `schema`: declared kinds and field types; what is refused.
+//! - `stores`: the backend of each port by URL.
+//!
+//! The `testing` feature (tests and benchmarks only, never the product) adds:
+//! - `conformance`: one suite per port that every backend's tests run.
+//! - `testing`: a private `influxd` for tests.
 
 pub mod archive;
 pub mod config;

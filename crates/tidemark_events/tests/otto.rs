@@ -1,4 +1,4 @@
-//! The real input test of the events issue: 20 real shopping sessions of the OTTO dataset
+//! The real input test of the events subsystem: 20 real shopping sessions of the OTTO dataset
 //! (`shared/corpus/events/otto-sample.jsonl`, read in place) go through ingest into the raw
 //! tier and the daily rollup; every `(listing, day, kind)` row must equal what this test counts
 //! straight from the file, with its own code.

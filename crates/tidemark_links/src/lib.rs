@@ -13,15 +13,45 @@
 //!    files on the embedded default).
 //! 5. **Redirect** ([`redirect`]): `/c/<id>` → 302 to the stored URL, `/o/<id>` → 1×1 GIF; the
 //!    id is validated before any read, the lookup reads one partition, and the click or open is
-//!    recorded as an analytics event from that one row; [`user_agent`] tells bots, scanners
-//!    and image proxies from people.
+//!    recorded from that one row as an `email_click` / `email_open` event through the events
+//!    subsystem's `Ingest` (the listing taken from an `/item/<id>` target); [`user_agent`]
+//!    tells bots, scanners and image proxies from people. An id whose day was dropped goes to
+//!    the fallback URL.
 //! 6. **Retention** ([`partitions`]): whole day partitions are created ahead and dropped when
 //!    they expire.
 //!
-//! The link store has an embedded default ([`sqlite`], a table per day) and a production
-//! engine ([`mysql`], MariaDB `PARTITION BY RANGE` per day); `conformance`, with the `testing`
-//! feature (tests only, never the product), checks both. The versions of their schemas are in
-//! `migrations`.
+//! Backends:
+//! - **SQLite link store**, the embedded default ([`sqlite`], `links.db`): a table per UTC day;
+//!   the same file holds the mailings and the suppression list, whichever link store is used.
+//! - **MariaDB / MySQL link store** ([`mysql`]): one table `PARTITION BY RANGE` per day,
+//!   compressed rows, a sequential clustered key.
+//! - **Sending pool** ([`send`]): SMTP relays over pooled connections (lettre), or `.eml` files
+//!   under the data dir on the embedded default.
+//!
+//! The versions of the link stores' schemas are in `migrations`.
+//!
+//! Modules:
+//! - `builder`: render → rewrite → link records for a list of recipients (CPU only).
+//! - `config`: `[links]` settings.
+//! - `error`: `LinksError` and its HTTP status.
+//! - `http`: the `/v1` mailing and suppression routes, and the public `/c`, `/o`, `/expired`.
+//! - `id`: 32-character tracking ids carrying their creation time, unguessable and checked.
+//! - `metrics`: links' Prometheus metrics.
+//! - `model`: link records, mailings and lookups.
+//! - `mysql`: the MariaDB / MySQL link store.
+//! - `partitions`: the partition manager (create ahead, drop past retention).
+//! - `redirect`: the hit → event rule, the pixel, listing ids of `/item/<id>` targets.
+//! - `render`: merge fields through Handlebars, HTML-escaped, strict.
+//! - `rewrite`: finds trackable attributes in the HTML and splices in tracking URLs.
+//! - `rules`: which links are tracked and which are not.
+//! - `send`: the sending pool and its `.eml` and SMTP transports.
+//! - `service`: the links API the routes call (mailings, render/send, suppressions, lookups).
+//! - `sqlite`: the embedded link store and mailing store.
+//! - `store`: the link-store and mailing-store ports.
+//! - `user_agent`: bot, scanner, previewer and image-proxy classes of a `User-Agent`.
+//!
+//! The `testing` feature (tests only, never the product) adds `conformance`: the link-store
+//! suite both link stores' tests run.
 
 pub mod builder;
 pub mod config;

@@ -1,4 +1,4 @@
-//! Merge fields (issue 3): `{{ name }}` through Handlebars (a well-kept engine that also reads
+//! Merge fields: `{{ name }}` through Handlebars (a well-kept engine that also reads
 //! the Mustache/Handlebars syntax real newsletter templates use: `{{#if}}`, `{{#each}}`).
 //! Values are HTML-escaped in the body (`{{{ raw }}}` is the template author's explicit
 //! opt-out); the subject is plain text. Strict mode: a recipient whose template needs a field

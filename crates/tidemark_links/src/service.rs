@@ -114,7 +114,7 @@ pub fn load_or_create_secret(cfg: &LinksConfig, dir: &Path) -> Result<[u8; 16]> 
             let key: [u8; 16] = rand::random();
             let hex: String = key.iter().map(|b| format!("{b:02x}")).collect();
             let tmp = path.with_extension("tmp");
-            // A secret: readable by its owner only, whatever the umask (operator trial: 0644).
+            // A secret: readable by its owner only, whatever the umask (not 0644 under 022).
             let mut file = std::fs::OpenOptions::new()
                 .write(true)
                 .create(true)
@@ -576,7 +576,7 @@ mod tests {
     use super::*;
 
     /// The generated id secret is readable by its owner only, whatever the umask, and read back
-    /// the same (operator trial: it was created 0644 under umask 022).
+    /// the same (not 0644 under umask 022).
     #[test]
     fn the_generated_secret_is_private_and_stable() {
         let dir = tempfile::tempdir().unwrap();

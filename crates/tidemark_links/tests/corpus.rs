@@ -1,7 +1,7 @@
-//! Issue 3 "Rewriting rules", corpus line: on every template of `../shared/corpus/emails/`
-//! the rewriter's output differs from its input only in the rewritten attribute values and the
-//! added pixel, and every http(s) link in `<a>`, `<area>` and conditional-comment VML is
-//! tracked except the documented skips.
+//! DESIGN.md part B "Rewriting rules" on the corpus: on every template of
+//! `../shared/corpus/emails/` the rewriter's output differs from its input only in the
+//! rewritten attribute values and the added pixel, and every http(s) link in `<a>`, `<area>`
+//! and conditional-comment VML is tracked except the documented skips.
 //!
 //! The rewriter ([`find_links`] + [`splice`]) runs on each raw template (no merge fields
 //! rendered), with replacements `https://t.example.net/c/<n>` and a [`pixel_html`] pixel. Its

@@ -1,4 +1,4 @@
-//! Issue 3 "Rewriting rules": one case per rule, each with the exact expected output.
+//! DESIGN.md part B "Rewriting rules": one case per rule, each with the exact expected output.
 
 use tidemark_links::rewrite::{FoundLink, LinkKind, RewriteConfig, find_links, splice};
 use tidemark_links::rules::RuleConfig;

@@ -1,4 +1,4 @@
-//! Sending pool (issue 3): `.eml` files, SMTP to a real server (aiosmtpd) on loopback through
+//! Sending pool: `.eml` files, SMTP to a real server (aiosmtpd) on loopback through
 //! pooled connections, retries with back-off on transient failures, no retry on permanent ones,
 //! bounded queue and graceful shutdown.
 #![allow(clippy::clone_on_ref_ptr, missing_docs)]

@@ -1,8 +1,8 @@
 //! Where the server of one `tidemark-bench chat` run keeps its chat data.
 //!
-//! `embedded` (default): the SQLite files under the run's data dir. `production` (issue 6, the
-//! seed 000 shape): a private `redis-server` with durable AOF (`appendfsync always`) as hot
-//! store, a private tansu broker (Kafka protocol) as outbox and a scratch database on a MariaDB
+//! `embedded` (default): the SQLite files under the run's data dir. `production` (the seed 000
+//! shape): a private `redis-server` with durable AOF (`appendfsync always`) as hot store, a
+//! private tansu broker (Kafka protocol) as outbox and a scratch database on a MariaDB
 //! server as archive — all fresh for every (mode, pool) run, so each starts empty and its Redis
 //! memory is its own. `hot-only` gets Redis alone; `sync-archive` writes MariaDB on the commit
 //! path besides the outbox. The servers are the ones the tests use
@@ -41,8 +41,8 @@ pub(super) struct RunEngines {
 pub(super) struct RedisBytes {
     /// Records in the hot tier (`HLEN` of every record hash).
     pub(super) records: u64,
-    /// Record hash + hot history index per record, the body's bytes subtracted (the issue's
-    /// figure; seed 000: about 360 B).
+    /// Record hash + hot history index per record, the body's bytes subtracted (the figure the
+    /// bar is about; seed 000: about 360 B).
     pub(super) record_and_index: f64,
     /// Every key (conversations, dedup entries and their expiry queue, trim candidates) per
     /// record, bodies subtracted.

@@ -1,11 +1,11 @@
 //! Client dedup of the SQLite hot store: `(tenant, conversation, sender, client_msg_id)` →
 //! the SEND_ACK of the message it committed, for the dedup window (default 24 h), also after the
-//! message was archived and trimmed (issue 2).
+//! message was archived and trimmed.
 //!
 //! Why not one B-tree keyed by the client's key: every SEND would then write one randomly placed
 //! page of it, and each such page is a 4 KiB WAL frame per commit plus a checkpoint write. On the
 //! project's test machine that page alone moved `tiered` at 10,000 sends/s from p99 ≈ 12–17 ms
-//! (switched off) to 25–50 ms (issue 2, session 4). So the entries are kept in commit order
+//! (switched off) to 25–50 ms. So the entries are kept in commit order
 //! instead, where the sends of one group commit share the last page:
 //!
 //! - `dedup_log` (in `hot.db`; its tables are in [`super::migrations`]): one row per committed key, appended by the SEND's own

@@ -29,7 +29,7 @@ use crate::trimmer::first_recorded_window;
 
 /// The latest seq of conversation `c`: `max(c.latest_seq, highest seq in message)`. A SEND
 /// does not update its conversation row (that would be one more randomly placed B-tree page
-/// written per message, issue 2): the `message` rows of the conversation carry the seqs handed
+/// written per message): the `message` rows of the conversation carry the seqs handed
 /// out, and the trimmer raises `c.latest_seq` to every seq it removes, in the same transaction,
 /// so the maximum never goes back and a seq is never reused — also after the whole conversation
 /// was trimmed (seed 000: dense, never reused `conversation_seq`). The subquery is one seek on
@@ -43,8 +43,8 @@ const WATERMARK_KEY: &str = "archive_watermark";
 /// `meta` key of [`HotStore::archive_identity`].
 const ARCHIVE_IDENTITY_KEY: &str = "archive_identity";
 
-/// The page size of a new `hot.db`, bytes (a file made before keeps its own: 4,096 until
-/// issue 2, session 19).
+/// The page size of a new `hot.db`, bytes (an existing file keeps the page size it was made
+/// with, e.g. SQLite's default 4,096).
 ///
 /// Why 1 KiB, not SQLite's 4 KiB: a SEND's row goes at the end of `message` (time order), but
 /// its `(tenant, conversation_id, conversation_seq)` key lands in a randomly placed leaf of that
@@ -54,11 +54,10 @@ const ARCHIVE_IDENTITY_KEY: &str = "archive_identity";
 /// ~86 times), i.e. some 4 KiB of log per ~60-byte key. At 1 KiB those frames shrink fourfold:
 /// the data disk took 13.0–14.7 instead of 18.4–19.6 KiB per message (`hot-only`, 10k, three
 /// interleaved pairs; `tiered` 17.3–18.2 instead of 21.2–23.1) and `hot.db` 1,361 instead of
-/// 1,563 B per message (1 KiB bodies: SQLite keeps
-/// ~110 bytes of such a row in its leaf, eight to a leaf, and fills one overflow page with the
-/// rest, where three rows shared a 4 KiB page with ~600 bytes to spare), at no CPU cost
-/// beyond the noise (on tmpfs the server took 1.07–1.10
-/// against 1.04–1.10 cores). The archive keeps 4 KiB pages: its index is written in time
+/// 1,563 B per message (1 KiB bodies: SQLite keeps ~110 bytes of such a row in its leaf, eight
+/// to a leaf, and fills one overflow page with the rest, where three rows shared a 4 KiB page
+/// with ~600 bytes to spare), at no CPU cost beyond the noise (on tmpfs the server took
+/// 1.07–1.10 against 1.04–1.10 cores). The archive keeps 4 KiB pages: its index is written in time
 /// order ([`super::index_log`]), and at 1 KiB its writer took more CPU.
 pub const HOT_PAGE_SIZE: u32 = 1024;
 

@@ -10,11 +10,11 @@
 //! newest rowid, or while the log is empty the `outbox_high` entry of `meta` that [`truncate`]
 //! leaves when it drops the newest row, and each append takes `high + 1` as its rowid
 //! ([`HIGH`]). The table has no `AUTOINCREMENT`, which would keep `high` in `sqlite_sequence`
-//! instead: one more page written by every commit (issue 2: at 5,000 sends/s `tiered`'s hot
-//! writer wrote about 40 MB/s more to its WAL than `hot-only`'s; the outbox's last leaf and
-//! `sqlite_sequence` are two pages per group commit, and dropping the second took 107–114 down
-//! to 93–97 MB/s). A file whose outbox has the `AUTOINCREMENT` table gets this one when it is
-//! adopted, its `high` carried to `meta` ([`super::migrations`]).
+//! instead: one more page written by every commit (at 5,000 sends/s `tiered`'s hot writer
+//! wrote about 40 MB/s more to its WAL than `hot-only`'s; with `AUTOINCREMENT` the outbox's
+//! last leaf and `sqlite_sequence` are two pages per group commit, and the WAL took 107–114
+//! MB/s against 93–97 without). A file whose outbox has the `AUTOINCREMENT` table gets this
+//! one when it is adopted, its `high` carried to `meta` ([`super::migrations`]).
 
 use rusqlite::{Connection, OptionalExtension, params};
 
