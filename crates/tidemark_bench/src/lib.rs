@@ -27,8 +27,8 @@
 //! report). Real Redis, tansu and InfluxDB servers come from the subsystems' `testing` helpers;
 //! MariaDB is the one at `--mysql` / `--insert-mysql` / `--report-mysql`.
 //!
-//! Backends measured: chat on the embedded SQLite stores or on Redis + tansu (Kafka protocol)
-//! + MariaDB; the link store on SQLite or MariaDB (three key schemas compared); the events
+//! Backends measured: chat on the embedded SQLite stores or on Redis, tansu (Kafka protocol)
+//! and MariaDB; the link store on SQLite or MariaDB (three key schemas compared); the events
 //! summary tier on SQLite or MariaDB; InfluxDB 1.x for the tags-vs-fields comparison. The
 //! HTTP parts measure whatever engines the server child is configured with.
 //!
