@@ -159,42 +159,10 @@ pub type Result<T, E = ChatError> = std::result::Result<T, E>;
 
 #[cfg(test)]
 mod tests {
-    use std::error::Error as _;
-
-    use rusqlite::ffi;
-
     use super::*;
-
-    fn sqlite(code: i32) -> ChatError {
-        ChatError::from(rusqlite::Error::SqliteFailure(ffi::Error::new(code), None))
-    }
 
     #[test]
     fn store_failures_keep_their_source_and_answer_by_kind() {
-        let full = sqlite(ffi::SQLITE_FULL);
-        assert!(full.is_retryable());
-        let source = full
-            .source()
-            .and_then(|s| s.downcast_ref::<rusqlite::Error>());
-        assert!(
-            matches!(source, Some(rusqlite::Error::SqliteFailure(e, _)) if e.code == ffi::ErrorCode::DiskFull),
-            "{source:?}"
-        );
-        for (code, status, api_code, retryable) in [
-            (ffi::SQLITE_FULL, 503, "storage_full", true),
-            (ffi::SQLITE_BUSY, 503, "unavailable", true),
-            (ffi::SQLITE_CORRUPT, 500, "corrupt", false),
-            (ffi::SQLITE_CONSTRAINT_UNIQUE, 409, "conflict", false),
-            (ffi::SQLITE_MISUSE, 500, "store_rejected", false),
-        ] {
-            let e = sqlite(code);
-            assert_eq!(e.is_retryable(), retryable, "{e}");
-            let api = ApiError::from(e);
-            assert_eq!(
-                (api.status.as_u16(), api.code),
-                (status, api_code),
-                "{code}"
-            );
-        }
+        tidemark_core::http::assert_store_failures_pass_through(ChatError::is_retryable);
     }
 }

@@ -99,6 +99,48 @@ impl From<StoreError> for ApiError {
     }
 }
 
+/// Test support: asserts that a subsystem error `E` wraps a SQLite failure as a store failure
+/// that keeps SQLite's error as its source, is retryable (`is_retryable`) exactly when that
+/// failure's kind is, and answers over HTTP as the store failure would (full → 503
+/// `storage_full`, busy → 503 `unavailable`, corrupt → 500 `corrupt`, a unique constraint →
+/// 409 `conflict`, misuse → 500 `store_rejected`). With the `testing` feature only.
+///
+/// # Panics
+/// On the first case that does not hold.
+#[cfg(feature = "testing")]
+pub fn assert_store_failures_pass_through<E>(is_retryable: impl Fn(&E) -> bool)
+where
+    E: From<rusqlite::Error> + Into<ApiError> + std::error::Error + 'static,
+{
+    use rusqlite::ffi;
+    let sqlite = |code: i32| E::from(rusqlite::Error::SqliteFailure(ffi::Error::new(code), None));
+    let full = sqlite(ffi::SQLITE_FULL);
+    assert!(is_retryable(&full));
+    let source = full
+        .source()
+        .and_then(|s| s.downcast_ref::<rusqlite::Error>());
+    assert!(
+        matches!(source, Some(rusqlite::Error::SqliteFailure(e, _)) if e.code == ffi::ErrorCode::DiskFull),
+        "{source:?}"
+    );
+    for (code, status, api_code, retryable) in [
+        (ffi::SQLITE_FULL, 503, "storage_full", true),
+        (ffi::SQLITE_BUSY, 503, "unavailable", true),
+        (ffi::SQLITE_CORRUPT, 500, "corrupt", false),
+        (ffi::SQLITE_CONSTRAINT_UNIQUE, 409, "conflict", false),
+        (ffi::SQLITE_MISUSE, 500, "store_rejected", false),
+    ] {
+        let e = sqlite(code);
+        assert_eq!(is_retryable(&e), retryable, "{e}");
+        let api: ApiError = e.into();
+        assert_eq!(
+            (api.status.as_u16(), api.code),
+            (status, api_code),
+            "{code}"
+        );
+    }
+}
+
 /// The JSON body of every 4xx/5xx answer: `{"error": {"code", "message"}}`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct ErrorBody<'a> {
