@@ -77,14 +77,15 @@ impl Retry {
             tracing::warn!(worker, %error, failures = self.failures, retry_in = ?pause, "worker pass failed; retrying");
             return pause;
         }
+        let pause = self.pause(false);
         let message = error.to_string();
         if self.reported.as_deref() == Some(message.as_str()) {
             tracing::debug!(worker, %error, "worker pass failed again");
         } else {
-            tracing::error!(worker, %error, retry_in = ?self.pause(false), "worker pass failed and retrying will not help until the cause is fixed; retrying slowly");
+            tracing::error!(worker, %error, retry_in = ?pause, "worker pass failed and retrying will not help until the cause is fixed; retrying slowly");
             self.reported = Some(message);
         }
-        self.pause(false)
+        pause
     }
 
     /// The pause after the failures counted so far.
