@@ -1,7 +1,7 @@
 //! The SVG line charts of the benchmark figures (`--plot-dir DIR`), drawn with `plotters`' SVG
-//! backend: axes from zero to the largest value (y with a tenth of headroom), one line with its points per
-//! series, and a legend under the plot. The command that produced a chart is written at its
-//! foot, so the file says how to regenerate it.
+//! backend: axes from zero to the largest value (y with a tenth of headroom), one line with its
+//! points per series, and a legend under the plot. The command that produced a chart is written at
+//! its foot, so the file says how to regenerate it.
 //!
 //! Text is laid out by `plotters`' built-in estimate, not with system fonts (its `ttf` feature
 //! is off): an SVG viewer renders the text itself, and the benchmark needs no font library.

@@ -134,16 +134,16 @@ impl Default for ChatConfig {
 }
 
 impl ChatConfig {
-    /// Checks the values no deployment can mean, so that the server refuses to start with
-    /// the key named instead of running otherwise than configured: a count of 0
-    /// (`archive_batch_max`, `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`,
-    /// `page_bytes_max`: each would silently run as 1; `max_body_bytes`: every SEND would be
-    /// refused), and a `dedup_window`, `archive_idle` or `trim_interval` under 1 ms (the stores
-    /// count in ms: a retried SEND would commit twice, against the API's idempotent retry, or
-    /// a worker would poll flat out while idle). `hot_window` may be 0: messages then leave the hot tier as
-    /// soon as the trim rule lets them ([`crate::trimmer`]); the store keeps the smallest
-    /// window ever recorded, so a larger window set later trims later by the difference until
-    /// the store's floor is reset. Returns the first problem, as a sentence.
+    /// Checks the values no deployment can mean, so that the server refuses to start with the key
+    /// named instead of running otherwise than configured: a count of 0 (`archive_batch_max`,
+    /// `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`, `page_bytes_max`: each would
+    /// silently run as 1; `max_body_bytes`: every SEND would be refused), and a `dedup_window`,
+    /// `archive_idle` or `trim_interval` under 1 ms (the stores count in ms: a retried SEND would
+    /// commit twice, against the API's idempotent retry, or a worker would poll flat out while
+    /// idle). `hot_window` may be 0: messages then leave the hot tier as soon as the trim rule lets
+    /// them ([`crate::trimmer`]); the store keeps the smallest window ever recorded, so a larger
+    /// window set later trims later by the difference until the store's floor is reset. Returns the
+    /// first problem, as a sentence.
     pub fn validate(&self) -> Result<(), String> {
         let counts = [
             ("archive_batch_max", self.archive_batch_max),

@@ -29,9 +29,10 @@ fn assert_corrupt<T: std::fmt::Debug>(result: Result<T, ChatError>, seq: u64) {
 on_every_backend!(
     /// Test 5. 1,000 messages committed in 25 groups of 40, one group per second; with a 30 s hot
     /// window each further second of clock lets the trimmer raise F by exactly 40. A client pages
-    /// backwards in steps of 50 (`Latest`, then `Before(first seq of the last page)`) while archiver
-    /// and trimmer run and the clock moves between pages: F goes 0, 40, …, 760 and crosses the
-    /// pages (page 11 straddles it), yet every seq 1..=1000 comes back exactly once, with its body.
+    /// backwards in steps of 50 (`Latest`, then `Before(first seq of the last page)`) while
+    /// archiver and trimmer run and the clock moves between pages: F goes 0, 40, …, 760 and crosses
+    /// the pages (page 11 straddles it), yet every seq 1..=1000 comes back exactly once, with its
+    /// body.
     ///
     /// Then one archived record (seq 120 ≤ F) is deleted behind the server's back: every history
     /// window that covers it and every unread count that needs it fails with
@@ -174,8 +175,8 @@ async fn paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole_o
 
 on_every_backend!(
     /// Test 6. Unread counts = messages in `(read_seq, latest]` not sent by the user, across both
-    /// tiers: seqs 1..=6 archived and trimmed (F = 6), 7..=10 hot; alice sends the odd seqs, bob the
-    /// even ones. Read pointers on trimmed seqs (3, and F itself) count correctly, and
+    /// tiers: seqs 1..=6 archived and trimmed (F = 6), 7..=10 hot; alice sends the odd seqs, bob
+    /// the even ones. Read pointers on trimmed seqs (3, and F itself) count correctly, and
     /// `user_conversations` reports the same numbers; once everything is trimmed the counts hold.
     #[tokio::test]
     unread_counts_span_both_tiers_and_read_pointers_on_trimmed_seqs,

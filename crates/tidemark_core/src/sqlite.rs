@@ -445,13 +445,13 @@ pub const CHECKPOINT_BUSY_FRAMES_PER_SEC: f64 = 1024.0;
 /// WAL size (bytes of pages) past which the writer checkpoints by itself (SQLite's default is
 /// 1,000 pages); SQLite counts it in pages: [`autocheckpoint_pages`].
 ///
-/// Under a steady write load the log is never fully copied when the writer starts a
-/// transaction, so it only rewinds at this size, with the writer's own checkpoint; each rewind
-/// stalls commits for tens of milliseconds, whatever was left to copy (at 50,000 pages of
-/// 4 KiB that is once a second at 10,000 sends/s, and p99 follows the stalls). At 250,000 pages of 4 KiB (≈ 1 GiB of WAL at most) it is once in about five
-/// seconds; in bytes, so that a file of smaller pages (`hot.db`'s 1 KiB) rewinds as seldom.
-/// The log is copied into the database continuously all the same, so readers and crash
-/// recovery see a log that is mostly checkpointed.
+/// Under a steady write load the log is never fully copied when the writer starts a transaction, so
+/// it only rewinds at this size, with the writer's own checkpoint; each rewind stalls commits for
+/// tens of milliseconds, whatever was left to copy (at 50,000 pages of 4 KiB that is once a second
+/// at 10,000 sends/s, and p99 follows the stalls). At 250,000 pages of 4 KiB (≈ 1 GiB of WAL at
+/// most) it is once in about five seconds; in bytes, so that a file of smaller pages
+/// (`hot.db`'s 1 KiB) rewinds as seldom. The log is copied into the database continuously all
+/// the same, so readers and crash recovery see a log that is mostly checkpointed.
 pub const AUTOCHECKPOINT_BYTES: i64 = 250_000 * 4096;
 
 /// [`AUTOCHECKPOINT_BYTES`] in pages of `page_size` bytes (`wal_autocheckpoint`'s unit).

@@ -312,11 +312,11 @@ impl RedisHot {
 /// registered: nothing is archived in this mode, so nothing may leave the hot tier.
 #[async_trait]
 impl FusedCommit for RedisHot {
-    /// Errors: `with_outbox` ([`ChatError::Invalid`]: a Redis hot store commits through a
-    /// separate outbox, [`crate::commit::staged_commit`]); a retry whose first try is still
-    /// RESERVED from a tiered run (a retryable [`ChatError::Store`]: committing it without the outbox
-    /// would let the trimmer of a later tiered run drop a record the archive never saw — the
-    /// recovery worker of a tiered server finishes it).
+    /// Errors: `with_outbox` ([`ChatError::Invalid`]: a Redis hot store commits through a separate
+    /// outbox, [`crate::commit::staged_commit`]); a retry whose first try is still RESERVED from a
+    /// tiered run (a retryable [`ChatError::Store`]: committing it without the outbox would let the
+    /// trimmer of a later tiered run drop a record the archive never saw — the recovery worker of a
+    /// tiered server finishes it).
     async fn commit_fused(
         &self,
         cmd: SendCommand,

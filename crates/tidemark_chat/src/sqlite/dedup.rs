@@ -8,9 +8,9 @@
 //! (switched off) to 25–50 ms. So the entries are kept in commit order
 //! instead, where the sends of one group commit share the last page:
 //!
-//! - `dedup_log` (in `hot.db`; its tables are in [`super::migrations`]): one row per committed key, appended by the SEND's own
-//!   transaction (seed 000: the dedup entry is part of the atomic step that records the
-//!   message).
+//! - `dedup_log` (in `hot.db`; its tables are in [`super::migrations`]): one row per committed key,
+//!   appended by the SEND's own transaction (seed 000: the dedup entry is part of the atomic step
+//!   that records the message).
 //! - [`DedupIndex`], in memory: a hash of the key → the log row's id, for exactly the rows of
 //!   the log. Rebuilt from the log when the store opens, and again after any group transaction
 //!   of the writer was rolled back ([`DedupIndex::reload`], the writer's rollback hook); in

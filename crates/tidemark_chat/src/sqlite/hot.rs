@@ -1,11 +1,11 @@
 //! Hot store + outbox on one SQLite file (`hot.db`).
 //!
-//! Tables (created and migrated in [`super::migrations`]): `conversation` (members, floor F, and `latest_seq` — see [`LATEST_SEQ`]), `member`
-//! (read pointers), `message` (hot records; `state` 0 = RESERVED, 1 = COMMITTED; committed
-//! rows are the hot history index; `trim_score` set on commit), `dedup_log` + `dedup` (client
-//! dedup, own expiry, outlives trimming: see [`super::dedup`]), `outbox` (see
-//! [`super::outbox`]), `meta` (consumer positions, the archive watermark, the hot window
-//! floor: [`crate::trimmer`]).
+//! Tables (created and migrated in [`super::migrations`]): `conversation` (members, floor F, and
+//! `latest_seq` — see [`LATEST_SEQ`]), `member` (read pointers), `message` (hot records; `state` 0
+//! = RESERVED, 1 = COMMITTED; committed rows are the hot history index; `trim_score` set on
+//! commit), `dedup_log` + `dedup` (client dedup, own expiry, outlives trimming: see
+//! [`super::dedup`]), `outbox` (see [`super::outbox`]), `meta` (consumer positions, the archive
+//! watermark, the hot window floor: [`crate::trimmer`]).
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

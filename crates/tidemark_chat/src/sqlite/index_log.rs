@@ -1,10 +1,11 @@
 //! The embedded archive's history index, written in time order and merged into its keyed
 //! B-tree in large sorted steps (DESIGN principle 3: write in time order).
 //!
-//! Why: `history_index` is keyed `(tenant, conversation, seq_bucket, seq)`, so an archive batch
-//! of a few thousand entries spread over thousands of conversations dirties about one leaf page
-//! per entry — a 4 KiB WAL frame and a checkpoint write for some 100 bytes. That random I/O was
-//! the gap between `tiered` and `hot-only` (with the archive on tmpfs the two were equal). So the archiver's entries take two steps instead:
+//! Why: `history_index` is keyed `(tenant, conversation, seq_bucket, seq)`, so an archive batch of
+//! a few thousand entries spread over thousands of conversations dirties about one leaf page per
+//! entry — a 4 KiB WAL frame and a checkpoint write for some 100 bytes. That random I/O was the gap
+//! between `tiered` and `hot-only` (with the archive on tmpfs the two were equal). So the
+//! archiver's entries take two steps instead:
 //!
 //! 1. [`append`]: each batch's entries are appended to `history_index_log` (rows in commit
 //!    order; a batch fills a few consecutive pages), and after that commit [`PendingIndex`],
@@ -20,14 +21,14 @@
 //!    SENDs wait on, on a blocking thread instead).
 //!
 //! Readers ([`super::SqliteArchive`]) take what they need of [`PendingIndex`] *before* their
-//! database snapshot: an entry leaves it only after its merge committed, so a reader that no
-//! longer finds it there reads a snapshot that has it in `history_index`; one that finds it in
-//! both gets it once. Nothing else deletes the log's rows or the keyed index's entries: an
-//! expired ephemeral message's entry stays, as a tombstone (see [`super::SqliteArchive`]). An append
-//! that committed before a merge but reaches memory after it leaves an entry that is in both
-//! until the next merge: harmless. When the archive opens, [`PendingIndex::load`] reads the
-//! log back into memory: about one merge's worth of rows (twice that in `sync-archive`, where
-//! the commit path and the archiver both append each entry), more only if merges failed.
+//! database snapshot: an entry leaves it only after its merge committed, so a reader that no longer
+//! finds it there reads a snapshot that has it in `history_index`; one that finds it in both gets
+//! it once. Nothing else deletes the log's rows or the keyed index's entries: an expired ephemeral
+//! message's entry stays, as a tombstone (see [`super::SqliteArchive`]). An append that committed
+//! before a merge but reaches memory after it leaves an entry that is in both until the next merge:
+//! harmless. When the archive opens, [`PendingIndex::load`] reads the log back into memory: about
+//! one merge's worth of rows (twice that in `sync-archive`, where the commit path and the archiver
+//! both append each entry), more only if merges failed.
 //!
 //! Records are not part of this: `message_record` is appended in time order already (a rowid
 //! table, unique by its time-ordered `message_id`), and an index entry points at its record
