@@ -14,11 +14,16 @@
 //! what it lacks.
 //!
 //! Per batch (at most `archive_batch_max` records and about [`DEFAULT_BATCH_BYTES_MAX`] of
-//! bodies): take `T0, H0` ([`Outbox::watermark_snapshot`]), write all records, then their index
-//! entries with how far the batch reaches ([`Archive::archived_through`]), and only when both
-//! are acknowledged store the new position. Any failure stores
-//! nothing and the batch is replayed. Once the stored position is ≥ H0, publish the watermark
-//! `T = T0`: every message committed before T is in the archive.
+//! bodies):
+//! 1. read `T0` from the node's HLC and raise the hot store's clock floor to it
+//!    ([`HotStore::raise_clock_floor`]): every commit marked from then on, on any node, is
+//!    scored from a time ≥ `T0`, however its node's clock lags;
+//! 2. take `H0` ([`Outbox::watermark_snapshot`]);
+//! 3. write all records, then their index entries with how far the batch reaches
+//!    ([`Archive::archived_through`]), and only when both are acknowledged store the new
+//!    position. Any failure stores nothing and the batch is replayed.
+//! 4. Once the stored position is ≥ H0, publish the watermark `T = T0`: every message
+//!    committed before T is in the archive.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -187,7 +192,13 @@ impl Archiver {
 
     /// Archives one batch. On error nothing was stored and the same batch is read again next time.
     pub async fn run_once(&mut self) -> Result<BatchOutcome> {
+        // The fence: from here on every commit on every node is scored from a time ≥ `fence`
+        // (HotStore::raise_clock_floor), so a message appended after H0 below cannot be
+        // trimmed on the strength of a T ≤ `fence`, whatever the clock of its node.
+        let fence = self.clock.now_ms();
+        self.hot.raise_clock_floor(fence).await?;
         let (t0, h0) = self.outbox.watermark_snapshot(&self.clock).await?;
+        let t0 = t0.min(fence);
         let (batch, full) = self.fetch_batch().await?;
         let mut archived = 0;
         if let Some(&(last_offset, _)) = batch.last() {

@@ -152,6 +152,9 @@ pub async fn staged_commit(
     match hot.reserve(cmd, clock.now_ms(), params).await? {
         Reservation::Committed(ack) => Ok(SendOutcome::Duplicate(ack)),
         Reservation::Reserved { record, fresh } => {
+            // Dated after a message of a node with a faster clock: this node's clock moves past
+            // it (HLC receive), so that its next commits need no second try.
+            clock.observe(record.committed_at_ms);
             // A crash test holds the SEND here, reserved but not in the outbox, and kills us.
             // Only test builds have failpoints: in the product this is no code at all.
             #[cfg(feature = "testing")]

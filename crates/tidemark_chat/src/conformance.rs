@@ -292,19 +292,109 @@ pub async fn hot_only_commit<S: FusedCommit + HotStore>(store: Arc<S>) {
     assert_eq!(untracked, records);
     assert_eq!(store.untracked_committed(2).await.unwrap(), records[..2]);
     let keys: Vec<_> = records.iter().map(MessageRecord::key).collect();
+    let now = T0 + 100 - PARAMS.hot_window_ms;
     store
-        .register_trim_candidates(&keys[..2], T0 + 100)
+        .register_trim_candidates(&keys[..2], now, PARAMS)
         .await
         .unwrap();
     assert_eq!(store.untracked_committed(10).await.unwrap(), records[2..]);
     store
-        .register_trim_candidates(&keys[2..], T0 + 100)
+        .register_trim_candidates(&keys[2..], now, PARAMS)
         .await
         .unwrap();
     assert!(store.untracked_committed(10).await.unwrap().is_empty());
     let trimmed = store.trim(T0 + 100, 100).await.unwrap();
     assert_eq!(trimmed, keys);
     assert_eq!(store.hot_len().await.unwrap(), 0);
+}
+
+/// The hot store's times (DESIGN.md "Many nodes": hybrid logical clocks):
+/// - a conversation's `committed_at` never decreases along its seqs, however early the clock of
+///   the node that reserves (the store raises it to the conversation's latest);
+/// - [`HotStore::clock_high_water`] holds the latest commit time and the watermark;
+/// - with `shared` (a store several nodes use: Redis), the clock floor: after
+///   [`HotStore::raise_clock_floor`]`(F)`, a commit marked with an earlier `now` is scored from
+///   F, and so is a backfilled one; the floor never moves back. A store one process uses
+///   (`shared` false: SQLite) ignores the floor, its process's clock being the one the
+///   archiver reads.
+pub async fn hot_store_clock(hot: Arc<dyn HotStore>, shared: bool) {
+    let members = vec!["u1".to_string(), "u2".to_string()];
+    assert_eq!(
+        hot.clock_high_water().await.unwrap(),
+        None,
+        "an empty store"
+    );
+    hot.create_conversation("t1", "c-hlc", &members, None, T0)
+        .await
+        .unwrap();
+    let (r1, _) = reserved(
+        hot.reserve(cmd("t1", "c-hlc", "u1", "k1"), T0 + 5_000, PARAMS)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(r1.committed_at_ms, T0 + 5_000);
+    hot.mark_committed(&[r1.key()], T0 + 5_000, PARAMS)
+        .await
+        .unwrap();
+    // A node 5 s behind: its message is dated at its predecessor's time, not before it.
+    let (r2, _) = reserved(
+        hot.reserve(cmd("t1", "c-hlc", "u2", "k2"), T0, PARAMS)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(
+        (r2.conversation_seq, r2.committed_at_ms),
+        (2, T0 + 5_000),
+        "committed_at never decreases along a conversation"
+    );
+    // Its dedup entry answers a retry with that same time.
+    hot.mark_committed(&[r2.key()], T0, PARAMS).await.unwrap();
+    assert_eq!(
+        hot.reserve(cmd("t1", "c-hlc", "u2", "k2"), T0 + 1, PARAMS)
+            .await
+            .unwrap(),
+        Reservation::Committed(r2.ack())
+    );
+    // Later clocks go on as they are.
+    let (r3, _) = reserved(
+        hot.reserve(cmd("t1", "c-hlc", "u1", "k3"), T0 + 6_000, PARAMS)
+            .await
+            .unwrap(),
+    );
+    assert_eq!(r3.committed_at_ms, T0 + 6_000);
+    hot.mark_committed(&[r3.key()], T0 + 6_000, PARAMS)
+        .await
+        .unwrap();
+    hot.publish_watermark(T0 + 7_000).await.unwrap();
+    assert_eq!(hot.clock_high_water().await.unwrap(), Some(T0 + 7_000));
+
+    if !shared {
+        hot.raise_clock_floor(T0 + 9_000).await.unwrap();
+        assert_eq!(hot.clock_high_water().await.unwrap(), Some(T0 + 7_000));
+        return;
+    }
+    // The clock floor: a commit marked at an earlier `now` is scored from the floor.
+    let w = PARAMS.hot_window_ms;
+    hot.raise_clock_floor(T0 + 20_000).await.unwrap();
+    hot.raise_clock_floor(T0 + 10_000).await.unwrap(); // never moves back
+    assert_eq!(hot.clock_high_water().await.unwrap(), Some(T0 + 20_000));
+    let (r4, _) = reserved(
+        hot.reserve(cmd("t1", "c-hlc", "u1", "k4"), T0 + 6_001, PARAMS)
+            .await
+            .unwrap(),
+    );
+    hot.mark_committed(&[r4.key()], T0 + 6_001, PARAMS)
+        .await
+        .unwrap();
+    // r2 (scored T0 + 5,000 + w: its store's floor was 5,000 then) and r1 and r3 go; r4
+    // does not, although its `now` was 6,001: it waits for T0 + 20,000 + w.
+    let trimmed = hot.trim(T0 + 19_999 + w, 100).await.unwrap();
+    assert_eq!(trimmed, vec![r1.key(), r2.key(), r3.key()]);
+    assert_eq!(hot.trim(T0 + 19_999 + w, 100).await.unwrap(), vec![]);
+    assert_eq!(
+        hot.trim(T0 + 20_000 + w, 100).await.unwrap(),
+        vec![r4.key()]
+    );
 }
 
 /// watermark snapshot.

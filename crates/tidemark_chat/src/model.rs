@@ -84,13 +84,20 @@ pub struct MessageRecord {
     pub body: String,
     /// Retention class.
     pub class: MessageClass,
-    /// Commit time shown to clients (Unix ms, UTC): when the seq was allocated.
+    /// Commit time shown to clients (Unix ms, UTC): when the seq was allocated, by the
+    /// committing node's HLC; never earlier than the conversation's previous message's.
     pub committed_at_ms: i64,
     /// When an ephemeral message vanishes (Unix ms); `None` for standard messages.
     pub expires_at_ms: Option<i64>,
 }
 
 impl MessageRecord {
+    /// Dates the record `committed_at_ms` (its expiry moves with it).
+    pub fn redate(&mut self, committed_at_ms: i64) {
+        self.committed_at_ms = committed_at_ms;
+        self.expires_at_ms = self.class.expires_at(committed_at_ms);
+    }
+
     /// A standard record for unit tests: seq `seq` of conversation `c` of tenant `t`, id
     /// `m<seq>`, sent by `u1` with key `k<seq>`, committed at 1,000 ms.
     #[cfg(test)]

@@ -56,6 +56,11 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// Step 1 of the commit (seed 000 `reserve_and_record`), atomic: client dedup lookup, seq
     /// allocation, record write in state RESERVED. The conversation exists and the sender is a
     /// member (checked by the caller; membership never changes).
+    ///
+    /// The record's `committed_at` is `now_ms`, or the conversation's latest `committed_at` if
+    /// that is later (the HLC receive rule, seed 000 step 3): along a conversation's seqs it
+    /// never decreases, whatever the clocks of the nodes that committed them. The caller's
+    /// clock observes the time returned.
     async fn reserve(
         &self,
         cmd: SendCommand,
@@ -65,7 +70,9 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
 
     /// Step 3 of the commit (seed 000 `mark_published_and_committed`), atomic per record: mark
     /// COMMITTED, add to the hot history index, register a trim candidate with score
-    /// `now_ms + hot_window_ms`. Idempotent: already committed records are left as they are.
+    /// `max(now_ms, clock floor) + hot_window_ms` ([`HotStore::raise_clock_floor`]), and raise
+    /// the floor to that commit time. Idempotent: already committed records are left as they
+    /// are.
     async fn mark_committed(
         &self,
         keys: &[RecordKey],
@@ -149,8 +156,32 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// sent to the outbox), at most `limit`.
     async fn untracked_committed(&self, limit: usize) -> Result<Vec<MessageRecord>>;
 
-    /// Registers trim candidates with `score_ms` for committed records that have none.
-    async fn register_trim_candidates(&self, keys: &[RecordKey], score_ms: i64) -> Result<()>;
+    /// Registers trim candidates for committed records that have none, scored as
+    /// [`HotStore::mark_committed`] scores them: `max(now_ms, clock floor) + hot_window_ms`.
+    async fn register_trim_candidates(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()>;
+
+    /// Raises the clock floor to `t_ms` (Unix ms; it never moves back): every trim candidate
+    /// scored after this returns, by any node, is scored from a commit time ≥ `t_ms`.
+    ///
+    /// The archiver raises it to its `T0` before it reads the outbox's `H0`
+    /// ([`crate::archiver`]): a message whose outbox append completed after that read is marked
+    /// committed later still, so it cannot score below `T0` — not even on a node whose clock
+    /// lags the archiver's — and the watermark `T0` cannot let it be trimmed unarchived
+    /// (DESIGN.md "Many nodes": hybrid logical clocks). A store that only one process uses
+    /// (SQLite) does nothing: that process's commits and its archiver read one
+    /// [`tidemark_core::hlc::HybridClock`], which never goes back.
+    async fn raise_clock_floor(&self, t_ms: i64) -> Result<()>;
+
+    /// The highest time the store holds (Unix ms): the watermark, the latest commit times and
+    /// clock floors; `None` if it holds none. A node's clock observes it before the node's first
+    /// commit ([`crate::service::ChatService`]), so times never go back across a restart, even
+    /// one with the wall clock stepped back.
+    async fn clock_high_water(&self) -> Result<Option<i64>>;
 
     /// Number of messages currently held in the hot tier.
     async fn hot_len(&self) -> Result<u64>;

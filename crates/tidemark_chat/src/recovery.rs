@@ -134,7 +134,7 @@ pub async fn backfill_untracked(
         }
         outbox.append(&records).await?;
         let keys: Vec<_> = records.iter().map(MessageRecord::key).collect();
-        hot.register_trim_candidates(&keys, clock.now_ms() + params.hot_window_ms)
+        hot.register_trim_candidates(&keys, clock.now_ms(), params)
             .await?;
         total += records.len();
     }

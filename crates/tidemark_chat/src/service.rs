@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::health::StoreHealth;
+use tidemark_core::hlc::HybridClock;
 use tidemark_core::store::StoreError;
 use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
@@ -148,8 +149,8 @@ pub struct ChatService {
     /// The node's full stores ([`tidemark_core::health`]), shared with the workers.
     store_health: StoreHealth,
     /// Set once this service's hot window is recorded in the hot store
-    /// ([`ChatService::record_hot_window`]).
-    hot_window_recorded: Arc<tokio::sync::OnceCell<()>>,
+    /// ([`ChatService::prepare_hot_store`]).
+    hot_store_prepared: Arc<tokio::sync::OnceCell<()>>,
 }
 
 /// `(tenant, conversation_id)` → members.
@@ -257,13 +258,16 @@ fn is_invisible(c: char) -> bool {
 }
 
 impl ChatService {
-    /// A service over `stores`.
+    /// A service over `stores`. Every time it and its workers read comes from a
+    /// [`HybridClock`] over `clock` (DESIGN.md "Many nodes": commit times, trim scores and the
+    /// watermark are HLC timestamps), which the stores' own times move forward.
     pub fn new(
         stores: ChatStores,
         clock: SharedClock,
         cfg: ChatConfig,
         metrics: ChatMetrics,
     ) -> Self {
+        let clock: SharedClock = Arc::new(HybridClock::new(clock));
         let sync_archive = (cfg.mode == ChatMode::SyncArchive)
             .then(|| stores.archive.clone())
             .flatten();
@@ -284,17 +288,25 @@ impl ChatService {
             contact_tasks: TaskTracker::new(),
             health: CommitHealth::default(),
             store_health: StoreHealth::default(),
-            hot_window_recorded: Arc::default(),
+            hot_store_prepared: Arc::default(),
         }
     }
 
-    /// Records the configured hot window in the hot store, once per service, before anything
-    /// is scored with it (the first SEND, the workers' backfill and recovery): the trimmer's
-    /// watermark bound rests on the smallest window ever recorded ([`crate::trimmer`]).
-    async fn record_hot_window(&self) -> Result<()> {
+    /// Once per service, before anything is committed or scored (the first SEND, the workers'
+    /// backfill and recovery):
+    /// - moves the clock past the highest time the hot store holds
+    ///   ([`HotStore::clock_high_water`]), so that a node restarted with its wall clock stepped
+    ///   back neither scores a message below the watermark nor dates one before its
+    ///   predecessors;
+    /// - records the configured hot window: the trimmer's watermark bound rests on the smallest
+    ///   window ever recorded ([`crate::trimmer`]).
+    async fn prepare_hot_store(&self) -> Result<()> {
         let window_ms = self.cfg.commit_params().hot_window_ms;
-        self.hot_window_recorded
+        self.hot_store_prepared
             .get_or_try_init(|| async {
+                if let Some(high) = self.stores.hot.clock_high_water().await? {
+                    self.clock.observe(high);
+                }
                 let now = self.clock.now_ms();
                 self.stores
                     .hot
@@ -538,7 +550,7 @@ impl ChatService {
         }
         self.check_member(&cmd.tenant, &cmd.conversation_id, &cmd.sender)
             .await?;
-        self.record_hot_window().await?;
+        self.prepare_hot_store().await?;
         let timer = self.metrics.send_seconds.start_timer();
         let origin = self
             .committer
@@ -728,7 +740,7 @@ impl ChatService {
         tasks: &mut JoinSet<()>,
         cancel: &CancellationToken,
     ) -> Result<()> {
-        self.record_hot_window().await?;
+        self.prepare_hot_store().await?;
         let s = &self.stores;
         if let (Some(outbox), Some(archive)) = (&s.outbox, &s.archive) {
             let params = self.cfg.commit_params();

@@ -225,3 +225,34 @@ async fn latest_seq_holds_across_partial_and_full_trims_on(h: Harness) {
     assert_eq!(h.commit(&cid, "alice", "a6", "z").await.conversation_seq, 6);
     assert_eq!(seqs(&h.full_history(&cid).await), vec![1, 2, 3, 4, 5, 6]);
 }
+
+on_every_backend!(
+    /// A node restarted with its wall clock a minute behind dates nothing before what the
+    /// store already holds (DESIGN.md "Many nodes": HLC, persisted so that it never goes back):
+    /// its first commits take the watermark's time, in a new conversation and in an old one.
+    #[tokio::test]
+    a_restart_with_the_clock_stepped_back_dates_nothing_before_the_store,
+    small_windows(),
+    a_restart_with_the_clock_stepped_back_dates_nothing_before_the_store_on
+);
+
+async fn a_restart_with_the_clock_stepped_back_dates_nothing_before_the_store_on(h: Harness) {
+    let cid = h.conversation(&["alice", "bob"]).await;
+    let first = h.commit(&cid, "alice", "m-1", "hello").await;
+    assert_eq!(first.committed_at_ms, common::START_MS);
+    h.advance(h.margins_ms());
+    h.archive_all().await;
+    let watermark = h.hot().watermark().await.unwrap().expect("published");
+    assert_eq!(watermark, common::START_MS + h.margins_ms());
+
+    let h = h.restart().await;
+    h.clock.set(common::START_MS - 60_000);
+    let other = h.conversation(&["carol", "dave"]).await;
+    let fresh = h.commit(&other, "carol", "m-1", "hi").await;
+    assert_eq!(fresh.committed_at_ms, watermark);
+    let next = h.commit(&cid, "bob", "m-2", "back again").await;
+    assert_eq!(
+        (next.conversation_seq, next.committed_at_ms),
+        (2, watermark)
+    );
+}

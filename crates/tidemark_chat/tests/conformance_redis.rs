@@ -16,6 +16,13 @@ async fn redis_hot_store() {
     conformance::hot_store(Arc::new(hot)).await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_hot_store_clock() {
+    let server = RedisServer::start().unwrap();
+    let hot = RedisHot::connect(&server.url(), 2).await.unwrap();
+    conformance::hot_store_clock(Arc::new(hot), true).await;
+}
+
 /// The machine's Redis on 6379 keeps nothing on disk (SERVICES.md): it must be refused, with
 /// the setting and its value named.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

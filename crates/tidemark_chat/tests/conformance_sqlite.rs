@@ -15,6 +15,16 @@ async fn sqlite_hot_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_hot_store_clock() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::hot_store_clock(
+        Arc::new(SqliteHot::open(&dir.path().join("hot.db"), 64).unwrap()),
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_outbox() {
     let dir = tempfile::tempdir().unwrap();
     conformance::outbox(Arc::new(

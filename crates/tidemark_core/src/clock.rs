@@ -1,4 +1,8 @@
 //! Injected time. All of Tidemark reads "now" through [`Clock`], in Unix milliseconds (UTC).
+//!
+//! Where several nodes compare times (chat's commit times, trim scores and watermark), the
+//! clock is a [`crate::hlc::HybridClock`] over one of these: it never goes back, and it moves
+//! past every time it is shown ([`Clock::observe`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, Ordering};
@@ -8,6 +12,11 @@ use std::time::{SystemTime, UNIX_EPOCH};
 pub trait Clock: Send + Sync + std::fmt::Debug {
     /// Milliseconds since the Unix epoch.
     fn now_ms(&self) -> i64;
+
+    /// Takes note of a time read from another node or from a store (Unix ms): a hybrid
+    /// logical clock ([`crate::hlc::HybridClock`]) never reads earlier than it afterwards.
+    /// Plain clocks ignore it.
+    fn observe(&self, _remote_ms: i64) {}
 }
 
 /// A shared clock handle, as passed to every component.

@@ -26,6 +26,7 @@
 //! Modules:
 //! - [`clock`]: injected time (`Arc<dyn Clock>`, Unix ms), so hot windows, TTLs and day
 //!   boundaries are tested without sleeping.
+//! - [`hlc`]: the hybrid logical clock nodes time their shared rules with (seed 000, step 3).
 //! - [`day`]: UTC days ([`day::UtcDay`]), the partition unit of link records and raw events.
 //! - [`sqlite`]: the embedded engine: [`sqlite::GroupWriter`] (group commit), read pools,
 //!   checkpoints off the commit path, [`sqlite::SqliteError`].
@@ -52,6 +53,7 @@
 pub mod clock;
 pub mod day;
 pub mod health;
+pub mod hlc;
 pub mod http;
 pub mod mysql;
 pub mod openapi;

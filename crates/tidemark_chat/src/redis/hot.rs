@@ -6,7 +6,7 @@ use futures::future::try_join_all;
 use redis::Value;
 
 use super::RedisHot;
-use super::keys::{self, ConvKeys, SHARDS, dedup_field, shard_prefix, split_member};
+use super::keys::{self, CLOCK_FLOOR, ConvKeys, SHARDS, dedup_field, shard_prefix, split_member};
 use crate::error::{ChatError, Result};
 use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageClass, MessageRecord, RecordKey,
@@ -15,7 +15,12 @@ use crate::model::{
 use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore};
 use crate::trimmer::first_recorded_window;
 use tidemark_core::clock::SharedClock;
-use tidemark_core::store::StoreError;
+use tidemark_core::store::{ErrorKind, StoreError};
+
+/// How many times a reservation is dated again because the conversation's latest message is
+/// dated later ([`RedisHot::reserve_as`]): each try moves to the time the store answered, so
+/// only a conversation written ever faster by nodes with faster clocks needs more than two.
+const CLOCK_RETRIES: usize = 8;
 
 /// The state `reserve_and_record.lua` writes a fresh record in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -143,7 +148,9 @@ impl RedisHot {
     }
 
     /// `reserve_and_record.lua`: the dedup lookup and seq allocation, writing the fresh record
-    /// in `state` (see [`RecordState`]).
+    /// in `state` (see [`RecordState`]). A conversation whose latest message is dated after
+    /// `now_ms` (a node with a faster clock wrote it) answers `behind` and writes nothing; the
+    /// record is dated at that time and tried again, up to [`CLOCK_RETRIES`] times.
     async fn reserve_as(
         &self,
         cmd: SendCommand,
@@ -155,60 +162,75 @@ impl RedisHot {
         let field = dedup_field(&cmd.sender, &cmd.client_msg_id);
         // The record as it will be if this call allocates the seq (filled in below).
         let mut record = cmd.into_record(0, now_ms);
-        let (expiry, json) = encode_record(&record)?;
-        let mut inv = self.scripts.reserve.prepare_invoke();
-        inv.key(k.conv())
-            .key(k.messages())
-            .key(k.dedup())
-            .key(k.shard(state.queue()))
-            .key(k.shard("dx"))
-            .key(k.shard("n"))
-            .key(k.index())
-            .arg(&k.part)
-            .arg(&field)
-            .arg(now_ms)
-            .arg(now_ms + params.dedup_window_ms)
-            .arg(expiry)
-            .arg(json)
-            .arg(&record.message_id)
-            .arg(state.tag());
-        let reply: Vec<Value> = inv.invoke_async(&mut self.conn()).await?;
-        let tag = reply.first().map(text).transpose()?.unwrap_or_default();
-        let at = |i: usize| {
-            reply
-                .get(i)
-                .ok_or_else(|| ChatError::Corrupt(format!("redis reserve: short reply {reply:?}")))
-        };
-        match tag.as_str() {
-            "unknown" => Err(ChatError::UnknownConversation(record.conversation_id)),
-            "fresh" => {
-                record.conversation_seq = int(at(1)?)? as u64;
-                Ok(Reservation::Reserved {
-                    record,
-                    fresh: true,
+        for _ in 0..CLOCK_RETRIES {
+            let (expiry, json) = encode_record(&record)?;
+            let now_ms = record.committed_at_ms;
+            let mut inv = self.scripts.reserve.prepare_invoke();
+            inv.key(k.conv())
+                .key(k.messages())
+                .key(k.dedup())
+                .key(k.shard(state.queue()))
+                .key(k.shard("dx"))
+                .key(k.shard("n"))
+                .key(k.index())
+                .arg(&k.part)
+                .arg(&field)
+                .arg(now_ms)
+                .arg(now_ms + params.dedup_window_ms)
+                .arg(expiry)
+                .arg(json)
+                .arg(&record.message_id)
+                .arg(state.tag());
+            let reply: Vec<Value> = inv.invoke_async(&mut self.conn()).await?;
+            let tag = reply.first().map(text).transpose()?.unwrap_or_default();
+            let at = |i: usize| {
+                reply.get(i).ok_or_else(|| {
+                    ChatError::Corrupt(format!("redis reserve: short reply {reply:?}"))
                 })
-            }
-            "reserved" => {
-                let seq = int(at(1)?)? as u64;
-                Ok(Reservation::Reserved {
-                    record: decode_record(
-                        &record.tenant,
-                        &record.conversation_id,
-                        seq,
-                        bytes(at(2)?)?,
-                    )?,
-                    fresh: false,
-                })
-            }
-            "committed" => Ok(Reservation::Committed(SendAck {
-                conversation_seq: int(at(1)?)? as u64,
-                committed_at_ms: int(at(2)?)?,
-                message_id: text(at(3)?)?,
-            })),
-            other => Err(ChatError::Corrupt(format!(
-                "redis reserve: unexpected reply {other:?}"
-            ))),
+            };
+            return match tag.as_str() {
+                "behind" => {
+                    record.redate(int(at(1)?)?);
+                    continue;
+                }
+                "unknown" => Err(ChatError::UnknownConversation(record.conversation_id)),
+                "fresh" => {
+                    record.conversation_seq = int(at(1)?)? as u64;
+                    Ok(Reservation::Reserved {
+                        record,
+                        fresh: true,
+                    })
+                }
+                "reserved" => {
+                    let seq = int(at(1)?)? as u64;
+                    Ok(Reservation::Reserved {
+                        record: decode_record(
+                            &record.tenant,
+                            &record.conversation_id,
+                            seq,
+                            bytes(at(2)?)?,
+                        )?,
+                        fresh: false,
+                    })
+                }
+                "committed" => Ok(Reservation::Committed(SendAck {
+                    conversation_seq: int(at(1)?)? as u64,
+                    committed_at_ms: int(at(2)?)?,
+                    message_id: text(at(3)?)?,
+                })),
+                other => Err(ChatError::Corrupt(format!(
+                    "redis reserve: unexpected reply {other:?}"
+                ))),
+            };
         }
+        Err(ChatError::Store(StoreError::new(
+            ErrorKind::Unavailable,
+            "redis",
+            format!(
+                "conversation {:?}: newer messages kept arriving from faster clocks over {CLOCK_RETRIES} tries",
+                record.conversation_id
+            ),
+        )))
     }
 
     /// The oldest `limit` records (by score, then key) of the shard queues of `state` with a
@@ -451,9 +473,11 @@ impl HotStore for RedisHot {
                 .key(k.index())
                 .key(k.shard("rsv"))
                 .key(k.shard("trim"))
+                .key(k.shard(CLOCK_FLOOR))
                 .arg(&k.part)
                 .arg(key.conversation_seq)
-                .arg(now_ms + params.hot_window_ms);
+                .arg(now_ms)
+                .arg(params.hot_window_ms);
             let _: i64 = inv.invoke_async(&mut self.conn()).await?;
             Ok::<_, ChatError>(())
         }))
@@ -587,6 +611,32 @@ impl HotStore for RedisHot {
             .await?)
     }
 
+    /// `raise_clock_floor.lua` on every shard, concurrently (a mark is atomic with its own
+    /// shard's floor, so each shard keeps one).
+    async fn raise_clock_floor(&self, t_ms: i64) -> Result<()> {
+        try_join_all((0..SHARDS).map(|n| async move {
+            let mut inv = self.scripts.raise_clock_floor.prepare_invoke();
+            inv.key(format!("{}{CLOCK_FLOOR}", shard_prefix(n)))
+                .arg(t_ms);
+            let _: i64 = inv.invoke_async(&mut self.conn()).await?;
+            Ok::<_, ChatError>(())
+        }))
+        .await?;
+        Ok(())
+    }
+
+    /// The watermark or the highest shard clock floor (the latest mark), whichever is later.
+    async fn clock_high_water(&self) -> Result<Option<i64>> {
+        let mut pipe = redis::pipe();
+        pipe.cmd("HGET").arg(keys::META).arg("watermark");
+        for n in 0..SHARDS {
+            pipe.cmd("GET")
+                .arg(format!("{}{CLOCK_FLOOR}", shard_prefix(n)));
+        }
+        let times: Vec<Option<i64>> = pipe.query_async(&mut self.conn()).await?;
+        Ok(times.into_iter().flatten().max())
+    }
+
     async fn archive_identity(&self) -> Result<Option<i64>> {
         Ok(redis::cmd("HGET")
             .arg(keys::META)
@@ -675,16 +725,23 @@ impl HotStore for RedisHot {
             .await
     }
 
-    async fn register_trim_candidates(&self, keys: &[RecordKey], score_ms: i64) -> Result<()> {
+    async fn register_trim_candidates(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()> {
         try_join_all(keys.iter().map(|key| async move {
             let k = ConvKeys::new(&key.tenant, &key.conversation_id);
             let mut inv = self.scripts.register_trim.prepare_invoke();
             inv.key(k.messages())
                 .key(k.shard("trim"))
                 .key(k.shard(RecordState::Committed.queue()))
+                .key(k.shard(CLOCK_FLOOR))
                 .arg(&k.part)
                 .arg(key.conversation_seq)
-                .arg(score_ms);
+                .arg(now_ms)
+                .arg(params.hot_window_ms);
             let _: i64 = inv.invoke_async(&mut self.conn()).await?;
             Ok::<_, ChatError>(())
         }))

@@ -8,7 +8,7 @@
 //!
 //! | key | type | content |
 //! |---|---|---|
-//! | `{tm:NN}:c:P` | hash | `members` (JSON), `listing`, `latest` (seq counter), `floor` (F), `created` |
+//! | `{tm:NN}:c:P` | hash | `members` (JSON), `listing`, `latest` (seq counter), `floor` (F), `created`, `at` (the latest message's `committed_at`) |
 //! | `{tm:NN}:m:P` | hash | seq → record value `<R/C><expiry>\|<json>` |
 //! | `{tm:NN}:h:P` | string (bitmap) | the hot history index: bit s set while seq s is committed and hot |
 //! | `{tm:NN}:d:P` | hash | dedup field `<len(sender)>:<sender><client_msg_id>` → `seq\|committed_at\|expires_at\|message_id` |
@@ -17,6 +17,7 @@
 //! | `{tm:NN}:trim` | zset | `P<seq>` trim candidates, score = commit time + hot window |
 //! | `{tm:NN}:dx` | zset | `P<dedup field>`, score = dedup expiry |
 //! | `{tm:NN}:n` | string | records held by the shard |
+//! | `{tm:NN}:clk` | string | the shard's clock floor (Unix ms): its latest commit time, raised by the archiver to its T0 (`HotStore::raise_clock_floor`) |
 //! | `tm:mb:{<len(tenant)>:<tenant><user>}` | hash | conversation id → read pointer |
 //! | `tm:meta` | hash | `watermark` (T, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`), `archive_identity` (see `crate::stores::check_archive`), `layout_version` ([`LAYOUT_VERSION`]) |
 //!
@@ -61,6 +62,9 @@ pub fn kind_of(key: &str) -> Option<&str> {
 pub(crate) fn memberships(tenant: &str, user: &str) -> String {
     format!("tm:mb:{{{}:{tenant}{user}}}", tenant.len())
 }
+
+/// The shard key (`{tm:NN}:clk`) of the shard's clock floor (see the table above).
+pub(crate) const CLOCK_FLOOR: &str = "clk";
 
 /// The hash holding the archive watermark, the hot window's floor and the archive's identity.
 pub(crate) const META: &str = "tm:meta";

@@ -25,6 +25,7 @@ pub(crate) struct Scripts {
     pub(crate) raise: Script,
     pub(crate) lower: Script,
     pub(crate) register_trim: Script,
+    pub(crate) raise_clock_floor: Script,
 }
 
 impl Scripts {
@@ -41,10 +42,11 @@ impl Scripts {
             raise: script(include_str!("scripts/raise.lua")),
             lower: script(include_str!("scripts/lower.lua")),
             register_trim: script(include_str!("scripts/register_trim.lua")),
+            raise_clock_floor: script(include_str!("scripts/raise_clock_floor.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 11] {
+    pub(crate) fn all(&self) -> [&Script; 12] {
         [
             &self.create_conversation,
             &self.reserve,
@@ -57,6 +59,7 @@ impl Scripts {
             &self.raise,
             &self.lower,
             &self.register_trim,
+            &self.raise_clock_floor,
         ]
     }
 }

@@ -124,15 +124,25 @@ impl SqliteHot {
 
 /// Allocates the next seq: [`LATEST_SEQ`] + 1. Runs on the writer, so no other allocation
 /// comes between it and the insert of the message row that records it.
-fn allocate_seq(conn: &Connection, tenant: &str, conversation_id: &str) -> Result<u64> {
+/// The next seq of a conversation, and the commit time of its latest message still in the
+/// hot tier (0 if none): a new message is dated no earlier ([`HotStore::reserve`]). Both come
+/// from seeks on the `(tenant, conversation_id, conversation_seq)` index. A conversation whose
+/// hot messages were all trimmed has nothing later than the watermark, which the clock
+/// observed at start ([`HotStore::clock_high_water`]).
+fn allocate_seq(conn: &Connection, tenant: &str, conversation_id: &str) -> Result<(u64, i64)> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {LATEST_SEQ} + 1 FROM conversation c
+        "SELECT {LATEST_SEQ} + 1,
+             coalesce((SELECT m.committed_at FROM message m
+                       WHERE m.tenant = c.tenant AND m.conversation_id = c.conversation_id
+                       ORDER BY m.conversation_seq DESC LIMIT 1), 0)
+         FROM conversation c
          WHERE c.tenant = ?1 AND c.conversation_id = ?2"
     ))?;
-    stmt.query_row(params![tenant, conversation_id], |r| r.get::<_, i64>(0))
-        .optional()?
-        .map(|s| s as u64)
-        .ok_or_else(|| ChatError::UnknownConversation(conversation_id.to_owned()))
+    stmt.query_row(params![tenant, conversation_id], |r| {
+        Ok((r.get::<_, i64>(0)? as u64, r.get::<_, i64>(1)?))
+    })
+    .optional()?
+    .ok_or_else(|| ChatError::UnknownConversation(conversation_id.to_owned()))
 }
 
 fn insert_message(
@@ -199,7 +209,13 @@ impl FusedCommit for SqliteHot {
                 if let Some(ack) = dedup::lookup(conn, &index, DedupKey::of_send(&cmd), now)? {
                     return Ok(SendOutcome::Duplicate(ack));
                 }
-                let seq = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
+                let (seq, latest_at) = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
+                let now = if latest_at > now {
+                    clock.observe(latest_at);
+                    latest_at
+                } else {
+                    now
+                };
                 let record = cmd.into_record(seq, now);
                 // Without an outbox (hot-only mode) nothing will ever be archived, so no trim
                 // candidate is registered: history stays hot, and a later switch to tiered
@@ -335,8 +351,8 @@ impl HotStore for SqliteHot {
                         None => Reservation::Committed(ack),
                     });
                 }
-                let seq = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
-                let record = cmd.into_record(seq, now_ms);
+                let (seq, latest_at) = allocate_seq(conn, &cmd.tenant, &cmd.conversation_id)?;
+                let record = cmd.into_record(seq, now_ms.max(latest_at));
                 insert_message(conn, &record, STATE_RESERVED, None)?;
                 dedup::record(conn, &mut index, &record, now_ms + params.dedup_window_ms)?;
                 Ok(Reservation::Reserved {
@@ -548,6 +564,25 @@ impl HotStore for SqliteHot {
         self.reads.read(|conn| meta_get(conn, WATERMARK_KEY)).await
     }
 
+    /// Nothing to do: one process uses the file, and its clock never goes back (see the port).
+    async fn raise_clock_floor(&self, _t_ms: i64) -> Result<()> {
+        Ok(())
+    }
+
+    /// The watermark, or the commit time of the newest `message` row if later: rows are
+    /// appended in commit order (rowid), and a trimmed message's time is behind the watermark.
+    async fn clock_high_water(&self) -> Result<Option<i64>> {
+        self.reads
+            .read(|conn| {
+                let newest: Option<i64> = conn
+                    .prepare_cached("SELECT committed_at FROM message ORDER BY rowid DESC LIMIT 1")?
+                    .query_row([], |r| r.get(0))
+                    .optional()?;
+                Ok(newest.max(meta_get(conn, WATERMARK_KEY)?))
+            })
+            .await
+    }
+
     async fn archive_identity(&self) -> Result<Option<i64>> {
         self.reads
             .read(|conn| meta_get(conn, ARCHIVE_IDENTITY_KEY))
@@ -665,8 +700,14 @@ impl HotStore for SqliteHot {
             .await
     }
 
-    async fn register_trim_candidates(&self, keys: &[RecordKey], score_ms: i64) -> Result<()> {
+    async fn register_trim_candidates(
+        &self,
+        keys: &[RecordKey],
+        now_ms: i64,
+        params: CommitParams,
+    ) -> Result<()> {
         let keys = keys.to_vec();
+        let score_ms = now_ms + params.hot_window_ms;
         self.writer
             .write(move |conn| {
                 let mut stmt = conn.prepare_cached(

@@ -37,3 +37,14 @@ local function held(messages, from, to)
   for s = from, to do n = n + redis.call('HEXISTS', messages, s) end
   return n
 end
+-- The commit time of a mark on a shard: `now` (a string of Unix ms) or the shard's clock floor
+-- if that is later; raises the floor to it (HotStore::raise_clock_floor). Returns it.
+local function commit_time(floor_key, now)
+  local floor = tonumber(redis.call('GET', floor_key) or '0')
+  local t = tonumber(now)
+  if t > floor then
+    redis.call('SET', floor_key, now)
+    return t
+  end
+  return floor
+end
