@@ -308,7 +308,7 @@ async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {
     ops.chat
         .stores()
         .hot
-        .watermark()
+        .watermarks()
         .await
         .map_err(|e| ApiError::unavailable(format!("chat hot store: {e}")))?;
     ops.health

@@ -455,17 +455,17 @@ async fn recovered_exactly_once(
             // Say where it stalled: the outbox, the archiver's position, the hot tier.
             let (offsets, position, log) = match kafka {
                 Some(url) => {
-                    let outbox = KafkaOutbox::connect(url).await.unwrap();
+                    let outbox = KafkaOutbox::connect(url, 1).await.unwrap();
                     let log: Vec<(u64, u64)> = outbox
-                        .fetch(0, 100)
+                        .fetch(0, 0, 100)
                         .await
                         .unwrap_or_default()
                         .iter()
                         .map(|(o, r)| (*o, r.conversation_seq))
                         .collect();
                     (
-                        format!("{:?}", outbox.offsets().await),
-                        format!("{:?}", outbox.position("archiver").await),
+                        format!("{:?}", outbox.offsets(0).await),
+                        format!("{:?}", outbox.position("archiver", 0).await),
                         log,
                     )
                 }

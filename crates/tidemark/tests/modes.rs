@@ -518,13 +518,13 @@ async fn a_hot_tier_older_than_the_archive_is_refused_at_startup() {
     put_back(Some(&older));
     let stderr = refused_start(&server, &server.env);
     assert!(
-        stderr.contains("holds the outbox through offset 10, but the outbox ends at offset 5"),
+        stderr.contains("holds outbox partition 0 through offset 10, but it ends at offset 5"),
         "{stderr}"
     );
     put_back(None);
     let stderr = refused_start(&server, &server.env);
     assert!(
-        stderr.contains("holds the outbox through offset 10, but the outbox ends at offset 0"),
+        stderr.contains("holds outbox partition 0 through offset 10, but it ends at offset 0"),
         "{stderr}"
     );
     // The refused start left no new, empty hot tier behind (the older copy goes back alone).

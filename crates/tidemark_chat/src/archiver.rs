@@ -25,6 +25,7 @@
 //! 4. Once the stored position is ≥ H0, publish the watermark `T = T0`: every message
 //!    committed before T is in the archive.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -52,9 +53,10 @@ pub const DEFAULT_BATCH_BYTES_MAX: usize = 16 << 20;
 /// memory beyond [`DEFAULT_BATCH_BYTES_MAX`] is one page.
 const FETCH_PAGE: usize = 256;
 
-/// The archiver's state: its position and the stores it moves data between.
+/// The archiver of one outbox partition: its position and the stores it moves data between.
 #[derive(Debug)]
 pub struct Archiver {
+    partition: u32,
     outbox: Arc<dyn Outbox>,
     archive: Arc<dyn Archive>,
     hot: Arc<dyn HotStore>,
@@ -81,6 +83,17 @@ pub fn start_position(stored: Option<u64>, low: u64, high: u64) -> Result<u64> {
     }
 }
 
+/// The watermark T of the whole outbox: the least of its partitions' `T_p` (DESIGN.md "Many
+/// nodes": every message committed before it is archived, whatever its partition), `None`
+/// while any of the `partitions` has none — a partition never archived, or unowned since the
+/// start, holds trimming back, as a stalled one does by keeping its `T_p`.
+pub fn watermark(watermarks: &BTreeMap<u32, i64>, partitions: u32) -> Option<i64> {
+    (0..partitions.max(1))
+        .map(|p| watermarks.get(&p).copied())
+        .min()
+        .flatten()
+}
+
 /// Start rule, second part: where the archiver starts when the archive has not reached its
 /// stored `position` ([`Archive::archived_through`] below it).
 ///
@@ -99,10 +112,11 @@ pub fn start_position(stored: Option<u64>, low: u64, high: u64) -> Result<u64> {
 pub async fn resume_behind_archive(
     outbox: &dyn Outbox,
     archive: &dyn Archive,
+    partition: u32,
     low: u64,
     position: u64,
 ) -> Result<u64> {
-    let through = match archive.archived_through().await? {
+    let through = match archive.archived_through(partition).await? {
         Some(through) if through < position => through,
         _ => return Ok(position),
     };
@@ -114,7 +128,7 @@ pub async fn resume_behind_archive(
     if through < low {
         return Err(behind(format!("the outbox now starts at offset {low}")));
     }
-    match outbox.fetch(through, 1).await {
+    match outbox.fetch(partition, through, 1).await {
         Ok(_) => {
             tracing::warn!(
                 position,
@@ -141,8 +155,9 @@ pub struct BatchOutcome {
 }
 
 impl Archiver {
-    /// Checks the start rule and positions the archiver.
+    /// Checks the start rule for outbox `partition` and positions its archiver there.
     pub async fn start(
+        partition: u32,
         outbox: Arc<dyn Outbox>,
         archive: Arc<dyn Archive>,
         hot: Arc<dyn HotStore>,
@@ -150,12 +165,14 @@ impl Archiver {
         batch_max: usize,
         metrics: ChatMetrics,
     ) -> Result<Self> {
-        let stored = outbox.position(ARCHIVER_CONSUMER).await?;
-        let (low, high) = outbox.offsets().await?;
+        let stored = outbox.position(ARCHIVER_CONSUMER, partition).await?;
+        let (low, high) = outbox.offsets(partition).await?;
         let position = start_position(stored, low, high)?;
         let position =
-            resume_behind_archive(outbox.as_ref(), archive.as_ref(), low, position).await?;
+            resume_behind_archive(outbox.as_ref(), archive.as_ref(), partition, low, position)
+                .await?;
         Ok(Self {
+            partition,
             outbox,
             archive,
             hot,
@@ -190,6 +207,11 @@ impl Archiver {
         self.position
     }
 
+    /// The outbox partition it archives.
+    pub fn partition(&self) -> u32 {
+        self.partition
+    }
+
     /// Archives one batch. On error nothing was stored and the same batch is read again next time.
     pub async fn run_once(&mut self) -> Result<BatchOutcome> {
         // The fence: from here on every commit on every node is scored from a time ≥ `fence`
@@ -197,7 +219,10 @@ impl Archiver {
         // trimmed on the strength of a T ≤ `fence`, whatever the clock of its node.
         let fence = self.clock.now_ms();
         self.hot.raise_clock_floor(fence).await?;
-        let (t0, h0) = self.outbox.watermark_snapshot(&self.clock).await?;
+        let (t0, h0) = self
+            .outbox
+            .watermark_snapshot(self.partition, &self.clock)
+            .await?;
         let t0 = t0.min(fence);
         let (batch, full) = self.fetch_batch().await?;
         let mut archived = 0;
@@ -207,10 +232,10 @@ impl Archiver {
             self.archive.put_records(&records).await?;
             let index: Vec<_> = records.iter().map(MessageRecord::index_entry).collect();
             self.archive
-                .put_index(&index, Some(last_offset + 1))
+                .put_index(&index, Some((self.partition, last_offset + 1)))
                 .await?;
             self.outbox
-                .store_position(ARCHIVER_CONSUMER, last_offset + 1)
+                .store_position(ARCHIVER_CONSUMER, self.partition, last_offset + 1)
                 .await?;
             self.position = last_offset + 1;
             archived = records.len();
@@ -218,8 +243,12 @@ impl Archiver {
         }
         let watermark_published = self.position >= h0;
         if watermark_published {
-            self.hot.publish_watermark(t0).await?;
-            self.metrics.watermark_ms.set(t0);
+            self.hot.publish_watermark(self.partition, t0).await?;
+            if self.outbox.partitions() == 1 {
+                // T itself; with several partitions it is their least, which the gauge
+                // refresh reads (trimmer::measure_archive).
+                self.metrics.watermark_ms.set(t0);
+            }
         }
         Ok(BatchOutcome {
             archived,
@@ -237,7 +266,7 @@ impl Archiver {
         let mut from = self.position;
         loop {
             let want = (self.batch_max - batch.len()).min(FETCH_PAGE);
-            let page = self.outbox.fetch(from, want).await?;
+            let page = self.outbox.fetch(self.partition, from, want).await?;
             let log_ended = page.len() < want;
             for (offset, record) in page {
                 if bytes >= self.batch_bytes_max {
@@ -308,7 +337,10 @@ impl Archiver {
                 Err(error) => {
                     self.health.failed(ARCHIVE_STORE, &error);
                     self.metrics.archive_failures.inc();
-                    let what = format!("batch from outbox offset {}: {error}", self.position);
+                    let what = format!(
+                        "batch from outbox partition {} offset {}: {error}",
+                        self.partition, self.position
+                    );
                     retry.failed(&what, error.is_retryable())
                 }
             };

@@ -97,6 +97,10 @@ pub struct ChatConfig {
     /// Outbox: `sqlite` (default: beside a SQLite hot store in `hot.db`; with a Redis hot store
     /// its own file `<data_dir>/chat/outbox.db`) or `kafka://host:port/topic`.
     pub outbox: String,
+    /// Partitions of a Kafka-protocol outbox's topic (default 1), fixed when the topic is
+    /// created: a conversation's records go to one partition, and each partition has its own
+    /// archiver position and watermark (DESIGN.md "Many nodes"). The embedded outbox has one.
+    pub outbox_partitions: u32,
     /// Archive: `sqlite` (default: `<data_dir>/chat/archive.db`) or
     /// `mysql://user[:password]@host[:port]/database` (MariaDB / MySQL).
     pub archive: String,
@@ -128,6 +132,7 @@ impl Default for ChatConfig {
             outbox: "sqlite".into(),
             archive: "sqlite".into(),
             redis_pool: crate::redis::DEFAULT_POOL,
+            outbox_partitions: 1,
             mysql_pool: 8,
         }
     }
@@ -136,7 +141,8 @@ impl Default for ChatConfig {
 impl ChatConfig {
     /// Checks the values no deployment can mean, so that the server refuses to start with the key
     /// named instead of running otherwise than configured: a count of 0 (`archive_batch_max`,
-    /// `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`, `page_bytes_max`: each would
+    /// `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`, `outbox_partitions`,
+    /// `page_bytes_max`: each would
     /// silently run as 1; `max_body_bytes`: every SEND would be refused), and a `dedup_window`,
     /// `archive_idle` or `trim_interval` under 1 ms (the stores count in ms: a retried SEND would
     /// commit twice, against the API's idempotent retry, or a worker would poll flat out while
@@ -151,6 +157,7 @@ impl ChatConfig {
             ("trim_batch", self.trim_batch),
             ("redis_pool", self.redis_pool),
             ("mysql_pool", self.mysql_pool as usize),
+            ("outbox_partitions", self.outbox_partitions as usize),
             ("max_body_bytes", self.max_body_bytes),
             ("page_bytes_max", self.page_bytes_max),
         ];

@@ -4,15 +4,17 @@
 //! (`tests/conformance_*.rs`).
 //! They panic (assert) on a violation.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use tidemark_core::clock::{ManualClock, SharedClock};
 
+use crate::archiver::watermark;
 use crate::error::ChatError;
 use crate::model::{
     IndexEntry, MessageClass, MessageRecord, Reservation, SendCommand, SendOutcome,
 };
-use crate::ports::{Archive, CommitParams, FusedCommit, HotStore, Outbox};
+use crate::ports::{Archive, CommitParams, FusedCommit, HotStore, Outbox, partition_of};
 
 const T0: i64 = 1_800_000_000_000;
 const PARAMS: CommitParams = CommitParams {
@@ -187,11 +189,21 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
     assert_eq!(hot.hot_window_floor(4_000, T0 + 6).await.unwrap(), 4_000);
     assert_eq!(hot.hot_window_floor(10_000, T0 + 6).await.unwrap(), 4_000);
 
-    // Watermark only moves forward.
-    assert_eq!(hot.watermark().await.unwrap(), None);
-    hot.publish_watermark(T0 + 50).await.unwrap();
-    hot.publish_watermark(T0 + 40).await.unwrap();
-    assert_eq!(hot.watermark().await.unwrap(), Some(T0 + 50));
+    // Watermarks are per outbox partition and only move forward; T is their least, none
+    // while a partition has none.
+    assert_eq!(hot.watermarks().await.unwrap(), BTreeMap::new());
+    hot.publish_watermark(0, T0 + 50).await.unwrap();
+    hot.publish_watermark(0, T0 + 40).await.unwrap();
+    hot.publish_watermark(2, T0 + 30).await.unwrap();
+    let published = hot.watermarks().await.unwrap();
+    assert_eq!(published, BTreeMap::from([(0, T0 + 50), (2, T0 + 30)]));
+    assert_eq!(watermark(&published, 1), Some(T0 + 50));
+    assert_eq!(watermark(&published, 3), None, "partition 1 has none");
+    hot.publish_watermark(1, T0 + 60).await.unwrap();
+    assert_eq!(
+        watermark(&hot.watermarks().await.unwrap(), 3),
+        Some(T0 + 30)
+    );
 
     // Trim: score = commit time + hot window = T0 + 5 + 10_000.
     assert_eq!(hot.hot_len().await.unwrap(), 2);
@@ -365,7 +377,7 @@ pub async fn hot_store_clock(hot: Arc<dyn HotStore>, shared: bool) {
     hot.mark_committed(&[r3.key()], T0 + 6_000, PARAMS)
         .await
         .unwrap();
-    hot.publish_watermark(T0 + 7_000).await.unwrap();
+    hot.publish_watermark(0, T0 + 7_000).await.unwrap();
     assert_eq!(hot.clock_high_water().await.unwrap(), Some(T0 + 7_000));
 
     if !shared {
@@ -399,60 +411,92 @@ pub async fn hot_store_clock(hot: Arc<dyn HotStore>, shared: bool) {
 
 /// watermark snapshot.
 pub async fn outbox(outbox: Arc<dyn Outbox>) {
-    assert_eq!(outbox.offsets().await.unwrap(), (0, 0));
-    assert_eq!(outbox.position("archiver").await.unwrap(), None);
+    // Conversation c1's partition; every call below names it.
+    let partitions = outbox.partitions();
+    let p = partition_of("t1", "c1", partitions);
+    assert_eq!(outbox.offsets(p).await.unwrap(), (0, 0));
+    assert_eq!(outbox.position("archiver", p).await.unwrap(), None);
     let recs: Vec<MessageRecord> = (1..=3)
         .map(|s| cmd("t1", "c1", "u1", &format!("k{s}")).into_record(s, T0 + s as i64))
         .collect();
     outbox.append(&recs[..2]).await.unwrap();
     outbox.append(&recs[2..]).await.unwrap();
     outbox.append(&recs[..1]).await.unwrap(); // duplicates are allowed
-    assert_eq!(outbox.offsets().await.unwrap(), (0, 4));
-    let all = outbox.fetch(0, 10).await.unwrap();
+    assert_eq!(outbox.offsets(p).await.unwrap(), (0, 4));
+    let all = outbox.fetch(p, 0, 10).await.unwrap();
     let offsets: Vec<u64> = all.iter().map(|(o, _)| *o).collect();
     assert_eq!(offsets, vec![0, 1, 2, 3]);
     assert_eq!(all[1].1, recs[1]);
     assert_eq!(all[3].1, recs[0]);
     assert_eq!(
-        outbox.fetch(2, 1).await.unwrap(),
+        outbox.fetch(p, 2, 1).await.unwrap(),
         vec![(2, recs[2].clone())]
     );
-    assert!(outbox.fetch(4, 10).await.unwrap().is_empty());
+    assert!(outbox.fetch(p, 4, 10).await.unwrap().is_empty());
 
-    outbox.store_position("archiver", 3).await.unwrap();
-    outbox.store_position("other", 1).await.unwrap();
-    assert_eq!(outbox.position("archiver").await.unwrap(), Some(3));
-    assert_eq!(outbox.position("other").await.unwrap(), Some(1));
+    outbox.store_position("archiver", p, 3).await.unwrap();
+    outbox.store_position("other", p, 1).await.unwrap();
+    assert_eq!(outbox.position("archiver", p).await.unwrap(), Some(3));
+    assert_eq!(outbox.position("other", p).await.unwrap(), Some(1));
 
     let clock: SharedClock = Arc::new(ManualClock::new(T0 + 500));
     assert_eq!(
-        outbox.watermark_snapshot(&clock).await.unwrap(),
+        outbox.watermark_snapshot(p, &clock).await.unwrap(),
         (T0 + 500, 4)
     );
 
     // Retention drops a prefix: records below the bound and old enough, at most `max` a call.
-    assert_eq!(outbox.truncate(3, T0, 10).await.unwrap(), 0);
-    assert_eq!(outbox.truncate(3, T0 + 1_000, 1).await.unwrap(), 1);
-    assert_eq!(outbox.offsets().await.unwrap(), (1, 4));
-    assert_eq!(outbox.truncate(2, T0 + 1_000, 10).await.unwrap(), 1);
-    assert_eq!(outbox.offsets().await.unwrap(), (2, 4));
+    assert_eq!(outbox.truncate(p, 3, T0, 10).await.unwrap(), 0);
+    assert_eq!(outbox.truncate(p, 3, T0 + 1_000, 1).await.unwrap(), 1);
+    assert_eq!(outbox.offsets(p).await.unwrap(), (1, 4));
+    assert_eq!(outbox.truncate(p, 2, T0 + 1_000, 10).await.unwrap(), 1);
+    assert_eq!(outbox.offsets(p).await.unwrap(), (2, 4));
     assert_eq!(
-        outbox.fetch(0, 10).await.unwrap().first().map(|(o, _)| *o),
+        outbox
+            .fetch(p, 0, 10)
+            .await
+            .unwrap()
+            .first()
+            .map(|(o, _)| *o),
         Some(2)
     );
     // Offset 3 (appended at T0 + 1) is old enough, but offset 2 before it (T0 + 3) is not:
     // the prefix stops there.
-    outbox.store_position("archiver", 4).await.unwrap();
-    assert_eq!(outbox.truncate(4, T0 + 2, 10).await.unwrap(), 0);
-    assert_eq!(outbox.truncate(4, T0 + 4, 10).await.unwrap(), 2);
-    assert_eq!(outbox.offsets().await.unwrap(), (4, 4));
+    outbox.store_position("archiver", p, 4).await.unwrap();
+    assert_eq!(outbox.truncate(p, 4, T0 + 2, 10).await.unwrap(), 0);
+    assert_eq!(outbox.truncate(p, 4, T0 + 4, 10).await.unwrap(), 2);
+    assert_eq!(outbox.offsets(p).await.unwrap(), (4, 4));
     // The whole log was dropped: the next record still takes the next offset, never a used one.
     outbox.append(&recs[1..2]).await.unwrap();
-    assert_eq!(outbox.offsets().await.unwrap(), (4, 5));
+    assert_eq!(outbox.offsets(p).await.unwrap(), (4, 5));
     assert_eq!(
-        outbox.fetch(0, 10).await.unwrap(),
+        outbox.fetch(p, 0, 10).await.unwrap(),
         vec![(4, recs[1].clone())]
     );
+
+    // Partitions are apart: a conversation of another partition takes that partition's
+    // offsets and leaves these as they are. No partition past the last.
+    if partitions > 1 {
+        let (other_cid, q) = (0..)
+            .map(|i| format!("c{i}"))
+            .map(|c| {
+                let q = partition_of("t1", &c, partitions);
+                (c, q)
+            })
+            .find(|(_, q)| *q != p)
+            .expect("another partition");
+        let other = cmd("t1", &other_cid, "u1", "k").into_record(1, T0 + 10);
+        assert_eq!(outbox.offsets(q).await.unwrap(), (0, 0));
+        outbox.append(std::slice::from_ref(&other)).await.unwrap();
+        assert_eq!(outbox.offsets(q).await.unwrap(), (0, 1));
+        assert_eq!(outbox.fetch(q, 0, 10).await.unwrap(), vec![(0, other)]);
+        assert_eq!(outbox.offsets(p).await.unwrap(), (4, 5));
+        assert_eq!(outbox.position("archiver", q).await.unwrap(), None);
+    }
+    assert!(matches!(
+        outbox.offsets(partitions).await,
+        Err(ChatError::Invalid(_))
+    ));
 }
 
 /// The archive contract: idempotent writes, index ranges across buckets, record lookup,
@@ -463,10 +507,13 @@ pub async fn archive(archive: Arc<dyn Archive>) {
     assert_ne!(identity, 0);
     assert_eq!(archive.identity().await.unwrap(), identity);
     // How far the archiver's batches reached: nothing yet, then the last recorded.
-    assert_eq!(archive.archived_through().await.unwrap(), None);
-    archive.put_index(&[], Some(7)).await.unwrap();
-    archive.put_index(&[], Some(9)).await.unwrap();
-    assert_eq!(archive.archived_through().await.unwrap(), Some(9));
+    assert_eq!(archive.archived_through(0).await.unwrap(), None);
+    archive.put_index(&[], Some((0, 7))).await.unwrap();
+    archive.put_index(&[], Some((0, 9))).await.unwrap();
+    archive.put_index(&[], Some((2, 4))).await.unwrap();
+    assert_eq!(archive.archived_through(0).await.unwrap(), Some(9));
+    assert_eq!(archive.archived_through(1).await.unwrap(), None);
+    assert_eq!(archive.archived_through(2).await.unwrap(), Some(4));
     let rec = |seq: u64, class: MessageClass| {
         let mut c = cmd("t1", "c1", "u1", &format!("k{seq}"));
         c.class = class;

@@ -8,10 +8,12 @@
 //! answer within 5 s (`message.timeout.ms`) fails the append: the SEND fails with 503 and
 //! nothing is acknowledged.
 //!
-//! The log is partition 0 of the topic: the archiver's start rule and watermark need one
-//! ordered offset range `[low, high]`, so the topic must have exactly one partition (checked at
-//! start; created with one partition if missing). Per-conversation keys keep the door open to
-//! several partitions with one position each.
+//! The topic has P partitions (`chat.outbox_partitions`, fixed when the topic is created: a
+//! missing topic is created with P, an existing one with another count is refused). Each
+//! record goes to its conversation's partition ([`crate::ports::partition_of`], computed here,
+//! not by librdkafka's partitioner, so every backend and every build agrees), so one
+//! conversation's records stay in order in one offset range `[low, high]`; the archiver's start
+//! rule, position and watermark are per partition.
 //!
 //! Consumer positions ([`Outbox::position`]) are the broker's committed offsets of the
 //! consumer group `tidemark.<consumer>` (the archiver: `tidemark.archiver`), committed
@@ -48,13 +50,10 @@ use tidemark_core::store::{ErrorKind, StoreError};
 
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
-use crate::ports::Outbox;
+use crate::ports::{Outbox, partition_of};
 
 /// How long a broker call may take before the outbox reports the broker unavailable.
 const TIMEOUT: Duration = Duration::from_secs(5);
-
-/// The outbox partition.
-const PARTITION: i32 = 0;
 
 /// `e`, which happened while doing `what`, as a store failure of the kind [`error_kind`] says.
 fn unavailable(what: &str, e: KafkaError) -> ChatError {
@@ -178,13 +177,17 @@ pub struct KafkaOutbox {
     topic: String,
     idempotence: bool,
     max_batch: Option<u32>,
+    /// P.
+    partitions: u32,
     /// Replaced when librdkafka declares it fatally failed (see [`KafkaOutbox::append`]).
     producer: RwLock<FutureProducer>,
-    reader: Arc<Mutex<Reader>>,
+    /// One reader per partition: each keeps its fetch position between calls.
+    readers: Vec<Arc<Mutex<Reader>>>,
     groups: Mutex<HashMap<String, Arc<BaseConsumer>>>,
     admin: AdminClient<DefaultClientContext>,
-    /// The retention floor: offsets below it are truncated (see the module docs).
-    floor: AtomicU64,
+    /// Per partition, the retention floor: offsets below it are truncated (see the module
+    /// docs).
+    floors: Vec<AtomicU64>,
     /// Whether the broker still looks like it supports `DeleteRecords`.
     delete_records: AtomicBool,
 }
@@ -214,11 +217,16 @@ fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer> {
 }
 
 impl KafkaOutbox {
-    /// Connects to the brokers of `url` (`kafka://host:port/topic`), creates the topic with one
-    /// partition if it is missing and checks it has exactly one. Errors: [`ChatError::Invalid`]
-    /// for a bad URL or a topic with several partitions, [`ChatError::Store`] when the
-    /// broker does not answer within 5 s.
-    pub async fn connect(url: &str) -> Result<Self> {
+    /// Connects to the brokers of `url` (`kafka://host:port/topic`), creates the topic with
+    /// `partitions` (P ≥ 1) partitions if it is missing and checks that it has P. Errors:
+    /// [`ChatError::Invalid`] for a bad URL or a topic with another partition count (naming
+    /// both), [`ChatError::Store`] when the broker does not answer within 5 s.
+    pub async fn connect(url: &str, partitions: u32) -> Result<Self> {
+        if partitions == 0 {
+            return Err(ChatError::Invalid(
+                "chat.outbox_partitions must be at least 1".into(),
+            ));
+        }
         let KafkaUrl {
             brokers,
             topic,
@@ -232,7 +240,11 @@ impl KafkaOutbox {
         let opts = admin_options();
         let created = admin
             .create_topics(
-                &[NewTopic::new(&topic, 1, TopicReplication::Fixed(1))],
+                &[NewTopic::new(
+                    &topic,
+                    partitions as i32,
+                    TopicReplication::Fixed(1),
+                )],
                 &opts,
             )
             .await
@@ -249,10 +261,19 @@ impl KafkaOutbox {
             }
         }
         let producer = new_producer(&brokers, idempotence, max_batch)?;
-        let reader = consumer(&brokers, "tidemark.outbox-reader")?;
-        let partitions = {
+        let readers = (0..partitions)
+            .map(|_| {
+                Ok(Arc::new(Mutex::new(Reader {
+                    consumer: consumer(&brokers, "tidemark.outbox-reader")?,
+                    next: None,
+                })))
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let found = {
             let t = topic.clone();
+            let reader = readers[0].lock().map_err(|_| internal("reader poisoned"))?;
             let metadata = reader
+                .consumer
                 .fetch_metadata(Some(&t), TIMEOUT)
                 .map_err(|e| unavailable("metadata", e))?;
             metadata
@@ -261,10 +282,11 @@ impl KafkaOutbox {
                 .find(|m| m.name() == t)
                 .map_or(0, |m| m.partitions().len())
         };
-        if partitions != 1 {
+        if found != partitions as usize {
             return Err(ChatError::Invalid(format!(
-                "outbox topic {topic} has {partitions} partitions; Tidemark's outbox is one \
-                 ordered log: create it with exactly 1 partition"
+                "outbox topic {topic} has {found} partitions, chat.outbox_partitions is \
+                 {partitions}: the count is fixed when the topic is created (a conversation's \
+                 records must stay in one partition); set chat.outbox_partitions = {found}"
             )));
         }
         let outbox = Self {
@@ -272,19 +294,32 @@ impl KafkaOutbox {
             topic,
             idempotence,
             max_batch,
+            partitions,
             producer: RwLock::new(producer),
-            reader: Arc::new(Mutex::new(Reader {
-                consumer: reader,
-                next: None,
-            })),
+            readers,
             groups: Mutex::new(HashMap::new()),
             admin,
-            floor: AtomicU64::new(0),
+            floors: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
             delete_records: AtomicBool::new(true),
         };
-        let floor = outbox.position(RETENTION_CONSUMER).await?.unwrap_or(0);
-        outbox.floor.store(floor, Ordering::SeqCst);
+        for p in 0..partitions {
+            let floor = outbox.position(RETENTION_CONSUMER, p).await?.unwrap_or(0);
+            outbox.floors[p as usize].store(floor, Ordering::SeqCst);
+        }
         Ok(outbox)
+    }
+
+    /// `partition` as librdkafka's partition number, or [`ChatError::Invalid`] if the topic
+    /// has no such partition.
+    fn check(&self, partition: u32) -> Result<i32> {
+        if partition < self.partitions {
+            Ok(partition as i32)
+        } else {
+            Err(ChatError::Invalid(format!(
+                "outbox topic {} has {} partitions, not partition {partition}",
+                self.topic, self.partitions
+            )))
+        }
     }
 
     /// The consumer of group `tidemark.<name>`, created on first use.
@@ -301,14 +336,15 @@ impl KafkaOutbox {
         Ok(c)
     }
 
-    fn partition_list(&self, offset: Option<u64>) -> Result<TopicPartitionList> {
+    fn partition_list(&self, partition: u32, offset: Option<u64>) -> Result<TopicPartitionList> {
+        let partition = self.check(partition)?;
         let mut tpl = TopicPartitionList::new();
         match offset {
             Some(o) => tpl
-                .add_partition_offset(&self.topic, PARTITION, Offset::Offset(o as i64))
+                .add_partition_offset(&self.topic, partition, Offset::Offset(o as i64))
                 .map_err(|e| unavailable("offset", e))?,
             None => {
-                tpl.add_partition(&self.topic, PARTITION);
+                tpl.add_partition(&self.topic, partition);
             }
         }
         Ok(tpl)
@@ -369,7 +405,7 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T> + Send + 'sta
 /// Positions the reader at `from`: `unassign`, then `assign` at the offset. (A second `assign`
 /// over a live assignment, or a `seek`, was seen to keep delivering from the old fetch position
 /// on tansu; replacing the consumer instead hung in its close.)
-fn position_at(reader: &mut Reader, topic: &str, from: i64) -> Result<()> {
+fn position_at(reader: &mut Reader, topic: &str, partition: i32, from: i64) -> Result<()> {
     if reader.next.is_some() {
         reader
             .consumer
@@ -377,7 +413,7 @@ fn position_at(reader: &mut Reader, topic: &str, from: i64) -> Result<()> {
             .map_err(|e| unavailable("unassign", e))?;
     }
     let mut tpl = TopicPartitionList::new();
-    tpl.add_partition_offset(topic, PARTITION, Offset::Offset(from))
+    tpl.add_partition_offset(topic, partition, Offset::Offset(from))
         .map_err(|e| unavailable("assign", e))?;
     reader
         .consumer
@@ -404,12 +440,13 @@ const MAX_STEPS_BACK: u32 = 6;
 fn read(
     reader: &mut Reader,
     topic: &str,
+    partition: i32,
     from: i64,
     (low, high): (i64, i64),
     max: usize,
 ) -> Result<Vec<(u64, MessageRecord)>> {
     if reader.next != Some(from) {
-        position_at(reader, topic, from)?;
+        position_at(reader, topic, partition, from)?;
     }
     let deadline = std::time::Instant::now() + TIMEOUT;
     let mut out = Vec::new();
@@ -424,7 +461,7 @@ fn read(
             )));
         }
         let back = 8i64 << (3 * (steps_back - 1));
-        position_at(reader, topic, next.saturating_sub(back).max(low))?;
+        position_at(reader, topic, partition, next.saturating_sub(back).max(low))?;
         reader.next = None; // the consumer is below `next` until it has skipped forward
         Ok(())
     };
@@ -449,7 +486,9 @@ fn read(
                 }
                 let payload = msg.payload().unwrap_or_default();
                 let record: MessageRecord = serde_json::from_slice(payload).map_err(|e| {
-                    ChatError::Corrupt(format!("outbox {topic} offset {offset}: {e}"))
+                    ChatError::Corrupt(format!(
+                        "outbox {topic} partition {partition} offset {offset}: {e}"
+                    ))
                 })?;
                 next = offset + 1;
                 reader.next = Some(next);
@@ -462,6 +501,10 @@ fn read(
 
 #[async_trait]
 impl Outbox for KafkaOutbox {
+    fn partitions(&self) -> u32 {
+        self.partitions
+    }
+
     /// Produces every record and waits for all acknowledgements. An idempotent producer whose
     /// delivery timed out may be fenced by the broker (a fatal librdkafka state): it is then
     /// replaced by a fresh one, so that the client's retry can succeed.
@@ -477,14 +520,15 @@ impl Outbox for KafkaOutbox {
                 let key = format!("{}/{}", r.tenant, r.conversation_id);
                 let payload = serde_json::to_vec(r)
                     .map_err(|e| ChatError::Invalid(format!("encoding envelope: {e}")))?;
-                Ok((r, key, payload))
+                let partition = partition_of(&r.tenant, &r.conversation_id, self.partitions);
+                Ok((r, key, payload, partition as i32))
             })
             .collect::<Result<Vec<_>>>()?;
-        let sends = encoded.iter().map(|(r, key, payload)| {
+        let sends = encoded.iter().map(|(r, key, payload, partition)| {
             let producer = &producer;
             async move {
                 let record = FutureRecord::to(&self.topic)
-                    .partition(PARTITION)
+                    .partition(*partition)
                     .key(key)
                     .payload(payload)
                     .timestamp(r.committed_at_ms);
@@ -514,14 +558,15 @@ impl Outbox for KafkaOutbox {
         Err(unavailable("produce", error))
     }
 
-    async fn offsets(&self) -> Result<(u64, u64)> {
-        let (reader, topic) = (Arc::clone(&self.reader), self.topic.clone());
-        let floor = self.floor.load(Ordering::SeqCst);
+    async fn offsets(&self, partition: u32) -> Result<(u64, u64)> {
+        let p = self.check(partition)?;
+        let (reader, topic) = (Arc::clone(&self.readers[p as usize]), self.topic.clone());
+        let floor = self.floors[p as usize].load(Ordering::SeqCst);
         blocking(move || {
             let reader = reader.lock().map_err(|_| internal("reader poisoned"))?;
             let (low, high) = reader
                 .consumer
-                .fetch_watermarks(&topic, PARTITION, TIMEOUT)
+                .fetch_watermarks(&topic, p, TIMEOUT)
                 .map_err(|e| unavailable("watermarks", e))?;
             let high = high.max(0) as u64;
             Ok(((low.max(0) as u64).max(floor).min(high), high))
@@ -532,33 +577,39 @@ impl Outbox for KafkaOutbox {
     /// `T0` is read before `H0`: a commit that completed before `T0` had its append
     /// acknowledged (`acks=all`) before it, so its offset is below any high watermark read
     /// afterwards.
-    async fn watermark_snapshot(&self, clock: &SharedClock) -> Result<(i64, u64)> {
+    async fn watermark_snapshot(&self, partition: u32, clock: &SharedClock) -> Result<(i64, u64)> {
         let t0 = clock.now_ms();
-        let (_, h0) = self.offsets().await?;
+        let (_, h0) = self.offsets(partition).await?;
         Ok((t0, h0))
     }
 
-    async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>> {
-        let (reader, topic) = (Arc::clone(&self.reader), self.topic.clone());
-        let floor = self.floor.load(Ordering::SeqCst) as i64;
+    async fn fetch(
+        &self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, MessageRecord)>> {
+        let p = self.check(partition)?;
+        let (reader, topic) = (Arc::clone(&self.readers[p as usize]), self.topic.clone());
+        let floor = self.floors[p as usize].load(Ordering::SeqCst) as i64;
         blocking(move || {
             let mut reader = reader.lock().map_err(|_| internal("reader poisoned"))?;
             let (low, high) = reader
                 .consumer
-                .fetch_watermarks(&topic, PARTITION, TIMEOUT)
+                .fetch_watermarks(&topic, p, TIMEOUT)
                 .map_err(|e| unavailable("watermarks", e))?;
             let from = (from as i64).max(low).max(floor);
             if from >= high || max == 0 {
                 return Ok(Vec::new());
             }
-            read(&mut reader, &topic, from, (low, high), max)
+            read(&mut reader, &topic, p, from, (low, high), max)
         })
         .await
     }
 
-    async fn position(&self, consumer: &str) -> Result<Option<u64>> {
+    async fn position(&self, consumer: &str, partition: u32) -> Result<Option<u64>> {
         let group = self.group(consumer)?;
-        let tpl = self.partition_list(None)?;
+        let tpl = self.partition_list(partition, None)?;
         blocking(move || {
             let committed = group
                 .committed_offsets(tpl, TIMEOUT)
@@ -571,9 +622,9 @@ impl Outbox for KafkaOutbox {
         .await
     }
 
-    async fn store_position(&self, consumer: &str, position: u64) -> Result<()> {
+    async fn store_position(&self, consumer: &str, partition: u32, position: u64) -> Result<()> {
         let group = self.group(consumer)?;
-        let tpl = self.partition_list(Some(position))?;
+        let tpl = self.partition_list(partition, Some(position))?;
         blocking(move || {
             group
                 .commit(&tpl, CommitMode::Sync)
@@ -582,14 +633,22 @@ impl Outbox for KafkaOutbox {
         .await
     }
 
-    async fn truncate(&self, below: u64, older_than_ms: i64, max: usize) -> Result<usize> {
-        let (low, _) = self.offsets().await?;
+    async fn truncate(
+        &self,
+        partition: u32,
+        below: u64,
+        older_than_ms: i64,
+        max: usize,
+    ) -> Result<usize> {
+        let (low, _) = self.offsets(partition).await?;
         // The prefix to delete ends at `below`, after `max` records, or at the first record
         // not old enough.
         let end = below.min(low.saturating_add(max as u64));
         let mut cut = low;
         'scan: while cut < end {
-            let batch = self.fetch(cut, (end - cut).min(1000) as usize).await?;
+            let batch = self
+                .fetch(partition, cut, (end - cut).min(1000) as usize)
+                .await?;
             if batch.is_empty() {
                 break;
             }
@@ -603,10 +662,11 @@ impl Outbox for KafkaOutbox {
         if cut <= low {
             return Ok(0);
         }
-        self.store_position(RETENTION_CONSUMER, cut).await?;
-        self.floor.fetch_max(cut, Ordering::SeqCst);
+        self.store_position(RETENTION_CONSUMER, partition, cut)
+            .await?;
+        self.floors[partition as usize].fetch_max(cut, Ordering::SeqCst);
         if self.delete_records.load(Ordering::SeqCst) {
-            let tpl = self.partition_list(Some(cut))?;
+            let tpl = self.partition_list(partition, Some(cut))?;
             let deleted = match self.admin.delete_records(&tpl, &admin_options()).await {
                 Ok(result) => result.elements().iter().try_for_each(|e| e.error()),
                 Err(e) => Err(e),

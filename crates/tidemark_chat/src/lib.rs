@@ -4,8 +4,9 @@
 //! 1. **Commit** ([`commit`]): SEND → dedup, dense `conversation_seq`, record, outbox append,
 //!    COMMITTED + hot index + trim candidate → SEND_ACK only once the outbox is durable. On the
 //!    embedded default this is one group-committed SQLite transaction.
-//! 2. **Archive** ([`archiver`]): consumes the outbox from its own position, writes records then
-//!    index entries (idempotent), stores the position, publishes the watermark T.
+//! 2. **Archive** ([`archiver`]): one archiver per outbox partition consumes it from its own
+//!    position, writes records then index entries (idempotent), stores the position and
+//!    publishes the partition's watermark; T is the least of them.
 //! 3. **Trim** ([`trimmer`]): removes hot records behind T (never what is not archived) and
 //!    raises each conversation's floor F.
 //! 4. **Read** ([`reads`]): seq > F from the hot tier, seq ≤ F from the archive, merged; any
@@ -22,8 +23,9 @@
 //!   file of its own (`outbox.db`) beside a Redis hot tier when no broker is named.
 //! - **Redis** hot tier ([`redis`]): Redis 7 with AOF `appendfsync always`, one Lua script per
 //!   atomic step, a conversation's keys under one hash tag (Cluster-safe shards).
-//! - **Kafka-protocol** outbox ([`kafka`]): one partition of a topic, the archiver's position
-//!   as its consumer group's committed offset.
+//! - **Kafka-protocol** outbox ([`kafka`]): a topic of `chat.outbox_partitions` partitions,
+//!   a conversation's records in one of them; each partition's archiver position is its
+//!   consumer group's committed offset.
 //! - **MariaDB / MySQL** archive ([`mysql`]).
 //!
 //! Modules (the steps above are shared code: a backend only stores):

@@ -1,6 +1,6 @@
 //! Chat's Prometheus metrics, registered once into the server's registry and passed in.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, Registry};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
 
 /// Counters and gauges owned by the chat subsystem.
 #[derive(Debug, Clone)]
@@ -15,11 +15,13 @@ pub struct ChatMetrics {
     pub archived: IntCounter,
     /// Archiver batches that failed and will be replayed.
     pub archive_failures: IntCounter,
-    /// Age in seconds of the oldest committed message not yet archived (0 when caught up).
-    pub archive_lag_seconds: IntGauge,
-    /// Outbox records not yet archived.
+    /// Per outbox partition (label `partition`): age in seconds of its oldest committed
+    /// message not yet archived (0 when caught up).
+    pub archive_lag_seconds: IntGaugeVec,
+    /// Outbox records not yet archived, over all partitions.
     pub outbox_backlog: IntGauge,
-    /// The published archive watermark T (Unix ms).
+    /// The archive watermark T of the whole outbox (Unix ms): the least partition's `T_p`
+    /// this node has published or seen.
     pub watermark_ms: IntGauge,
     /// Records trimmed from the hot tier.
     pub trimmed: IntCounter,
@@ -32,6 +34,12 @@ pub struct ChatMetrics {
 }
 
 impl ChatMetrics {
+    /// The archive lag gauge of outbox `partition`.
+    pub fn archive_lag(&self, partition: u32) -> IntGauge {
+        self.archive_lag_seconds
+            .with_label_values(&[&partition.to_string()])
+    }
+
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let m = Self::unregistered();
@@ -75,10 +83,14 @@ impl ChatMetrics {
                 "tidemark_chat_archive_failures_total",
                 "Archiver batches replayed after a failure",
             ),
-            archive_lag_seconds: g(
-                "tidemark_chat_archive_lag_seconds",
-                "Age of the oldest committed message not yet archived",
-            ),
+            archive_lag_seconds: IntGaugeVec::new(
+                Opts::new(
+                    "tidemark_chat_archive_lag_seconds",
+                    "Age of the oldest committed message not yet archived, per outbox partition",
+                ),
+                &["partition"],
+            )
+            .expect("valid metric"),
             outbox_backlog: g(
                 "tidemark_chat_outbox_backlog",
                 "Outbox records not yet archived",

@@ -6,6 +6,8 @@
 //! engines (Redis, Kafka protocol, MariaDB) implement the same traits and pass the same
 //! conformance suite.
 
+use std::collections::BTreeMap;
+
 use async_trait::async_trait;
 use tidemark_core::clock::SharedClock;
 
@@ -125,11 +127,13 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// Every conversation the user is a member of, with the read pointer.
     async fn memberships(&self, tenant: &str, user: &str) -> Result<Vec<super::model::Membership>>;
 
-    /// The published archive watermark T (Unix ms), if any.
-    async fn watermark(&self) -> Result<Option<i64>>;
+    /// The published archive watermark of each outbox partition that has one: partition →
+    /// `T_p` (Unix ms). The trimmer's T is the least over all partitions
+    /// ([`crate::archiver::watermark`]).
+    async fn watermarks(&self) -> Result<BTreeMap<u32, i64>>;
 
-    /// Publishes T; it never moves backwards.
-    async fn publish_watermark(&self, t_ms: i64) -> Result<()>;
+    /// Publishes `T_p` of outbox `partition`; it never moves backwards.
+    async fn publish_watermark(&self, partition: u32, t_ms: i64) -> Result<()>;
 
     /// Records that trim candidates are scored with `hot_window_ms` from now on and returns the
     /// smallest hot window ever recorded in this store (ms), this one included: it never grows.
@@ -211,36 +215,55 @@ pub trait FusedCommit: Send + Sync + std::fmt::Debug {
     ) -> Result<SendOutcome>;
 }
 
-/// The outbox: a durable, replayable log of committed envelopes (canonical records).
-/// Offsets start at 0; `low` is the earliest retained offset, `high` the next one to be written.
+/// The outbox: a durable, replayable log of committed envelopes (canonical records), in
+/// `partitions()` partitions. A conversation's records all go to one partition
+/// ([`partition_of`]), in the order they were appended. Offsets are per partition and start at
+/// 0; `low` is a partition's earliest retained offset, `high` the next one to be written. Every
+/// call that names a partition fails with [`crate::ChatError::Invalid`] for one ≥ P.
 #[async_trait]
 pub trait Outbox: Send + Sync + std::fmt::Debug {
-    /// Appends envelopes; returns once they are durable. Duplicates are allowed.
+    /// The number of partitions P (≥ 1), fixed for the life of the log (`chat.outbox_partitions`
+    /// when a broker's topic is created; the embedded outbox has one).
+    fn partitions(&self) -> u32;
+
+    /// Appends envelopes, each to its conversation's partition; returns once they are
+    /// durable. Duplicates are allowed.
     async fn append(&self, records: &[MessageRecord]) -> Result<()>;
 
-    /// `(low, high)`.
-    async fn offsets(&self) -> Result<(u64, u64)>;
+    /// `(low, high)` of `partition`.
+    async fn offsets(&self, partition: u32) -> Result<(u64, u64)>;
 
-    /// A `(T0, H0)` pair for the watermark rule: every record whose commit completed before
-    /// `T0` (Unix ms, read from `now`) has an offset below `H0`.
-    async fn watermark_snapshot(&self, clock: &SharedClock) -> Result<(i64, u64)>;
+    /// A `(T0, H0)` pair of `partition` for the watermark rule: every record of it whose commit
+    /// completed before `T0` (Unix ms, read from `clock`) has an offset below `H0`.
+    async fn watermark_snapshot(&self, partition: u32, clock: &SharedClock) -> Result<(i64, u64)>;
 
-    /// Up to `max` records from offset `from` on, with their offsets, ascending.
-    async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>>;
+    /// Up to `max` records of `partition` from offset `from` on, with their offsets, ascending.
+    async fn fetch(
+        &self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, MessageRecord)>>;
 
-    /// The consumer's stored position (next offset to read), if any.
-    async fn position(&self, consumer: &str) -> Result<Option<u64>>;
+    /// The consumer's stored position in `partition` (next offset to read), if any.
+    async fn position(&self, consumer: &str, partition: u32) -> Result<Option<u64>>;
 
-    /// Stores the consumer's position.
-    async fn store_position(&self, consumer: &str, position: u64) -> Result<()>;
+    /// Stores the consumer's position in `partition`.
+    async fn store_position(&self, consumer: &str, partition: u32, position: u64) -> Result<()>;
 
-    /// Retention: drops a prefix of the log — the records from `low` on that lie below `below`
+    /// Retention: drops a prefix of `partition` — the records from `low` on that lie below `below`
     /// and were appended before `older_than_ms` (Unix ms), stopping at the first that was not,
     /// and at most `max` of them; returns how many. The cost is bounded by `max`, not by the
     /// size of the log: the trimmer calls it every pass, and a day's outbox holds hundreds of
     /// millions of records. Never called with `below` past the archiver's stored
     /// position.
-    async fn truncate(&self, below: u64, older_than_ms: i64, max: usize) -> Result<usize>;
+    async fn truncate(
+        &self,
+        partition: u32,
+        below: u64,
+        older_than_ms: i64,
+        max: usize,
+    ) -> Result<usize>;
 }
 
 /// The archive: message records and the history index, keyed
@@ -252,11 +275,12 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
     /// Writes message records (idempotent).
     async fn put_records(&self, records: &[MessageRecord]) -> Result<()>;
 
-    /// Writes history-index entries (idempotent). Callers write the records first. `through`:
-    /// the archiver's batch reaches outbox offset `through`, recorded with the entries (on
-    /// SQLite in their transaction) as [`Archive::archived_through`]; `None` for the writes
-    /// of `sync-archive`'s SENDs, which are no batch of the outbox.
-    async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()>;
+    /// Writes history-index entries (idempotent). Callers write the records first. `through`
+    /// `(partition, offset)`: the archiver's batch reaches that offset of that outbox
+    /// partition, recorded with the entries (on SQLite in their transaction) as
+    /// [`Archive::archived_through`]; `None` for the writes of `sync-archive`'s SENDs, which
+    /// are no batch of the outbox.
+    async fn put_index(&self, entries: &[IndexEntry], through: Option<(u32, u64)>) -> Result<()>;
 
     /// Index entries with `lo ≤ seq ≤ hi`, ascending, expired ones included: an ephemeral
     /// message's entry outlives its record as a tombstone (its `expires_at_ms` says it
@@ -301,15 +325,96 @@ pub trait Archive: Send + Sync + std::fmt::Debug {
     /// ([`crate::stores::check_archive`]).
     async fn identity(&self) -> Result<i64>;
 
-    /// How far the archive holds every record and index entry of the outbox: the last
-    /// `through` given to [`Archive::put_index`]; `None` before the first batch
+    /// How far the archive holds every record and index entry of outbox `partition`: the last
+    /// `through` given to [`Archive::put_index`] for it; `None` before its first batch
     /// (or in an archive that does not record it). Less than the archiver's stored position
     /// only in an archive restored from an older copy of itself
     /// ([`crate::archiver::resume_behind_archive`]).
-    async fn archived_through(&self) -> Result<Option<u64>>;
+    async fn archived_through(&self, partition: u32) -> Result<Option<u64>>;
 }
 
 /// A fresh [`Archive::identity`]: 63 random bits of a UUID v7, never 0.
 pub fn fresh_archive_identity() -> i64 {
     (uuid::Uuid::now_v7().as_u64_pair().1 >> 1) as i64 | 1
+}
+
+/// The archive meta key of [`Archive::archived_through`] (per partition: [`partition_key`]).
+pub const ARCHIVED_THROUGH: &str = "archived_through";
+
+/// The name under which a per-partition value is stored (a meta key or field): `base` for
+/// partition 0 — the name it had when the outbox had one partition — and `base:<partition>`
+/// for the others.
+pub fn partition_key(base: &str, partition: u32) -> String {
+    if partition == 0 {
+        base.to_owned()
+    } else {
+        format!("{base}:{partition}")
+    }
+}
+
+/// The partition a name made by [`partition_key`] from `base` stands for; `None` for any
+/// other name.
+pub fn partition_of_key(base: &str, key: &str) -> Option<u32> {
+    match key.strip_prefix(base)? {
+        "" => Some(0),
+        rest => rest.strip_prefix(':')?.parse().ok().filter(|p| *p != 0),
+    }
+}
+
+/// The outbox partition of a conversation among `partitions` (≥ 1): FNV-1a (64 bit) of
+/// `"<len(tenant)>:<tenant><len(cid)>:<cid>"` (byte lengths, so any tenant and id split back
+/// unambiguously) modulo `partitions`. Stable across builds and backends: a conversation's
+/// records stay in order in one partition for the life of the log.
+pub fn partition_of(tenant: &str, conversation_id: &str, partitions: u32) -> u32 {
+    let name = format!(
+        "{}:{tenant}{}:{conversation_id}",
+        tenant.len(),
+        conversation_id.len()
+    );
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in name.bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    (h % u64::from(partitions.max(1))) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn per_partition_names_round_trip() {
+        assert_eq!(partition_key("watermark", 0), "watermark");
+        assert_eq!(partition_key("watermark", 7), "watermark:7");
+        for p in [0, 1, 7, 4_000_000_000] {
+            assert_eq!(
+                partition_of_key("watermark", &partition_key("watermark", p)),
+                Some(p)
+            );
+        }
+        for other in [
+            "watermarks",
+            "watermark:",
+            "watermark:x",
+            "watermark:0",
+            "wm:1",
+        ] {
+            assert_eq!(partition_of_key("watermark", other), None, "{other}");
+        }
+    }
+
+    #[test]
+    fn a_conversation_keeps_its_partition() {
+        assert_eq!(partition_of("t", "c", 1), 0);
+        let spread: Vec<u32> = (0..12)
+            .map(|i| partition_of("demo", &format!("c{i}"), 3))
+            .collect();
+        assert_eq!(spread, [0, 2, 2, 1, 2, 1, 1, 0, 2, 1, 1, 0]);
+        // The name is length-prefixed: ("ab", "c") and ("a", "bc") are two conversations.
+        assert_ne!(
+            partition_of("ab", "c", 1_000_003),
+            partition_of("a", "bc", 1_000_003)
+        );
+    }
 }

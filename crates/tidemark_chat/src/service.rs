@@ -411,13 +411,14 @@ impl ChatService {
     }
 
     /// Measures the archive's lag and the outbox backlog into their gauges now
-    /// ([`crate::trimmer::measure_archive_lag`]; nothing in `hot-only`). Called by `/metrics`.
+    /// ([`crate::trimmer::measure_archive`]; nothing in `hot-only`). Called by `/metrics`.
     ///
     /// # Errors
     /// The outbox's.
     pub async fn refresh_archive_gauges(&self) -> Result<()> {
         if let Some(outbox) = &self.stores.outbox {
-            crate::trimmer::measure_archive_lag(
+            crate::trimmer::measure_archive(
+                self.stores.hot.as_ref(),
                 outbox.as_ref(),
                 &self.metrics,
                 self.clock.now_ms(),
@@ -749,17 +750,21 @@ impl ChatService {
             if n > 0 {
                 tracing::info!(messages = n, "backfilled hot-only history into the outbox");
             }
-            let archiver = Archiver::start(
-                Arc::clone(outbox),
-                Arc::clone(archive),
-                Arc::clone(&s.hot),
-                Arc::clone(&self.clock),
-                self.cfg.archive_batch_max,
-                self.metrics.clone(),
-            )
-            .await?
-            .with_store_health(self.store_health.clone());
-            tasks.spawn(archiver.run(self.cfg.archive_idle, cancel.clone()));
+            // One archiver per outbox partition, each with its own start rule and position.
+            for partition in 0..outbox.partitions() {
+                let archiver = Archiver::start(
+                    partition,
+                    Arc::clone(outbox),
+                    Arc::clone(archive),
+                    Arc::clone(&s.hot),
+                    Arc::clone(&self.clock),
+                    self.cfg.archive_batch_max,
+                    self.metrics.clone(),
+                )
+                .await?
+                .with_store_health(self.store_health.clone());
+                tasks.spawn(archiver.run(self.cfg.archive_idle, cancel.clone()));
+            }
             let recovery = Recovery::new(
                 Arc::clone(&s.hot),
                 Arc::clone(outbox),

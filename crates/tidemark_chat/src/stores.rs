@@ -114,6 +114,12 @@ impl ChatStores {
         let hot = Engine::parse("chat.hot", &cfg.hot, &["redis", "rediss"])?;
         let outbox = Engine::parse("chat.outbox", &cfg.outbox, &["kafka"])?;
         let archive = Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])?;
+        if cfg.outbox_partitions > 1 && !matches!(outbox, Engine::Kafka(_)) {
+            return Err(ChatError::Invalid(format!(
+                "chat.outbox_partitions = {} needs a Kafka-protocol outbox (chat.outbox = \"kafka://host:port/topic\"): the embedded outbox has one partition",
+                cfg.outbox_partitions
+            )));
+        }
         if (&hot, &outbox, &archive) == (&Engine::Sqlite, &Engine::Sqlite, &Engine::Sqlite) {
             return Self::open_embedded(dir, cfg);
         }
@@ -144,7 +150,9 @@ impl ChatStores {
                 }
                 let hot: Arc<dyn HotStore> = redis;
                 let outbox: Arc<dyn Outbox> = match &outbox {
-                    Engine::Kafka(url) => Arc::new(KafkaOutbox::connect(url).await?),
+                    Engine::Kafka(url) => {
+                        Arc::new(KafkaOutbox::connect(url, cfg.outbox_partitions).await?)
+                    }
                     _ => Arc::new(SqliteHot::open(
                         &chat_dir.join("outbox.db"),
                         cfg.commit_batch_max,
@@ -168,7 +176,8 @@ impl ChatStores {
                 let hot: Arc<dyn HotStore> = Arc::clone(&sqlite) as _;
                 let (commit_path, outbox) = match (&outbox, tiered) {
                     (Engine::Kafka(url), true) => {
-                        let outbox: Arc<dyn Outbox> = Arc::new(KafkaOutbox::connect(url).await?);
+                        let outbox: Arc<dyn Outbox> =
+                            Arc::new(KafkaOutbox::connect(url, cfg.outbox_partitions).await?);
                         (
                             CommitPath::Staged {
                                 hot: Arc::clone(&hot),
@@ -204,9 +213,9 @@ impl ChatStores {
 /// would answer 200 with holes while `/readyz` said ready. `archive_at` says where the archive
 /// is looked for.
 ///
-/// The other way round, with an outbox: an archive that holds the outbox through offset
-/// `through` ([`Archive::archived_through`]) beside an outbox whose `high` is below it is
-/// refused too. With the embedded outbox (in `hot.db`) that is a hot tier put back from an
+/// The other way round, with an outbox: an archive that holds an outbox partition through
+/// offset `through` ([`Archive::archived_through`]) beside a partition whose `high` is below
+/// it is refused too. With the embedded outbox (in `hot.db`) that is a hot tier put back from an
 /// older copy, or deleted, beside the archive its later history went to: it would hand out the
 /// same `conversation_seq`s again, and a retry of an acknowledged message would commit anew
 /// (DESIGN.md part A: seqs are never reused).
@@ -219,14 +228,17 @@ pub async fn check_archive(
     archive: Option<&dyn Archive>,
     archive_at: &str,
 ) -> Result<()> {
-    if let (Some(outbox), Some(archive)) = (outbox, archive)
-        && let Some(through) = archive.archived_through().await?
-    {
-        let (_, high) = outbox.offsets().await?;
-        if high < through {
-            return Err(ChatError::WrongArchive(format!(
-                "{archive_at} holds the outbox through offset {through}, but the outbox ends at offset {high}: the hot tier (with its outbox) is older than the archive, restored from an older copy or new; put back the hot tier that wrote the archive"
-            )));
+    if let (Some(outbox), Some(archive)) = (outbox, archive) {
+        for p in 0..outbox.partitions() {
+            let Some(through) = archive.archived_through(p).await? else {
+                continue;
+            };
+            let (_, high) = outbox.offsets(p).await?;
+            if high < through {
+                return Err(ChatError::WrongArchive(format!(
+                    "{archive_at} holds outbox partition {p} through offset {through}, but it ends at offset {high}: the hot tier (with its outbox) is older than the archive, restored from an older copy or new; put back the hot tier that wrote the archive"
+                )));
+            }
         }
     }
     let recorded = hot.archive_identity().await?;

@@ -61,7 +61,7 @@ impl Archive for FaultyArchive {
         }
         self.inner.put_records(records).await
     }
-    async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()> {
+    async fn put_index(&self, entries: &[IndexEntry], through: Option<(u32, u64)>) -> Result<()> {
         self.index_writes.fetch_add(1, Ordering::SeqCst);
         if take_failure(&self.fail_index) {
             return Err(StoreError::unavailable("sqlite", "injected put_index failure").into());
@@ -83,8 +83,8 @@ impl Archive for FaultyArchive {
     async fn identity(&self) -> Result<i64> {
         self.inner.identity().await
     }
-    async fn archived_through(&self) -> Result<Option<u64>> {
-        self.inner.archived_through().await
+    async fn archived_through(&self, partition: u32) -> Result<Option<u64>> {
+        self.inner.archived_through(partition).await
     }
 }
 

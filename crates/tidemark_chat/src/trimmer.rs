@@ -42,7 +42,7 @@ use tidemark_core::health::StoreHealth;
 use tidemark_core::retry::Retry;
 use tokio_util::sync::CancellationToken;
 
-use crate::archiver::ARCHIVER_CONSUMER;
+use crate::archiver::{ARCHIVER_CONSUMER, watermark};
 use crate::config::ChatConfig;
 use crate::error::Result;
 use crate::health::HOT_STORE;
@@ -154,16 +154,23 @@ impl Trimmer {
     /// ([`TrimOutcome::stopped`]); every batch done stays done.
     pub async fn run_pass(&self, cancel: &CancellationToken) -> Result<TrimOutcome> {
         let now = self.clock.now_ms();
-        let archive_lag_ms = match &self.outbox {
-            Some(outbox) => measure_archive_lag(outbox.as_ref(), &self.metrics, now).await?,
-            None => 0,
+        let (archive_lag_ms, watermark) = match &self.outbox {
+            Some(outbox) => {
+                measure_archive(self.hot.as_ref(), outbox.as_ref(), &self.metrics, now).await?
+            }
+            // `hot-only`: what a tiered run archived may still leave, behind the watermark of
+            // the partitions that run published (all of them, or nothing is trimmed).
+            None => {
+                let published = self.hot.watermarks().await?;
+                let partitions = published.keys().max().map_or(1, |p| p + 1);
+                (0, watermark(&published, partitions))
+            }
         };
         let mut out = TrimOutcome {
             archive_lag_ms,
             ..TrimOutcome::default()
         };
         let batch = self.cfg.trim_batch.max(1);
-        let watermark = self.hot.watermark().await?;
         let window_ms = self.cfg.commit_params().hot_window_ms;
         // Read after `now`: a window recorded by another process after this read belongs to
         // candidates scored at its now, later than this pass's.
@@ -187,15 +194,18 @@ impl Trimmer {
             out.purged = n;
             out.stopped |= stopped;
         }
-        if let Some(outbox) = &self.outbox
-            && let Some(position) = outbox.position(ARCHIVER_CONSUMER).await?
-        {
+        if let Some(outbox) = &self.outbox {
             let older_than = now - self.cfg.outbox_retention.as_millis() as i64;
-            let (_, stopped) = in_batches(batch, cancel, || {
-                outbox.truncate(position, older_than, batch)
-            })
-            .await?;
-            out.stopped |= stopped;
+            for partition in 0..outbox.partitions() {
+                let Some(position) = outbox.position(ARCHIVER_CONSUMER, partition).await? else {
+                    continue;
+                };
+                let (_, stopped) = in_batches(batch, cancel, || {
+                    outbox.truncate(partition, position, older_than, batch)
+                })
+                .await?;
+                out.stopped |= stopped;
+            }
         }
         Ok(out)
     }
@@ -253,34 +263,45 @@ where
     }
 }
 
-/// Age of the oldest committed message the archiver has not archived yet, ms (0 if caught up);
-/// sets `tidemark_chat_archive_lag_seconds` and `tidemark_chat_outbox_backlog` to what it read.
-/// Each trimmer pass measures it, and so does each `/metrics` scrape
+/// Measures the archive's progress and sets the gauges to what it read: per outbox partition
+/// the age of its oldest committed message not yet archived
+/// (`tidemark_chat_archive_lag_seconds{partition}`, 0 if caught up), the records not yet
+/// archived over all partitions (`tidemark_chat_outbox_backlog`) and the watermark T
+/// (`tidemark_chat_archive_watermark_ms`, see [`crate::archiver::watermark`]). Returns the
+/// greatest lag (ms) and T. Each trimmer pass measures it, and so does each `/metrics` scrape
 /// ([`crate::ChatService::refresh_archive_gauges`]), so that the gauges are as of the scrape,
 /// not of the last pass (which may have seen backlog 0 and lag 0 while records wait now).
 ///
 /// # Errors
-/// The outbox's.
-pub async fn measure_archive_lag(
+/// The outbox's or the hot store's.
+pub async fn measure_archive(
+    hot: &dyn HotStore,
     outbox: &dyn Outbox,
     metrics: &ChatMetrics,
     now_ms: i64,
-) -> Result<i64> {
-    let (low, high) = outbox.offsets().await?;
-    let position = outbox
-        .position(ARCHIVER_CONSUMER)
-        .await?
-        .unwrap_or(low)
-        .max(low);
-    metrics
-        .outbox_backlog
-        .set(high.saturating_sub(position) as i64);
-    let lag_ms = match outbox.fetch(position, 1).await?.first() {
-        Some((_, oldest)) => (now_ms - oldest.committed_at_ms).max(0),
-        None => 0,
-    };
-    metrics.archive_lag_seconds.set(lag_ms / 1000);
-    Ok(lag_ms)
+) -> Result<(i64, Option<i64>)> {
+    let (mut backlog, mut max_lag_ms) = (0, 0);
+    for partition in 0..outbox.partitions() {
+        let (low, high) = outbox.offsets(partition).await?;
+        let position = outbox
+            .position(ARCHIVER_CONSUMER, partition)
+            .await?
+            .unwrap_or(low)
+            .max(low);
+        backlog += high.saturating_sub(position);
+        let lag_ms = match outbox.fetch(partition, position, 1).await?.first() {
+            Some((_, oldest)) => (now_ms - oldest.committed_at_ms).max(0),
+            None => 0,
+        };
+        metrics.archive_lag(partition).set(lag_ms / 1000);
+        max_lag_ms = max_lag_ms.max(lag_ms);
+    }
+    metrics.outbox_backlog.set(backlog as i64);
+    let watermark = watermark(&hot.watermarks().await?, outbox.partitions());
+    if let Some(t) = watermark {
+        metrics.watermark_ms.set(t);
+    }
+    Ok((max_lag_ms, watermark))
 }
 
 #[cfg(test)]

@@ -65,9 +65,9 @@ async fn first_batch_archived_second_pending(
     let mut archiver = h.archiver().await;
     let out = archiver.run_once().await.unwrap();
     assert_eq!((out.archived, out.watermark_published), (3, true));
-    assert_eq!(h.hot().watermark().await.unwrap(), Some(t1));
+    assert_eq!(h.watermark().await, Some(t1));
     assert_eq!(
-        h.outbox().position(ARCHIVER_CONSUMER).await.unwrap(),
+        h.outbox().position(ARCHIVER_CONSUMER, 0).await.unwrap(),
         Some(3)
     );
     h.advance(1_000);
@@ -92,10 +92,10 @@ async fn failed_record_write_stores_nothing_and_the_batch_is_replayed_once() {
     );
     assert_eq!(archiver.position(), 3);
     assert_eq!(
-        h.outbox().position(ARCHIVER_CONSUMER).await.unwrap(),
+        h.outbox().position(ARCHIVER_CONSUMER, 0).await.unwrap(),
         Some(3)
     );
-    assert_eq!(h.hot().watermark().await.unwrap(), Some(t1));
+    assert_eq!(h.watermark().await, Some(t1));
     assert_eq!(h.archived_seqs(&cid).await, (vec![1, 2, 3], vec![1, 2, 3]));
     assert_index_has_records(&h, &cid, 6).await;
 
@@ -113,10 +113,10 @@ async fn failed_record_write_stores_nothing_and_the_batch_is_replayed_once() {
     assert_eq!((out.archived, out.watermark_published), (3, true));
     assert_eq!(archiver.position(), 6);
     assert_eq!(
-        h.outbox().position(ARCHIVER_CONSUMER).await.unwrap(),
+        h.outbox().position(ARCHIVER_CONSUMER, 0).await.unwrap(),
         Some(6)
     );
-    assert_eq!(h.hot().watermark().await.unwrap(), Some(t2));
+    assert_eq!(h.watermark().await, Some(t2));
     let out = archiver.run_once().await.unwrap();
     assert_eq!(out.archived, 0);
 
@@ -156,10 +156,10 @@ async fn failed_index_write_leaves_records_without_index_and_is_replayed_once() 
     );
     assert_eq!(archiver.position(), 3);
     assert_eq!(
-        h.outbox().position(ARCHIVER_CONSUMER).await.unwrap(),
+        h.outbox().position(ARCHIVER_CONSUMER, 0).await.unwrap(),
         Some(3)
     );
-    assert_eq!(h.hot().watermark().await.unwrap(), Some(t1));
+    assert_eq!(h.watermark().await, Some(t1));
     assert_eq!(
         h.archived_seqs(&cid).await,
         (vec![1, 2, 3, 4, 5, 6], vec![1, 2, 3])
@@ -176,10 +176,10 @@ async fn failed_index_write_leaves_records_without_index_and_is_replayed_once() 
     let out = archiver.run_once().await.unwrap();
     assert_eq!((out.archived, out.watermark_published), (3, true));
     assert_eq!(
-        h.outbox().position(ARCHIVER_CONSUMER).await.unwrap(),
+        h.outbox().position(ARCHIVER_CONSUMER, 0).await.unwrap(),
         Some(6)
     );
-    assert_eq!(h.hot().watermark().await.unwrap(), Some(t2));
+    assert_eq!(h.watermark().await, Some(t2));
 
     let all: Vec<u64> = (1..=6).collect();
     assert_eq!(h.archived_seqs(&cid).await, (all.clone(), all.clone()));
@@ -207,8 +207,11 @@ async fn failed_first_batch_publishes_no_watermark_and_blocks_all_trimming() {
     faulty(&h).fail_next_records(1);
     assert!(archiver.run_once().await.is_err());
     assert_eq!(archiver.position(), 0);
-    assert_eq!(h.outbox().position(ARCHIVER_CONSUMER).await.unwrap(), None);
-    assert_eq!(h.hot().watermark().await.unwrap(), None);
+    assert_eq!(
+        h.outbox().position(ARCHIVER_CONSUMER, 0).await.unwrap(),
+        None
+    );
+    assert_eq!(h.watermark().await, None);
     assert_eq!(h.archive_row_counts().await, (0, 0));
 
     h.advance(ms(Duration::from_secs(3600)));
@@ -220,11 +223,11 @@ async fn failed_first_batch_publishes_no_watermark_and_blocks_all_trimming() {
     // Batches of 3: the first run archives 1..=3 and must not publish T (not caught up).
     let out = archiver.run_once().await.unwrap();
     assert_eq!((out.archived, out.watermark_published), (3, false));
-    assert_eq!(h.hot().watermark().await.unwrap(), None);
+    assert_eq!(h.watermark().await, None);
     let t = h.now();
     let out = archiver.run_once().await.unwrap();
     assert_eq!((out.archived, out.watermark_published), (2, true));
-    assert_eq!(h.hot().watermark().await.unwrap(), Some(t));
+    assert_eq!(h.watermark().await, Some(t));
     assert_eq!(h.archive_row_counts().await, (5, 5));
     assert_eq!(h.archived_seqs(&cid).await.0, vec![1, 2, 3, 4, 5]);
     assert_eq!(START_MS + 2_000 + 3_600_000, t);

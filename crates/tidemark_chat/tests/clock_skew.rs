@@ -150,7 +150,7 @@ async fn skewed_and_stepped_back_clocks_neither_trim_unarchived_nor_date_backwar
     let dir = tempfile::tempdir().unwrap();
     let hot: Arc<dyn HotStore> = Arc::new(RedisHot::connect(&redis.url(), 4).await.unwrap());
     let outbox: Arc<dyn Outbox> =
-        Arc::new(KafkaOutbox::connect(&broker.url("skew")).await.unwrap());
+        Arc::new(KafkaOutbox::connect(&broker.url("skew"), 1).await.unwrap());
     let archive: Arc<dyn Archive> =
         Arc::new(SqliteArchive::open(&dir.path().join("archive.db")).unwrap());
     let cfg = cfg();
@@ -178,6 +178,7 @@ async fn skewed_and_stepped_back_clocks_neither_trim_unarchived_nor_date_backwar
     }
     let metrics = ChatMetrics::unregistered();
     let mut archiver = Archiver::start(
+        0,
         Arc::clone(&outbox),
         Arc::clone(&archive),
         Arc::clone(&hot),

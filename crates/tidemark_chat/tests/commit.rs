@@ -44,7 +44,7 @@ async fn retry_returns_the_original_ack_hot_trimmed_and_after_restart_on(h: Harn
         expected
     );
     assert_eq!(h.hot().hot_len().await.unwrap(), 3);
-    assert_eq!(h.outbox().offsets().await.unwrap(), (0, 3));
+    assert_eq!(h.outbox().offsets(0).await.unwrap(), (0, 3));
     assert_eq!(seqs(&h.full_history(&cid).await), vec![1, 2, 3]);
 
     // After archive + trim: the message is only in the archive, the retry still dedups.
@@ -68,7 +68,7 @@ async fn retry_returns_the_original_ack_hot_trimmed_and_after_restart_on(h: Harn
         3
     );
     assert_eq!(h.hot().hot_len().await.unwrap(), 0);
-    assert_eq!(h.outbox().offsets().await.unwrap().1, 3);
+    assert_eq!(h.outbox().offsets(0).await.unwrap().1, 3);
 
     // After a restart on the same files: still the same ACKs, and the next seq is 4.
     let h = h.restart().await;
@@ -242,7 +242,7 @@ async fn a_restart_with_the_clock_stepped_back_dates_nothing_before_the_store_on
     assert_eq!(first.committed_at_ms, common::START_MS);
     h.advance(h.margins_ms());
     h.archive_all().await;
-    let watermark = h.hot().watermark().await.unwrap().expect("published");
+    let watermark = h.watermark().await.expect("published");
     assert_eq!(watermark, common::START_MS + h.margins_ms());
 
     let h = h.restart().await;

@@ -32,30 +32,30 @@ fn seqs(batch: &[(u64, MessageRecord)]) -> Vec<(u64, u64)> {
 async fn a_restarted_outbox_reads_on_from_the_stored_position_also_inside_a_batch() {
     let broker = KafkaBroker::start().unwrap();
     let url = broker.url("restart");
-    let first = KafkaOutbox::connect(&url).await.unwrap();
+    let first = KafkaOutbox::connect(&url, 1).await.unwrap();
     for s in 1..=6 {
         first.append(&[rec(s)]).await.unwrap();
     }
     assert_eq!(
-        seqs(&first.fetch(0, 100).await.unwrap()),
+        seqs(&first.fetch(0, 0, 100).await.unwrap()),
         (0..6).map(|o| (o, o + 1)).collect::<Vec<_>>()
     );
-    first.store_position("archiver", 6).await.unwrap();
+    first.store_position("archiver", 0, 6).await.unwrap();
     drop(first);
 
-    let second = KafkaOutbox::connect(&url).await.unwrap();
+    let second = KafkaOutbox::connect(&url, 1).await.unwrap();
     second.append(&[rec(8), rec(7)]).await.unwrap();
     second.append(&[rec(6)]).await.unwrap();
-    assert_eq!(second.offsets().await.unwrap(), (0, 9));
-    assert_eq!(second.position("archiver").await.unwrap(), Some(6));
+    assert_eq!(second.offsets(0).await.unwrap(), (0, 9));
+    assert_eq!(second.position("archiver", 0).await.unwrap(), Some(6));
     assert_eq!(
-        seqs(&second.fetch(6, 100).await.unwrap()),
+        seqs(&second.fetch(0, 6, 100).await.unwrap()),
         vec![(6, 8), (7, 7), (8, 6)]
     );
-    assert_eq!(seqs(&second.fetch(7, 1).await.unwrap()), vec![(7, 7)]);
-    assert_eq!(seqs(&second.fetch(8, 5).await.unwrap()), vec![(8, 6)]);
+    assert_eq!(seqs(&second.fetch(0, 7, 1).await.unwrap()), vec![(7, 7)]);
+    assert_eq!(seqs(&second.fetch(0, 8, 5).await.unwrap()), vec![(8, 6)]);
     assert_eq!(
-        seqs(&second.fetch(6, 2).await.unwrap()),
+        seqs(&second.fetch(0, 6, 2).await.unwrap()),
         vec![(6, 8), (7, 7)]
     );
 }
@@ -68,17 +68,17 @@ async fn a_restarted_outbox_reads_on_from_the_stored_position_also_inside_a_batc
 async fn records_appended_in_one_call_all_land_in_the_log() {
     let broker = KafkaBroker::start().unwrap();
     let url = broker.url("batches");
-    let first = KafkaOutbox::connect(&url).await.unwrap();
+    let first = KafkaOutbox::connect(&url, 1).await.unwrap();
     for s in 1..=5 {
         first.append(&[rec(s)]).await.unwrap();
     }
     first.append(&[rec(6), rec(7), rec(8)]).await.unwrap();
-    assert_eq!(first.offsets().await.unwrap(), (0, 8));
-    let second = KafkaOutbox::connect(&url).await.unwrap();
+    assert_eq!(first.offsets(0).await.unwrap(), (0, 8));
+    let second = KafkaOutbox::connect(&url, 1).await.unwrap();
     second.append(&[rec(9), rec(10), rec(11)]).await.unwrap();
-    assert_eq!(second.offsets().await.unwrap(), (0, 11));
+    assert_eq!(second.offsets(0).await.unwrap(), (0, 11));
     assert_eq!(
-        seqs(&second.fetch(0, 100).await.unwrap()),
+        seqs(&second.fetch(0, 0, 100).await.unwrap()),
         (1..=11).map(|s| (s - 1, s)).collect::<Vec<_>>()
     );
 }

@@ -44,7 +44,7 @@ async fn mariadb_down_pauses_the_archiver_stops_trimming_and_it_catches_up_witho
         assert_eq!(h.hot().hot_len().await.unwrap(), 10);
         assert_eq!(h.floor(&cid).await, 10);
         assert_eq!(
-            h.metrics.archive_lag_seconds.get(),
+            h.metrics.archive_lag(0).get(),
             (h.now() - first_unarchived) / 1000,
             "lag after step {step}"
         );

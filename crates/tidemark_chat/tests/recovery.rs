@@ -153,7 +153,7 @@ async fn staged_commit_publishes_before_it_acknowledges_on(h: Harness) {
         panic!("{out:?}")
     };
     assert_eq!(rec.conversation_seq, 1);
-    let outbox = h.outbox.fetch(0, 10).await.unwrap();
+    let outbox = h.outbox.fetch(0, 0, 10).await.unwrap();
     assert_eq!(outbox, vec![(0, rec.clone())]);
     assert_eq!(visible_seqs(&h).await, vec![1]);
     assert_eq!(
@@ -197,7 +197,7 @@ async fn a_crash_after_reserve_is_recovered_exactly_once_on(h: Harness) {
     assert_eq!(visible_seqs(&h).await, vec![1, 2]);
     let in_outbox: Vec<u64> = h
         .outbox
-        .fetch(0, 10)
+        .fetch(0, 0, 10)
         .await
         .unwrap()
         .iter()
@@ -248,5 +248,5 @@ async fn a_retry_finishes_a_reserved_send_itself_on(h: Harness) {
         0,
         "nothing left for recovery"
     );
-    assert_eq!(h.outbox.offsets().await.unwrap(), (0, 1));
+    assert_eq!(h.outbox.offsets(0).await.unwrap(), (0, 1));
 }

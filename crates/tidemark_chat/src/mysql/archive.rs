@@ -21,7 +21,7 @@ use tidemark_core::schema::migrate_mysql;
 
 use crate::error::{ChatError, Result};
 use crate::model::{IndexEntry, MessageClass, MessageRecord, SEQ_BUCKET_SIZE};
-use crate::ports::Archive;
+use crate::ports::{ARCHIVED_THROUGH, Archive, partition_key};
 
 /// Rows per multi-row insert (11 placeholders each, well under the 65,535 limit).
 const ROWS_PER_INSERT: usize = 500;
@@ -142,7 +142,7 @@ impl Archive for MysqlArchive {
         Ok(())
     }
 
-    async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()> {
+    async fn put_index(&self, entries: &[IndexEntry], through: Option<(u32, u64)>) -> Result<()> {
         try_join_all(
             entries
                 .chunks(ROWS_PER_INSERT)
@@ -150,11 +150,12 @@ impl Archive for MysqlArchive {
         )
         .await?;
         // After every entry is in: `through` promises them.
-        if let Some(through) = through {
+        if let Some((partition, through)) = through {
             sqlx::query(
-                "INSERT INTO archive_meta (name, value) VALUES ('archived_through', ?)
+                "INSERT INTO archive_meta (name, value) VALUES (?, ?)
                  ON DUPLICATE KEY UPDATE value = VALUES(value)",
             )
+            .bind(partition_key(ARCHIVED_THROUGH, partition))
             .bind(through as i64)
             .execute(&self.pool)
             .await?;
@@ -250,8 +251,9 @@ impl Archive for MysqlArchive {
             .transpose()
     }
 
-    async fn archived_through(&self) -> Result<Option<u64>> {
-        let row = sqlx::query("SELECT value FROM archive_meta WHERE name = 'archived_through'")
+    async fn archived_through(&self, partition: u32) -> Result<Option<u64>> {
+        let row = sqlx::query("SELECT value FROM archive_meta WHERE name = ?")
+            .bind(partition_key(ARCHIVED_THROUGH, partition))
             .fetch_optional(&self.pool)
             .await?;
         Ok(row

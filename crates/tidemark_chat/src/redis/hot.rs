@@ -1,6 +1,8 @@
 //! [`HotStore`] on Redis: each method is one script or one command (pipelined per shard for the
 //! queue walks); see [`super::keys`] for the layout and `scripts/*.lua` for the atomic steps.
 
+use std::collections::{BTreeMap, HashMap};
+
 use async_trait::async_trait;
 use futures::future::try_join_all;
 use redis::Value;
@@ -12,7 +14,9 @@ use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageClass, MessageRecord, RecordKey,
     Reservation, SendAck, SendCommand, SendOutcome,
 };
-use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore};
+use crate::ports::{
+    CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, partition_key, partition_of_key,
+};
 use crate::trimmer::first_recorded_window;
 use tidemark_core::clock::SharedClock;
 use tidemark_core::store::{ErrorKind, StoreError};
@@ -603,12 +607,19 @@ impl HotStore for RedisHot {
             .collect())
     }
 
-    async fn watermark(&self) -> Result<Option<i64>> {
-        Ok(redis::cmd("HGET")
+    async fn watermarks(&self) -> Result<BTreeMap<u32, i64>> {
+        let meta: HashMap<String, String> = redis::cmd("HGETALL")
             .arg(keys::META)
-            .arg("watermark")
             .query_async(&mut self.conn())
-            .await?)
+            .await?;
+        meta.iter()
+            .filter_map(|(field, value)| {
+                let partition = partition_of_key(keys::WATERMARK, field)?;
+                Some(value.parse::<i64>().map(|t| (partition, t)).map_err(|_| {
+                    ChatError::Corrupt(format!("redis {}: {field} = {value:?}", keys::META))
+                }))
+            })
+            .collect()
     }
 
     /// `raise_clock_floor.lua` on every shard, concurrently (a mark is atomic with its own
@@ -625,16 +636,21 @@ impl HotStore for RedisHot {
         Ok(())
     }
 
-    /// The watermark or the highest shard clock floor (the latest mark), whichever is later.
+    /// The latest watermark or the highest shard clock floor (the latest mark), whichever is
+    /// later.
     async fn clock_high_water(&self) -> Result<Option<i64>> {
         let mut pipe = redis::pipe();
-        pipe.cmd("HGET").arg(keys::META).arg("watermark");
         for n in 0..SHARDS {
             pipe.cmd("GET")
                 .arg(format!("{}{CLOCK_FLOOR}", shard_prefix(n)));
         }
-        let times: Vec<Option<i64>> = pipe.query_async(&mut self.conn()).await?;
-        Ok(times.into_iter().flatten().max())
+        let floors: Vec<Option<i64>> = pipe.query_async(&mut self.conn()).await?;
+        let watermarks = self.watermarks().await?;
+        Ok(floors
+            .into_iter()
+            .flatten()
+            .chain(watermarks.into_values())
+            .max())
     }
 
     async fn archive_identity(&self) -> Result<Option<i64>> {
@@ -655,9 +671,12 @@ impl HotStore for RedisHot {
         Ok(())
     }
 
-    async fn publish_watermark(&self, t_ms: i64) -> Result<()> {
+    async fn publish_watermark(&self, partition: u32, t_ms: i64) -> Result<()> {
         let mut inv = self.scripts.raise.prepare_invoke();
-        inv.key(keys::META).arg("watermark").arg(t_ms).arg("1");
+        inv.key(keys::META)
+            .arg(partition_key(keys::WATERMARK, partition))
+            .arg(t_ms)
+            .arg("1");
         let _: i64 = inv.invoke_async(&mut self.conn()).await?;
         Ok(())
     }

@@ -19,7 +19,7 @@
 //! | `{tm:NN}:n` | string | records held by the shard |
 //! | `{tm:NN}:clk` | string | the shard's clock floor (Unix ms): its latest commit time, raised by the archiver to its T0 (`HotStore::raise_clock_floor`) |
 //! | `tm:mb:{<len(tenant)>:<tenant><user>}` | hash | conversation id → read pointer |
-//! | `tm:meta` | hash | `watermark` (T, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`), `archive_identity` (see `crate::stores::check_archive`), `layout_version` ([`LAYOUT_VERSION`]) |
+//! | `tm:meta` | hash | `watermark` and `watermark:<p>` (`T_p` of outbox partition p, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`), `archive_identity` (see `crate::stores::check_archive`), `layout_version` ([`LAYOUT_VERSION`]) |
 //!
 //! Why a bitmap for the history index: it costs one bit per seq ever allocated (bits at or below
 //! the floor are cleared, not freed: 125 KB per million messages of one conversation) where a
@@ -65,6 +65,10 @@ pub(crate) fn memberships(tenant: &str, user: &str) -> String {
 
 /// The shard key (`{tm:NN}:clk`) of the shard's clock floor (see the table above).
 pub(crate) const CLOCK_FLOOR: &str = "clk";
+
+/// The `tm:meta` field of outbox partition 0's watermark `T_0`; partition p's is
+/// `watermark:p` (`crate::ports::partition_key`).
+pub(crate) const WATERMARK: &str = "watermark";
 
 /// The hash holding the archive watermark, the hot window's floor and the archive's identity.
 pub(crate) const META: &str = "tm:meta";

@@ -33,7 +33,7 @@ use super::migrations;
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
 use crate::model::{IndexEntry, MessageRecord};
-use crate::ports::Archive;
+use crate::ports::{ARCHIVED_THROUGH, Archive, partition_key};
 
 /// The embedded archive (see the module docs).
 #[derive(Debug)]
@@ -195,18 +195,21 @@ impl Archive for SqliteArchive {
             .await
     }
 
-    async fn put_index(&self, entries: &[IndexEntry], through: Option<u64>) -> Result<()> {
+    async fn put_index(&self, entries: &[IndexEntry], through: Option<(u32, u64)>) -> Result<()> {
         let owned = entries.to_vec();
         let ids = self
             .writer
             .write(move |conn| {
                 let ids = index_log::append(conn, &owned)?;
-                if let Some(through) = through {
+                if let Some((partition, through)) = through {
                     conn.prepare_cached(
-                        "INSERT INTO archive_meta (key, value) VALUES ('archived_through', ?1)
+                        "INSERT INTO archive_meta (key, value) VALUES (?1, ?2)
                          ON CONFLICT (key) DO UPDATE SET value = excluded.value",
                     )?
-                    .execute([through as i64])?;
+                    .execute(params![
+                        partition_key(ARCHIVED_THROUGH, partition),
+                        through as i64
+                    ])?;
                 }
                 Ok::<_, crate::error::ChatError>(ids)
             })
@@ -332,13 +335,14 @@ impl Archive for SqliteArchive {
             .await
     }
 
-    async fn archived_through(&self) -> Result<Option<u64>> {
+    async fn archived_through(&self, partition: u32) -> Result<Option<u64>> {
+        let key = partition_key(ARCHIVED_THROUGH, partition);
         self.reads
-            .read(|conn| {
+            .read(move |conn| {
                 Ok(conn
                     .query_row(
-                        "SELECT value FROM archive_meta WHERE key = 'archived_through'",
-                        [],
+                        "SELECT value FROM archive_meta WHERE key = ?1",
+                        [key],
                         |r| r.get::<_, i64>(0),
                     )
                     .optional()?

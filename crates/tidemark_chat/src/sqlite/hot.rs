@@ -7,6 +7,7 @@
 //! [`super::dedup`]), `outbox` (see [`super::outbox`]), `meta` (consumer positions, the archive
 //! watermark, the hot window floor: [`crate::trimmer`]).
 
+use std::collections::BTreeMap;
 use std::path::Path;
 use std::sync::{Arc, Mutex};
 
@@ -24,7 +25,10 @@ use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageRecord, RecordKey, Reservation,
     SendCommand, SendOutcome,
 };
-use crate::ports::{CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, Outbox};
+use crate::ports::{
+    CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, Outbox, partition_key,
+    partition_of_key,
+};
 use crate::trimmer::first_recorded_window;
 
 /// The latest seq of conversation `c`: `max(c.latest_seq, highest seq in message)`. A SEND
@@ -560,8 +564,25 @@ impl HotStore for SqliteHot {
             .await
     }
 
-    async fn watermark(&self) -> Result<Option<i64>> {
-        self.reads.read(|conn| meta_get(conn, WATERMARK_KEY)).await
+    async fn watermarks(&self) -> Result<BTreeMap<u32, i64>> {
+        self.reads
+            .read(|conn| {
+                let mut stmt = conn.prepare_cached(
+                    "SELECT key, value FROM meta WHERE key = ?1 OR key LIKE ?1 || ':%'",
+                )?;
+                let rows = stmt.query_map([WATERMARK_KEY], |r| {
+                    Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?))
+                })?;
+                let mut out = BTreeMap::new();
+                for row in rows {
+                    let (key, t) = row?;
+                    if let Some(p) = partition_of_key(WATERMARK_KEY, &key) {
+                        out.insert(p, t);
+                    }
+                }
+                Ok(out)
+            })
+            .await
     }
 
     /// Nothing to do: one process uses the file, and its clock never goes back (see the port).
@@ -578,7 +599,12 @@ impl HotStore for SqliteHot {
                     .prepare_cached("SELECT committed_at FROM message ORDER BY rowid DESC LIMIT 1")?
                     .query_row([], |r| r.get(0))
                     .optional()?;
-                Ok(newest.max(meta_get(conn, WATERMARK_KEY)?))
+                let watermark: Option<i64> = conn
+                    .prepare_cached(
+                        "SELECT max(value) FROM meta WHERE key = ?1 OR key LIKE ?1 || ':%'",
+                    )?
+                    .query_row([WATERMARK_KEY], |r| r.get(0))?;
+                Ok(newest.max(watermark))
             })
             .await
     }
@@ -601,13 +627,14 @@ impl HotStore for SqliteHot {
             .await
     }
 
-    async fn publish_watermark(&self, t_ms: i64) -> Result<()> {
+    async fn publish_watermark(&self, partition: u32, t_ms: i64) -> Result<()> {
+        let key = partition_key(WATERMARK_KEY, partition);
         self.writer
             .write(move |conn| {
                 conn.execute(
                     "INSERT INTO meta (key, value) VALUES (?1, ?2)
                      ON CONFLICT (key) DO UPDATE SET value = max(value, excluded.value)",
-                    params![WATERMARK_KEY, t_ms],
+                    params![key, t_ms],
                 )?;
                 Ok(())
             })
@@ -766,8 +793,24 @@ fn floor_and_latest(conn: &Connection, tenant: &str, cid: &str) -> Result<(u64, 
     .ok_or_else(|| ChatError::UnknownConversation(cid.to_owned()))
 }
 
+/// The embedded outbox has partition 0 only.
+fn only_partition(partition: u32) -> Result<()> {
+    if partition == 0 {
+        Ok(())
+    } else {
+        Err(ChatError::Invalid(format!(
+            "the embedded outbox has one partition (0), not {partition}"
+        )))
+    }
+}
+
 #[async_trait]
 impl Outbox for SqliteHot {
+    /// One: the log is a table of one file, written in commit order by its one writer.
+    fn partitions(&self) -> u32 {
+        1
+    }
+
     async fn append(&self, records: &[MessageRecord]) -> Result<()> {
         let records = records.to_vec();
         let now = records.first().map_or(0, |r| r.committed_at_ms);
@@ -776,11 +819,13 @@ impl Outbox for SqliteHot {
             .await
     }
 
-    async fn offsets(&self) -> Result<(u64, u64)> {
+    async fn offsets(&self, partition: u32) -> Result<(u64, u64)> {
+        only_partition(partition)?;
         self.reads.read(outbox::offsets).await
     }
 
-    async fn watermark_snapshot(&self, clock: &SharedClock) -> Result<(i64, u64)> {
+    async fn watermark_snapshot(&self, partition: u32, clock: &SharedClock) -> Result<(i64, u64)> {
+        only_partition(partition)?;
         // Runs on the writer, serialised with commits: every commit job before it is visible
         // to it (same connection), every commit job after it reads a later clock.
         let clock = Arc::clone(clock);
@@ -793,28 +838,43 @@ impl Outbox for SqliteHot {
             .await
     }
 
-    async fn fetch(&self, from: u64, max: usize) -> Result<Vec<(u64, MessageRecord)>> {
+    async fn fetch(
+        &self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, MessageRecord)>> {
+        only_partition(partition)?;
         // Background priority: the archiver may lag, the SENDs sharing the cores may not.
         self.outbox_reads
             .read(move |conn| outbox::fetch(conn, from, max))
             .await
     }
 
-    async fn position(&self, consumer: &str) -> Result<Option<u64>> {
+    async fn position(&self, consumer: &str, partition: u32) -> Result<Option<u64>> {
+        only_partition(partition)?;
         let key = format!("position:{consumer}");
         self.reads
             .read(move |conn| Ok(meta_get(conn, &key)?.map(|p| p as u64)))
             .await
     }
 
-    async fn store_position(&self, consumer: &str, position: u64) -> Result<()> {
+    async fn store_position(&self, consumer: &str, partition: u32, position: u64) -> Result<()> {
+        only_partition(partition)?;
         let key = format!("position:{consumer}");
         self.writer
             .write(move |conn| meta_set(conn, &key, position as i64))
             .await
     }
 
-    async fn truncate(&self, below: u64, older_than_ms: i64, max: usize) -> Result<usize> {
+    async fn truncate(
+        &self,
+        partition: u32,
+        below: u64,
+        older_than_ms: i64,
+        max: usize,
+    ) -> Result<usize> {
+        only_partition(partition)?;
         self.writer
             .write(move |conn| outbox::truncate(conn, below, older_than_ms, max))
             .await

@@ -364,6 +364,7 @@ impl Harness {
     /// A real archiver over this harness's stores (applies the start rule).
     pub async fn archiver(&self) -> Archiver {
         Archiver::start(
+            0,
             self.outbox(),
             self.archive(),
             self.hot(),
@@ -373,6 +374,12 @@ impl Harness {
         )
         .await
         .expect("archiver start rule")
+    }
+
+    /// The watermark T of the whole outbox ([`tidemark_chat::archiver::watermark`]).
+    pub async fn watermark(&self) -> Option<i64> {
+        let published = self.hot().watermarks().await.expect("watermarks");
+        tidemark_chat::archiver::watermark(&published, self.outbox().partitions())
     }
 
     /// A real trimmer over this harness's stores, sharing the harness's metrics.
