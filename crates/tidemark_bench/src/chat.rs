@@ -712,7 +712,12 @@ async fn scrape(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<Scrape>
         send_count: get("tidemark_chat_send_seconds_count"),
         archived: get("tidemark_chat_archived_records_total"),
         backlog: get("tidemark_chat_outbox_backlog"),
-        lag_s: get("tidemark_chat_archive_lag_seconds"),
+        // One series per outbox partition: the worst.
+        lag_s: m
+            .iter()
+            .filter(|(k, _)| k.starts_with("tidemark_chat_archive_lag_seconds{"))
+            .map(|(_, v)| *v)
+            .fold(0.0, f64::max),
     })
 }
 
