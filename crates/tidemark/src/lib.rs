@@ -22,6 +22,7 @@
 //! events: SQLite, InfluxDB, MariaDB, object_store.
 //!
 //! Modules:
+//! - `chat_cmd`: `tidemark chat backfill`, seed 000's backfill tool, offline.
 //! - `config`: the configuration, its env overrides and its checks.
 //! - `demo`: `tidemark demo`, one marketplace day through the public API, with a summary.
 //! - `http_metrics`: `tidemark_http_responses_total` by method, route template and status.
@@ -31,6 +32,7 @@
 //! - `server`: `tidemark serve`: stores, workers, routes, ordered shutdown.
 //! - `wiring`: how the subsystems feed each other, and the analytics owner check.
 
+pub mod chat_cmd;
 pub mod config;
 pub mod demo;
 pub mod http_metrics;

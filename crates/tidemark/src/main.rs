@@ -1,7 +1,7 @@
 //! The `tidemark` binary: `serve` (HTTP API + every background worker), the offline mail
 //! builder, the demo and the rollup command. The load generators are `tidemark-bench`.
 
-use tidemark::{config, demo, mail, rollup_cmd, server};
+use tidemark::{chat_cmd, config, demo, mail, rollup_cmd, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -84,6 +84,10 @@ enum Command {
     Demo(demo::DemoArgs),
     /// Roll up one UTC day of raw events into `listing_daily` now (`tidemark rollup --day YYYY-MM-DD`).
     Rollup(rollup_cmd::RollupArgs),
+    /// Chat maintenance (`tidemark chat backfill`: archive the hot history the outbox no
+    /// longer covers, so that a refused archiver can start).
+    #[command(subcommand)]
+    Chat(chat_cmd::ChatCommand),
 }
 
 /// Runs the command; on an error prints it once, with its causes on the same line (`Error:
@@ -136,6 +140,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             }
             Command::Mail(m) => mail::run(m).await,
             Command::Rollup(r) => rollup_cmd::run(r).await,
+            Command::Chat(c) => chat_cmd::run(c).await,
             Command::Demo(d) => demo::run(d).await.map(|_| ()),
         }
     })

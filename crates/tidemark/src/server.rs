@@ -174,9 +174,10 @@ pub async fn run(
 /// start instead of running a second set of writers and workers over the same stores. The lock
 /// is on the directory, not on a file in it, so no file can be deleted to get past it (with a
 /// `serve.lock` file, `rm serve.lock` would let a second server in, and retries sent to it
-/// would get new seqs). (The offline tools — `mail render`, `rollup` — go through the
-/// stores' own locking and may run beside a server.)
-fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
+/// would get new seqs). (The offline tools `mail render` and `rollup` go through the stores'
+/// own locking and may run beside a server; `chat backfill` rewrites archiver positions and
+/// takes this lock too.)
+pub fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     use anyhow::Context;
     std::fs::create_dir_all(dir)
         .with_context(|| format!("creating the data directory {}", dir.display()))?;

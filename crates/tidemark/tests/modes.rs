@@ -531,3 +531,63 @@ async fn a_hot_tier_older_than_the_archive_is_refused_at_startup() {
     assert!(!chat.join("hot.db").exists());
     assert!(!chat.join("hot.db-wal").exists());
 }
+
+/// Seed 000's backfill tool: an archiver whose position lies outside the outbox (a log
+/// recreated, or one whose retention passed the archiver) is refused at start, naming
+/// `tidemark chat backfill`; the command archives the hot history and sets the position to the
+/// start of the log, and the server then starts and reads every message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_position_outside_the_outbox_is_refused_until_chat_backfill() {
+    let mut server = TestServer::start(&[]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    send_each(&c, &server, &cid, 1..=5).await;
+    wait_archived(&server.dir, 5).await;
+    assert!(server.terminate().success());
+    // The log keeps its last record only, and the stored position is the start of the
+    // log: a position outside [4, 5].
+    let hot = rusqlite::Connection::open(server.dir.join("chat").join("hot.db")).unwrap();
+    hot.execute(
+        "DELETE FROM outbox WHERE rowid < (SELECT max(rowid) FROM outbox)",
+        [],
+    )
+    .unwrap();
+    hot.execute(
+        "UPDATE meta SET value = 0 WHERE key = 'position:archiver'",
+        [],
+    )
+    .unwrap();
+    drop(hot);
+    let stderr = refused_start(&server, &server.env);
+    assert!(
+        stderr.contains(
+            "stored position 0 is outside outbox partition 0's range [4, 5]; archive what the outbox no longer holds with `tidemark chat backfill`"
+        ),
+        "{stderr}"
+    );
+
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["chat", "backfill", "--data-dir"])
+        .arg(&server.dir)
+        .envs(server.env.iter().map(|(k, v)| (k, v)))
+        .env("RUST_LOG", "warn")
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        stdout,
+        "archived 5 hot records (of 5 looked at) that the outbox no longer held\n\
+         outbox partition 0: archiver position set to 4, the start of its log\n\
+         `tidemark serve` now starts its archivers from there\n"
+    );
+
+    server.spawn().await;
+    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    assert_eq!((latest, msgs.len()), (5, 5));
+    server.cleanup().await;
+}

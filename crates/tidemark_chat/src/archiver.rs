@@ -8,9 +8,10 @@
 //! outside `[low, high]`, and the start rule below refuses to start.
 //!
 //! Start rule: a stored position must lie in `[low, high]`; with none stored the outbox must
-//! start at 0; otherwise the archiver refuses to start (a backfill is needed). And the archive
-//! must have reached the position ([`resume_behind_archive`]): one restored from an older copy
-//! of itself is caught up from the outbox, or refused if the outbox can no longer give back
+//! start at 0; otherwise the archiver refuses to start, naming `tidemark chat backfill`
+//! ([`crate::backfill`]). And the archive must have reached the position
+//! ([`resume_behind_archive`]): one restored from an older copy of itself is caught up from
+//! the outbox, or refused if the outbox can no longer give back
 //! what it lacks.
 //!
 //! Per batch (at most `archive_batch_max` records and about [`DEFAULT_BATCH_BYTES_MAX`] of
@@ -69,17 +70,18 @@ pub struct Archiver {
     health: StoreHealth,
 }
 
-/// Applies the start rule to a stored position and the outbox's `(low, high)`.
-pub fn start_position(stored: Option<u64>, low: u64, high: u64) -> Result<u64> {
+/// Applies the start rule to outbox `partition`'s stored position and `(low, high)`.
+pub fn start_position(partition: u32, stored: Option<u64>, low: u64, high: u64) -> Result<u64> {
     match stored {
         Some(p) if (low..=high).contains(&p) => Ok(p),
         Some(position) => Err(ChatError::PositionOutOfRange {
+            partition,
             position,
             low,
             high,
         }),
         None if low == 0 => Ok(0),
-        None => Err(ChatError::BackfillNeeded { low }),
+        None => Err(ChatError::BackfillNeeded { partition, low }),
     }
 }
 
@@ -167,7 +169,7 @@ impl Archiver {
     ) -> Result<Self> {
         let stored = outbox.position(ARCHIVER_CONSUMER, partition).await?;
         let (low, high) = outbox.offsets(partition).await?;
-        let position = start_position(stored, low, high)?;
+        let position = start_position(partition, stored, low, high)?;
         let position =
             resume_behind_archive(outbox.as_ref(), archive.as_ref(), partition, low, position)
                 .await?;
@@ -377,21 +379,30 @@ mod tests {
 
     #[test]
     fn start_rule() {
-        assert_eq!(start_position(None, 0, 10).unwrap(), 0);
-        assert_eq!(start_position(Some(4), 0, 10).unwrap(), 4);
-        assert_eq!(start_position(Some(10), 3, 10).unwrap(), 10);
+        assert_eq!(start_position(0, None, 0, 10).unwrap(), 0);
+        assert_eq!(start_position(0, Some(4), 0, 10).unwrap(), 4);
+        assert_eq!(start_position(0, Some(10), 3, 10).unwrap(), 10);
         assert!(matches!(
-            start_position(None, 3, 10),
-            Err(ChatError::BackfillNeeded { low: 3 })
+            start_position(1, None, 3, 10),
+            Err(ChatError::BackfillNeeded {
+                partition: 1,
+                low: 3
+            })
         ));
+        let refused = start_position(2, Some(2), 3, 10).unwrap_err();
         assert!(matches!(
-            start_position(Some(2), 3, 10),
-            Err(ChatError::PositionOutOfRange {
+            refused,
+            ChatError::PositionOutOfRange {
+                partition: 2,
                 position: 2,
                 low: 3,
                 high: 10
-            })
+            }
         ));
-        assert!(start_position(Some(11), 3, 10).is_err());
+        assert_eq!(
+            refused.to_string(),
+            "archiver refuses to start: stored position 2 is outside outbox partition 2's range [3, 10]; archive what the outbox no longer holds with `tidemark chat backfill`"
+        );
+        assert!(start_position(0, Some(11), 3, 10).is_err());
     }
 }

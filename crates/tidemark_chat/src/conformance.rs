@@ -409,6 +409,84 @@ pub async fn hot_store_clock(hot: Arc<dyn HotStore>, shared: bool) {
     );
 }
 
+/// [`HotStore::archivable_page`]: every COMMITTED record with a trim candidate, page by page,
+/// once each; RESERVED records are not; one trimmed between two pages is skipped and nothing
+/// else is.
+pub async fn archivable_pages(hot: Arc<dyn HotStore>) {
+    let members = vec!["u1".to_string(), "u2".to_string()];
+    let mut committed = Vec::new();
+    for c in 0..3 {
+        let cid = format!("c-page-{c}");
+        hot.create_conversation("t1", &cid, &members, None, T0)
+            .await
+            .unwrap();
+        for k in 0..4 {
+            let (r, _) = reserved(
+                hot.reserve(cmd("t1", &cid, "u1", &format!("k{k}")), T0 + k, PARAMS)
+                    .await
+                    .unwrap(),
+            );
+            if (c, k) == (2, 3) {
+                continue; // stays RESERVED
+            }
+            hot.mark_committed(&[r.key()], T0 + 10 * c as i64 + k, PARAMS)
+                .await
+                .unwrap();
+            committed.push(r);
+        }
+    }
+    let key = |r: &MessageRecord| (r.conversation_id.clone(), r.conversation_seq);
+    let mut all = Vec::new();
+    let mut cursor = None;
+    let mut pages = 0;
+    loop {
+        let (page, next) = hot.archivable_page(cursor, 2).await.unwrap();
+        assert!(page.len() <= 2);
+        all.extend(page);
+        pages += 1;
+        match next {
+            Some(c) => cursor = Some(c),
+            None => break,
+        }
+        assert!(pages < 1_000, "pages end");
+    }
+    all.sort_by_key(key);
+    committed.sort_by_key(key);
+    assert_eq!(
+        all, committed,
+        "every committed record once, the RESERVED one not"
+    );
+
+    // Trimming between two pages skips the trimmed records and nothing else.
+    let (first, cursor) = hot.archivable_page(None, 3).await.unwrap();
+    assert_eq!(first.len(), 3);
+    let trimmed = hot.trim(T0 + 1 + PARAMS.hot_window_ms, 100).await.unwrap();
+    assert_eq!(trimmed.len(), 2, "the first two messages of c-page-0");
+    let mut rest = Vec::new();
+    let mut cursor = cursor;
+    while let Some(c) = cursor {
+        let (page, next) = hot.archivable_page(Some(c), 3).await.unwrap();
+        rest.extend(page);
+        cursor = next;
+    }
+    let mut seen: Vec<_> = first.iter().chain(&rest).map(key).collect();
+    seen.sort();
+    seen.dedup();
+    let mut expected: Vec<_> = committed.iter().map(key).collect();
+    expected.sort();
+    assert!(
+        expected.iter().all(|k| seen.contains(k)
+            || trimmed
+                .iter()
+                .any(|t| (t.conversation_id.clone(), t.conversation_seq) == *k)),
+        "a record not trimmed is on some page"
+    );
+    assert_eq!(
+        rest.iter().filter(|r| trimmed.contains(&r.key())).count(),
+        0
+    );
+}
+
 /// watermark snapshot.
 pub async fn outbox(outbox: Arc<dyn Outbox>) {
     // Conversation c1's partition; every call below names it.

@@ -68,19 +68,25 @@ pub enum ChatError {
         /// The value required.
         required: String,
     },
-    /// Archiver start rule: no stored position and the outbox no longer starts at 0.
+    /// Archiver start rule: no stored position and the outbox partition no longer starts at
+    /// 0.
     #[error(
-        "archiver refuses to start: no stored position and the outbox starts at offset {low}, not 0; a backfill is needed"
+        "archiver refuses to start: no stored position and outbox partition {partition} starts at offset {low}, not 0; archive what the outbox no longer holds with `tidemark chat backfill`"
     )]
     BackfillNeeded {
-        /// Earliest offset still in the outbox.
+        /// The outbox partition.
+        partition: u32,
+        /// Earliest offset still in it.
         low: u64,
     },
-    /// Archiver start rule: the stored position lies outside `[low, high]` of the outbox.
+    /// Archiver start rule: the stored position lies outside `[low, high]` of the outbox
+    /// partition.
     #[error(
-        "archiver refuses to start: stored position {position} is outside the outbox range [{low}, {high}]; a backfill is needed"
+        "archiver refuses to start: stored position {position} is outside outbox partition {partition}'s range [{low}, {high}]; archive what the outbox no longer holds with `tidemark chat backfill`"
     )]
     PositionOutOfRange {
+        /// The outbox partition.
+        partition: u32,
         /// The stored position.
         position: u64,
         /// Earliest offset in the outbox.

@@ -30,6 +30,8 @@
 //!
 //! Modules (the steps above are shared code: a backend only stores):
 //! - `archiver`: outbox → archive in idempotent batches; start rule; watermark T.
+//! - `backfill`: archives the hot history an outbox no longer covers, so that an archiver the
+//!   start rule refused can go on (`tidemark chat backfill`).
 //! - `commit`: the SEND path, fused (one transaction) or staged (reserve, append, commit).
 //! - `config`: `[chat]` settings and the modes `tiered`, `hot-only`, `sync-archive`.
 //! - `contact`: the first message about a listing → one `contact` event.
@@ -57,6 +59,7 @@
 //!   processes.
 
 pub mod archiver;
+pub mod backfill;
 pub mod commit;
 pub mod config;
 #[cfg(feature = "testing")]

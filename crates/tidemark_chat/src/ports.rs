@@ -187,6 +187,19 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// one with the wall clock stepped back.
     async fn clock_high_water(&self) -> Result<Option<i64>>;
 
+    /// One page of the COMMITTED records that have a trim candidate — the hot history the
+    /// outbox carried, which a backfill copies into the archive ([`crate::backfill`]) — in an
+    /// order that stays stable while the store changes: `cursor` `None` for the first page,
+    /// then the cursor each page returns, until it returns `None`. A page holds at most
+    /// `limit` records (it may hold fewer, even none, before the last). Records trimmed
+    /// meanwhile are skipped (they were archived first); records committed meanwhile may be
+    /// missed (the outbox still holds them).
+    async fn archivable_page(
+        &self,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<MessageRecord>, Option<String>)>;
+
     /// Number of messages currently held in the hot tier.
     async fn hot_len(&self) -> Result<u64>;
 

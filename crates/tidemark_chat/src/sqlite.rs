@@ -52,7 +52,7 @@ fn record_from_row(row: &Row<'_>) -> rusqlite::Result<MessageRecord> {
 }
 
 /// Reads [`RECORD_COLUMNS`] starting at column `base`.
-fn record_from_row_at(row: &Row<'_>, base: usize) -> rusqlite::Result<MessageRecord> {
+pub(crate) fn record_from_row_at(row: &Row<'_>, base: usize) -> rusqlite::Result<MessageRecord> {
     Ok(MessageRecord {
         tenant: row.get(base)?,
         conversation_id: row.get(base + 1)?,

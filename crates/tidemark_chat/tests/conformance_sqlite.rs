@@ -6,6 +6,15 @@ use tidemark_chat::conformance;
 use tidemark_chat::sqlite::{SqliteArchive, SqliteHot};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_archivable_pages() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::archivable_pages(Arc::new(
+        SqliteHot::open(&dir.path().join("hot.db"), 64).unwrap(),
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_hot_store() {
     let dir = tempfile::tempdir().unwrap();
     conformance::hot_store(Arc::new(

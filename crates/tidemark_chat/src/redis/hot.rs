@@ -768,6 +768,57 @@ impl HotStore for RedisHot {
         Ok(())
     }
 
+    /// Shard by shard, each shard's trim candidates by score then member
+    /// (`archivable_page.lua`); the cursor is `<shard>|<score>|<member>`.
+    async fn archivable_page(
+        &self,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<MessageRecord>, Option<String>)> {
+        let (mut shard, mut score, mut member) = match &cursor {
+            None => (0, String::new(), Vec::new()),
+            Some(c) => {
+                let bad = || ChatError::Invalid(format!("bad backfill cursor {c:?}"));
+                let mut parts = c.splitn(3, '|');
+                let shard: usize = parts.next().and_then(|s| s.parse().ok()).ok_or_else(bad)?;
+                let score = parts.next().ok_or_else(bad)?.to_owned();
+                let member = parts.next().ok_or_else(bad)?.as_bytes().to_vec();
+                (shard, score, member)
+            }
+        };
+        let mut out = Vec::new();
+        while shard < SHARDS && out.len() < limit.max(1) {
+            let prefix = shard_prefix(shard);
+            let want = limit.max(1) - out.len();
+            let mut inv = self.scripts.archivable_page.prepare_invoke();
+            inv.key(format!("{prefix}trim"))
+                .arg(&prefix)
+                .arg(&score)
+                .arg(&member)
+                .arg(want);
+            let reply: Vec<Vec<u8>> = inv.invoke_async(&mut self.conn()).await?;
+            let bad = || ChatError::Corrupt(format!("redis archivable page: reply {reply:?}"));
+            let visited: usize = std::str::from_utf8(reply.first().ok_or_else(bad)?)
+                .ok()
+                .and_then(|v| v.parse().ok())
+                .ok_or_else(bad)?;
+            for pair in reply.get(3..).unwrap_or_default().chunks_exact(2) {
+                let (tenant, cid, seq) = split_member(&pair[0])?;
+                out.push(decode_record(&tenant, &cid, seq_of(&seq)?, &pair[1])?);
+            }
+            if visited < want {
+                // The shard is done: the next one from its start.
+                (shard, score, member) = (shard + 1, String::new(), Vec::new());
+            } else {
+                score = String::from_utf8_lossy(&reply[1]).into_owned();
+                member = reply[2].clone();
+            }
+        }
+        let next = (shard < SHARDS)
+            .then(|| format!("{shard}|{score}|{}", String::from_utf8_lossy(&member)));
+        Ok((out, next))
+    }
+
     async fn hot_len(&self) -> Result<u64> {
         let mut p = redis::pipe();
         for n in 0..SHARDS {

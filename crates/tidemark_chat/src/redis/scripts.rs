@@ -26,6 +26,7 @@ pub(crate) struct Scripts {
     pub(crate) lower: Script,
     pub(crate) register_trim: Script,
     pub(crate) raise_clock_floor: Script,
+    pub(crate) archivable_page: Script,
 }
 
 impl Scripts {
@@ -43,10 +44,11 @@ impl Scripts {
             lower: script(include_str!("scripts/lower.lua")),
             register_trim: script(include_str!("scripts/register_trim.lua")),
             raise_clock_floor: script(include_str!("scripts/raise_clock_floor.lua")),
+            archivable_page: script(include_str!("scripts/archivable_page.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 12] {
+    pub(crate) fn all(&self) -> [&Script; 13] {
         [
             &self.create_conversation,
             &self.reserve,
@@ -60,6 +62,7 @@ impl Scripts {
             &self.lower,
             &self.register_trim,
             &self.raise_clock_floor,
+            &self.archivable_page,
         ]
     }
 }

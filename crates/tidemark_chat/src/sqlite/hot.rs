@@ -756,6 +756,42 @@ impl HotStore for SqliteHot {
             .await
     }
 
+    /// In commit order (rowid); the cursor is the last rowid.
+    async fn archivable_page(
+        &self,
+        cursor: Option<String>,
+        limit: usize,
+    ) -> Result<(Vec<MessageRecord>, Option<String>)> {
+        let after: i64 = match &cursor {
+            None => 0,
+            Some(c) => c
+                .parse()
+                .map_err(|_| ChatError::Invalid(format!("bad backfill cursor {c:?}")))?,
+        };
+        let limit = limit.max(1);
+        self.reads
+            .read(move |conn| {
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT rowid, {RECORD_COLUMNS} FROM message
+                     WHERE rowid > ?1 AND state = ?2 AND trim_score IS NOT NULL
+                     ORDER BY rowid LIMIT ?3"
+                ))?;
+                let mut last = after;
+                let mut records = Vec::new();
+                let rows = stmt.query_map(params![after, STATE_COMMITTED, limit as i64], |r| {
+                    Ok((r.get::<_, i64>(0)?, super::record_from_row_at(r, 1)?))
+                })?;
+                for row in rows {
+                    let (rowid, record) = row?;
+                    last = rowid;
+                    records.push(record);
+                }
+                let next = (records.len() == limit).then(|| last.to_string());
+                Ok((records, next))
+            })
+            .await
+    }
+
     async fn hot_len(&self) -> Result<u64> {
         self.reads
             .read(|conn| {
