@@ -1,8 +1,9 @@
 //! `tidemark serve`: opens the stores (chat, links, events) and builds the services over them
-//! ([`Node::open`], the same for every role), then by the node's [`crate::config::Role`] starts the background
-//! workers (archiver, trimmer, recovery, partition manager, events lifecycle) and serves the HTTP
-//! API (or, on a `workers` node, only `/healthz`, `/readyz` and `/metrics`), and shuts down in
-//! order (stop accepting, finish in-flight requests, stop workers, close stores).
+//! (`Node::open`, the same for every role), then by the node's [`crate::config::Role`]
+//! starts the background workers (archiver, trimmer, recovery, partition manager, events
+//! lifecycle) and serves the HTTP API (or, on a `workers` node, only `/healthz`, `/readyz` and
+//! `/metrics`), and shuts down in order (stop accepting, finish in-flight requests, stop
+//! workers, close stores).
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -189,10 +190,10 @@ impl Background {
 }
 
 /// Serves until `shutdown` resolves, then stops everything in order. What runs follows
-/// `config.role` ([`crate::config::Role`]): the background workers on `all` and `workers` nodes, the HTTP API
-/// on `all` and `api` nodes; `/healthz`, `/readyz` and `/metrics` on every node. Errors: a
-/// configuration [`Config::validate`] refuses, a data directory another server holds, a store
-/// that cannot be opened, a worker that cannot start.
+/// `config.role` ([`crate::config::Role`]): the background workers on `all` and `workers`
+/// nodes, the HTTP API on `all` and `api` nodes; `/healthz`, `/readyz` and `/metrics` on every
+/// node. Errors: a configuration [`Config::validate`] refuses, a data directory another server
+/// holds, a store that cannot be opened, a worker that cannot start.
 pub async fn run(
     listener: TcpListener,
     config: Config,
