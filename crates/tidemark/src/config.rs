@@ -9,6 +9,7 @@ use figment::Figment;
 use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use tidemark_chat::ChatConfig;
+use tidemark_core::engine::EmbeddedStoreKey;
 use tidemark_events::EventsConfig;
 use tidemark_links::config::LinksConfig;
 
@@ -42,6 +43,63 @@ fn deserialize_listen<'de, D: serde::Deserializer<'de>>(d: D) -> Result<SocketAd
     parse_listen(&s).map_err(serde::de::Error::custom)
 }
 
+/// Which part of Tidemark a node runs (`role`, env `TIDEMARK_ROLE`, `tidemark serve --role`;
+/// DESIGN.md "Many nodes"): any number of `api` and `workers` nodes share one set of production
+/// engines, each with its own data directory. Written `all`, `api` or `workers`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize, Deserialize, clap::ValueEnum)]
+#[serde(rename_all = "kebab-case")]
+pub enum Role {
+    /// The HTTP API and every background worker in one process (the default, and the only role
+    /// the embedded SQLite stores allow): what [`Role::Api`] and [`Role::Workers`] run together.
+    #[default]
+    #[value(help = "the HTTP API and every background worker (default)")]
+    All,
+    /// The HTTP API only: `/v1` (chat SENDs and reads, mailings, events ingest, reports), `/c`,
+    /// `/o`, `/expired`, `/dashboard`, `/v1/openapi.json`, `/healthz`, `/readyz` and `/metrics`,
+    /// and the sending pool of the mailings it sends. No background worker: no chat archiver,
+    /// trimmer or recovery, no links partition manager (not even its pass at start), no events
+    /// lifecycle (rollup, Parquet archive, drop).
+    #[value(help = "the HTTP API only, no background worker")]
+    Api,
+    /// Every background worker: chat's archiver, recovery and trimmer (with the backfill of
+    /// untracked hot history at start), the links partition manager (a pass at start, then
+    /// hourly) and the events lifecycle (rollup, Parquet archive, drop of raw days). Its listen
+    /// address answers only `/healthz`, `/readyz` and `/metrics`; every other path is 404.
+    #[value(
+        help = "every background worker (archiver, trimmer, recovery, link partitions, \
+                    events lifecycle); /healthz, /readyz and /metrics only"
+    )]
+    Workers,
+}
+
+impl Role {
+    /// Whether this role answers the HTTP API (`all`, `api`).
+    pub fn serves_api(self) -> bool {
+        matches!(self, Role::All | Role::Api)
+    }
+
+    /// Whether this role runs the background workers (`all`, `workers`).
+    pub fn runs_workers(self) -> bool {
+        matches!(self, Role::All | Role::Workers)
+    }
+
+    /// The name as written in the configuration and on the command line: `all`, `api`,
+    /// `workers`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::All => "all",
+            Role::Api => "api",
+            Role::Workers => "workers",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// One tenant and its API key (`Authorization: Bearer <key>`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -56,6 +114,9 @@ pub struct TenantConfig {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
+    /// What this node runs ([`Role`]; default `all`). `api` and `workers` need every store on a
+    /// shared engine ([`Config::validate`]).
+    pub role: Role,
     /// Address of the HTTP API (default 127.0.0.1:8080): `ip:port`, or `host:port` resolved
     /// once at start ([`parse_listen`]).
     #[serde(deserialize_with = "deserialize_listen")]
@@ -82,6 +143,7 @@ pub struct Config {
 impl Default for Config {
     fn default() -> Self {
         Self {
+            role: Role::All,
             listen: SocketAddr::from(([127, 0, 0, 1], 8080)),
             data_dir: PathBuf::from("./data"),
             tenants: vec![TenantConfig {
@@ -117,9 +179,28 @@ pub enum ConfigError {
     /// A tenant list that cannot work.
     #[error("configuration: {0}")]
     Tenants(String),
+    /// A multi-node role (`api`, `workers`) with stores that name the embedded SQLite store,
+    /// which only the one process holding the data directory can use: every such key is named,
+    /// with the shared engine's URL to set instead.
+    #[error(
+        "refusing to start: role \"{role}\" shares its stores with other nodes, but the embedded SQLite store, which only one process can use, is named by {}; set {} (see docs/configuration.md, \"Roles\"), or run one process with role \"all\"",
+        key_names(.keys),
+        .keys.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    )]
+    EmbeddedStores {
+        /// The configured role.
+        role: Role,
+        /// The offending keys, in the order of the file: chat, links, events.
+        keys: Vec<EmbeddedStoreKey>,
+    },
     /// A setting no deployment can mean (e.g. `chat.trim_batch = 0`), named in the message.
     #[error("configuration: {0}")]
     Value(String),
+}
+
+/// `chat.hot, links.store`: the keys alone, for [`ConfigError::EmbeddedStores`].
+fn key_names(keys: &[EmbeddedStoreKey]) -> String {
+    keys.iter().map(|k| k.key).collect::<Vec<_>>().join(", ")
 }
 
 /// Whether `key` (an env var's name after `TIDEMARK_`) is one that Kubernetes sets in every
@@ -174,7 +255,9 @@ impl Config {
     }
 
     /// Checks the rules that need the whole configuration (keys unique and non-empty, the
-    /// default key only on loopback) and the chat settings ([`ChatConfig::validate`]).
+    /// default key only on loopback), the chat settings ([`ChatConfig::validate`]), and that a
+    /// role other than `all` has no store on the embedded SQLite engine
+    /// ([`Config::embedded_store_keys`], [`ConfigError::EmbeddedStores`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut keys = std::collections::HashSet::new();
         for t in &self.tenants {
@@ -207,7 +290,26 @@ impl Config {
             return Err(ConfigError::Tenants("at least one tenant is needed".into()));
         }
         self.chat.validate().map_err(ConfigError::Value)?;
+        if self.role != Role::All {
+            let keys = self.embedded_store_keys();
+            if !keys.is_empty() {
+                return Err(ConfigError::EmbeddedStores {
+                    role: self.role,
+                    keys,
+                });
+            }
+        }
         Ok(())
+    }
+
+    /// Every store key, of every subsystem, that names the embedded SQLite store: chat's
+    /// ([`ChatConfig::embedded_store_keys`]), links' and events'. Empty when the whole node
+    /// runs on shared engines.
+    pub fn embedded_store_keys(&self) -> Vec<EmbeddedStoreKey> {
+        let mut keys = self.chat.embedded_store_keys();
+        keys.extend(self.links.embedded_store_keys());
+        keys.extend(self.events.embedded_store_keys());
+        keys
     }
 
     /// The tenant owning the analytics: `analytics_tenant`, else the first tenant.
@@ -254,6 +356,81 @@ mod tests {
             assert_eq!(cfg.chat.mode, tidemark_chat::ChatMode::HotOnly);
             Ok(())
         });
+    }
+
+    #[test]
+    #[allow(clippy::result_large_err)] // figment::Jail's own signature
+    fn the_role_is_all_by_default_and_read_from_the_file_and_the_env() {
+        figment::Jail::expect_with(|jail| {
+            assert_eq!(Config::load(None).expect("loads").role, Role::All);
+            jail.create_file("t.toml", "role = \"workers\"\n")?;
+            let cfg = Config::load(Some(Path::new("t.toml"))).expect("loads");
+            assert_eq!(cfg.role, Role::Workers);
+            jail.set_env("TIDEMARK_ROLE", "api");
+            let cfg = Config::load(Some(Path::new("t.toml"))).expect("loads");
+            assert_eq!(cfg.role, Role::Api);
+            jail.set_env("TIDEMARK_ROLE", "worker");
+            let err = Config::load(None).expect_err("not a role").to_string();
+            for expected in ["worker", "all", "api", "workers"] {
+                assert!(err.contains(expected), "{expected}: {err}");
+            }
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn role_names_parse_as_on_the_command_line() {
+        use clap::ValueEnum;
+        for (name, role) in [
+            ("all", Role::All),
+            ("api", Role::Api),
+            ("workers", Role::Workers),
+        ] {
+            assert_eq!(Role::from_str(name, false), Ok(role));
+            assert_eq!(role.to_string(), name);
+        }
+        assert!(Role::from_str("API", false).is_err());
+        assert!(Role::from_str("both", false).is_err());
+        let runs = |r: Role| (r.serves_api(), r.runs_workers());
+        assert_eq!(runs(Role::All), (true, true));
+        assert_eq!(runs(Role::Api), (true, false));
+        assert_eq!(runs(Role::Workers), (false, true));
+    }
+
+    #[test]
+    fn a_multi_node_role_refuses_every_embedded_store_by_name() {
+        let mut cfg = Config::default();
+        assert!(cfg.validate().is_ok(), "all may use the embedded stores");
+        cfg.role = Role::Api;
+        let err = cfg.validate().expect_err("refused");
+        assert!(matches!(
+            err,
+            ConfigError::EmbeddedStores {
+                role: Role::Api,
+                ..
+            }
+        ));
+        assert_eq!(
+            err.to_string(),
+            "refusing to start: role \"api\" shares its stores with other nodes, but the embedded SQLite store, which only one process can use, is named by chat.hot, chat.outbox, chat.archive, links.store, events.raw, events.rollups; set chat.hot = \"redis://host:port\", chat.outbox = \"kafka://host:port/topic\", chat.archive = \"mysql://user:password@host:port/database\", links.store = \"mysql://user:password@host:port/database\", events.raw = \"influxdb://host:port/database\", events.rollups = \"mysql://user:password@host:port/database\" (see docs/configuration.md, \"Roles\"), or run one process with role \"all\""
+        );
+        cfg.role = Role::Workers;
+        cfg.chat.hot = "redis://127.0.0.1:6379".into();
+        cfg.chat.outbox = "kafka://127.0.0.1:9092/chat".into();
+        cfg.chat.archive = "mysql://root@127.0.0.1/chat".into();
+        cfg.events.raw = "influxdb://127.0.0.1:8086/tidemark".into();
+        cfg.events.rollups = "mysql://root@127.0.0.1/rollups".into();
+        let err = cfg.validate().expect_err("links.store is still embedded");
+        assert_eq!(
+            err.to_string(),
+            "refusing to start: role \"workers\" shares its stores with other nodes, but the embedded SQLite store, which only one process can use, is named by links.store; set links.store = \"mysql://user:password@host:port/database\" (see docs/configuration.md, \"Roles\"), or run one process with role \"all\""
+        );
+        cfg.links.store = "mysql://root@127.0.0.1/links".into();
+        assert!(cfg.validate().is_ok());
+        cfg.chat.mode = tidemark_chat::ChatMode::HotOnly;
+        cfg.chat.outbox = "sqlite".into();
+        cfg.chat.archive = String::new();
+        assert!(cfg.validate().is_ok(), "hot-only uses no outbox or archive");
     }
 
     #[test]

@@ -11,11 +11,13 @@
 //!    locked against a second server.
 //! 3. [`wiring`]: chat's first contact about a listing → a `contact` event; link clicks and
 //!    opens reach the same `Ingest` inside `tidemark_links`. Analytics belong to one tenant.
-//! 4. Workers: chat's archiver, trimmer and recovery, the links partition manager and sending
-//!    pool, and the events lifecycle (rollup, Parquet archive, drop), all stopped in order.
+//! 4. Workers: chat's archiver, trimmer and recovery, the links partition manager, and the
+//!    events lifecycle (rollup, Parquet archive, drop), all stopped in order; on `all` and
+//!    `workers` nodes ([`config::Role`]).
 //! 5. Routes: the subsystems' `/v1` routes behind per-tenant API keys, the public `/c`, `/o`
-//!    and `/dashboard`, `/v1/openapi.json` ([`openapi`]), `/healthz`, `/readyz` and `/metrics`
-//!    ([`http_metrics`] counts every answer).
+//!    and `/dashboard`, `/v1/openapi.json` ([`openapi`]) on `all` and `api` nodes, with the
+//!    links sending pool; `/healthz`, `/readyz` and `/metrics` on every node ([`http_metrics`]
+//!    counts every answer).
 //!
 //! Backends: none of its own; every engine is chosen by URL in the configuration and held by
 //! its subsystem — chat: SQLite, Redis, Kafka protocol, MariaDB; links: SQLite, MariaDB, SMTP;

@@ -1,5 +1,5 @@
-//! The `tidemark` binary: `serve` (HTTP API + every background worker), the offline mail
-//! builder, the demo and the rollup command. The load generators are `tidemark-bench`.
+//! The `tidemark` binary: `serve` (HTTP API + every background worker, or one of them with
+//! `--role`), the offline mail builder, the demo and the rollup command. The load generators are `tidemark-bench`.
 
 use tidemark::{chat_cmd, config, demo, mail, rollup_cmd, server};
 
@@ -13,6 +13,7 @@ const SERVE_ENV_HELP: &str = "\
 Configuration: defaults < --config TOML file < TIDEMARK_* env vars < flags.
 Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by __.
 
+  role                         TIDEMARK_ROLE                   all | api | workers (default all)
   listen                       TIDEMARK_LISTEN                 default 127.0.0.1:8080
   data_dir                     TIDEMARK_DATA_DIR               default ./data
   header_read_timeout          TIDEMARK_HEADER_READ_TIMEOUT    default 30s
@@ -62,12 +63,17 @@ struct Cli {
 
 #[derive(Debug, Subcommand)]
 enum Command {
-    /// Run the HTTP API and every background worker (archiver, trimmer, recovery).
+    /// Run the HTTP API and every background worker (archiver, trimmer, recovery, partition
+    /// manager, events lifecycle), or one of the two with `--role`.
     #[command(after_long_help = SERVE_ENV_HELP, after_help = SERVE_ENV_HELP)]
     Serve {
         /// TOML configuration file.
         #[arg(long, env = "TIDEMARK_CONFIG")]
         config: Option<PathBuf>,
+        /// What this node runs; `api` and `workers` need every store on a shared engine (see
+        /// docs/configuration.md, "Roles") [env: TIDEMARK_ROLE; default all].
+        #[arg(long, value_enum)]
+        role: Option<config::Role>,
         /// Address to listen on, ip:port or host:port [env: TIDEMARK_LISTEN; default
         /// 127.0.0.1:8080].
         #[arg(long, value_parser = config::parse_listen)]
@@ -122,10 +128,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         match cli.command {
             Command::Serve {
                 config,
+                role,
                 listen,
                 data_dir,
             } => {
                 let mut cfg = config::Config::load(config.as_deref())?;
+                if let Some(r) = role {
+                    cfg.role = r;
+                }
                 if let Some(l) = listen {
                     cfg.listen = l;
                 }

@@ -1,9 +1,12 @@
-//! `tidemark serve`: opens the stores (chat, links, events), starts every background worker
-//! (archiver, trimmer, recovery, partition manager, sending pool, events lifecycle), serves the
-//! HTTP API, and shuts down in order (stop accepting, finish in-flight requests, stop workers,
-//! close stores).
+//! `tidemark serve`: opens the stores (chat, links, events) and builds the services over them
+//! (`Node::open`, the same for every role), then by the node's [`crate::config::Role`]
+//! starts the background workers (archiver, trimmer, recovery, partition manager, events
+//! lifecycle) and serves the HTTP API (or, on a `workers` node, only `/healthz`, `/readyz` and
+//! `/metrics`), and shuts down in order (stop accepting, finish in-flight requests, stop
+//! workers, close stores).
 
 use std::future::Future;
+use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -21,6 +24,7 @@ use tidemark_core::http::{ApiError, ApiKeys, json_errors, require_tenant};
 use tidemark_core::store::ErrorKind;
 use tidemark_events::Ingest;
 use tidemark_events::http::EventsHttp;
+use tidemark_events::lifecycle::Lifecycle;
 use tidemark_events::report_http::AnalyticsHttp;
 use tidemark_events::rollup::RollupService;
 use tidemark_links::metrics::LinksMetrics;
@@ -42,7 +46,154 @@ struct Ops {
     responses: prometheus::IntCounterVec,
 }
 
-/// Serves until `shutdown` resolves, then stops everything in order.
+/// What the HTTP API answers with: every subsystem's `/v1` routes and public pages.
+struct Api {
+    chat: ChatService,
+    links: LinksService,
+    events: EventsHttp,
+    analytics: AnalyticsHttp,
+    keys: Arc<ApiKeys>,
+    analytics_owner: Arc<str>,
+}
+
+/// The background jobs that are not chat's (chat's own start with
+/// [`ChatService::spawn_workers`]): built on every node, run only where the role runs workers.
+struct Background {
+    partitions: PartitionManager,
+    lifecycle: Lifecycle,
+    lifecycle_interval: Duration,
+}
+
+/// Every store and service of one node, whatever its role: the stores each section of the
+/// configuration names, the services over them, wired to each other, the metrics registry
+/// and the node's store health. The role decides only what of this runs and is served.
+struct Node {
+    chat: ChatService,
+    links: LinksService,
+    events: EventsHttp,
+    analytics: AnalyticsHttp,
+    background: Background,
+    registry: Registry,
+    health: StoreHealth,
+}
+
+impl Node {
+    /// Opens every store `config` names (SQLite files under `config.data_dir` by default) and
+    /// builds the services; `listen` is the node's address, the default tracking base.
+    /// Errors: a store that cannot be opened or refuses to start (see each subsystem's `open`).
+    async fn open(config: &Config, listen: SocketAddr) -> anyhow::Result<Self> {
+        let clock: SharedClock = Arc::new(SystemClock);
+        let registry = Registry::new();
+        // Every subsystem's writers report a full store here; `/readyz` reads it.
+        let health = StoreHealth::default();
+        let chat_metrics = ChatMetrics::register(&registry)?;
+        let stores = ChatStores::open(&config.data_dir, &config.chat).await?;
+        let chat = ChatService::new(
+            stores,
+            Arc::clone(&clock),
+            config.chat.clone(),
+            chat_metrics,
+        )
+        .with_store_health(health.clone());
+
+        let events_dir = config.data_dir.join("events");
+        std::fs::create_dir_all(&events_dir)?;
+        // Each port on the engine its URL names (SQLite by default): `events.raw`,
+        // `events.rollups`.
+        let raw = tidemark_events::stores::open_raw(&config.events, &events_dir).await?;
+        let ingest = Ingest::new(raw, config.events.clone()).with_store_health(health.clone());
+        let events = EventsHttp {
+            ingest: ingest.clone(),
+            clock: Arc::clone(&clock),
+        };
+        // The summary tier (listing_daily, listings): reports, rollups on demand.
+        let analytics = AnalyticsHttp {
+            rollups: RollupService::new(
+                Arc::clone(ingest.raw()),
+                tidemark_events::stores::open_rollups(&config.events, &events_dir).await?,
+                Arc::clone(&clock),
+            ),
+            schema: config.events.schema.clone(),
+        };
+        // Wiring: a conversation's first message about a listing is one `contact` event.
+        let chat = chat.with_contact_sink(Arc::new(crate::wiring::ContactEvents {
+            ingest: ingest.clone(),
+            owner: config.analytics_owner().to_owned(),
+        }));
+        let mut links_cfg = config.links.clone();
+        if links_cfg.track_base.is_empty() {
+            links_cfg.track_base = format!("http://{listen}");
+        }
+        // `links.store`: the embedded file or MariaDB day partitions.
+        let links = LinksService::open(
+            &config.data_dir,
+            links_cfg,
+            ingest,
+            Arc::clone(&clock),
+            LinksMetrics::register(&registry)?,
+        )
+        .await?
+        .with_store_health(health.clone());
+
+        let partitions = PartitionManager::new(
+            links.link_store(),
+            Arc::clone(&clock),
+            config.links.retention_days,
+        )
+        .with_store_health(health.clone());
+        // The raw tier's lifecycle: rollup and Parquet archive of closed days, drop behind both.
+        let lifecycle = Lifecycle::new(
+            analytics.rollups.clone(),
+            tidemark_events::archive::RawArchive::open(
+                config.events.archive_url.as_deref(),
+                &events_dir.join("archive"),
+            )?,
+            &config.events,
+            tidemark_events::metrics::EventsMetrics::register(&registry)?,
+        )
+        .with_store_health(health.clone());
+        Ok(Self {
+            chat,
+            links,
+            events,
+            analytics,
+            background: Background {
+                partitions,
+                lifecycle,
+                lifecycle_interval: config.events.lifecycle_interval,
+            },
+            registry,
+            health,
+        })
+    }
+}
+
+impl Background {
+    /// Starts every background worker on `tasks`, each stopped by `cancel`: chat's archiver,
+    /// recovery and trimmer ([`ChatService::spawn_workers`]), the links partition manager (one
+    /// pass now, whose failure fails the start, then hourly) and the events lifecycle.
+    async fn spawn(
+        self,
+        chat: &ChatService,
+        tasks: &mut JoinSet<()>,
+        cancel: &CancellationToken,
+    ) -> anyhow::Result<()> {
+        chat.spawn_workers(tasks, cancel).await?;
+        self.partitions.run_once().await?;
+        tasks.spawn(
+            self.partitions
+                .run(Duration::from_secs(3600), cancel.clone()),
+        );
+        tasks.spawn(self.lifecycle.run(self.lifecycle_interval, cancel.clone()));
+        Ok(())
+    }
+}
+
+/// Serves until `shutdown` resolves, then stops everything in order. What runs follows
+/// `config.role` ([`crate::config::Role`]): the background workers on `all` and `workers`
+/// nodes, the HTTP API on `all` and `api` nodes; `/healthz`, `/readyz` and `/metrics` on every
+/// node. Errors: a configuration [`Config::validate`] refuses, a data directory another server
+/// holds, a store that cannot be opened, a worker that cannot start.
 pub async fn run(
     listener: TcpListener,
     config: Config,
@@ -50,98 +201,41 @@ pub async fn run(
 ) -> anyhow::Result<()> {
     config.validate()?;
     let _data_dir_lock = lock_data_dir(&config.data_dir)?;
-    let clock: SharedClock = Arc::new(SystemClock);
-    let registry = Registry::new();
-    // Every subsystem's writers report a full store here; `/readyz` reads it.
-    let health = StoreHealth::default();
-    let chat_metrics = ChatMetrics::register(&registry)?;
-    let stores = ChatStores::open(&config.data_dir, &config.chat).await?;
-    let chat = ChatService::new(
-        stores,
-        Arc::clone(&clock),
-        config.chat.clone(),
-        chat_metrics,
-    )
-    .with_store_health(health.clone());
-
-    let events_dir = config.data_dir.join("events");
-    std::fs::create_dir_all(&events_dir)?;
-    // Each port on the engine its URL names (SQLite by default): `events.raw`, `events.rollups`.
-    let raw = tidemark_events::stores::open_raw(&config.events, &events_dir).await?;
-    let ingest = Ingest::new(raw, config.events.clone()).with_store_health(health.clone());
-    let events_http = EventsHttp {
-        ingest: ingest.clone(),
-        clock: Arc::clone(&clock),
-    };
-    // The summary tier (listing_daily, listings): reports, rollups on demand.
-    let analytics_http = AnalyticsHttp {
-        rollups: RollupService::new(
-            Arc::clone(ingest.raw()),
-            tidemark_events::stores::open_rollups(&config.events, &events_dir).await?,
-            Arc::clone(&clock),
-        ),
-        schema: config.events.schema.clone(),
-    };
-    // Wiring: a conversation's first message about a listing is one `contact` event.
-    let chat = chat.with_contact_sink(Arc::new(crate::wiring::ContactEvents {
-        ingest: ingest.clone(),
-        owner: config.analytics_owner().to_owned(),
-    }));
-    let mut links_cfg = config.links.clone();
-    if links_cfg.track_base.is_empty() {
-        links_cfg.track_base = format!("http://{}", listener.local_addr()?);
-    }
-    // `links.store`: the embedded file or MariaDB day partitions.
-    let links = LinksService::open(
-        &config.data_dir,
-        links_cfg,
-        ingest,
-        Arc::clone(&clock),
-        LinksMetrics::register(&registry)?,
-    )
-    .await?
-    .with_store_health(health.clone());
+    let node = Node::open(&config, listener.local_addr()?).await?;
+    let Node {
+        chat,
+        links,
+        events,
+        analytics,
+        background,
+        registry,
+        health,
+    } = node;
 
     let cancel = CancellationToken::new();
     let mut workers = JoinSet::new();
-    chat.spawn_workers(&mut workers, &cancel).await?;
-    let partitions = PartitionManager::new(
-        links.link_store(),
-        Arc::clone(&clock),
-        config.links.retention_days,
-    )
-    .with_store_health(health.clone());
-    partitions.run_once().await?;
-    workers.spawn(partitions.run(Duration::from_secs(3600), cancel.clone()));
-    // The raw tier's lifecycle: rollup and Parquet archive of closed days, drop behind both.
-    let lifecycle = tidemark_events::lifecycle::Lifecycle::new(
-        analytics_http.rollups.clone(),
-        tidemark_events::archive::RawArchive::open(
-            config.events.archive_url.as_deref(),
-            &events_dir.join("archive"),
-        )?,
-        &config.events,
-        tidemark_events::metrics::EventsMetrics::register(&registry)?,
-    )
-    .with_store_health(health.clone());
-    workers.spawn(lifecycle.run(config.events.lifecycle_interval, cancel.clone()));
+    if config.role.runs_workers() {
+        background.spawn(&chat, &mut workers, &cancel).await?;
+    }
 
-    let keys = Arc::new(ApiKeys::new(
-        config
-            .tenants
-            .iter()
-            .map(|t| (t.name.clone(), t.key.clone())),
-    ));
     let pool = Arc::clone(links.pool());
     let links_for_shutdown = links.clone();
     let chat_for_shutdown = chat.clone();
-    let app = router(
-        chat.clone(),
+    let api = config.role.serves_api().then(|| Api {
+        chat: chat.clone(),
         links,
-        events_http,
-        analytics_http,
-        keys,
-        Arc::from(config.analytics_owner()),
+        events,
+        analytics,
+        keys: Arc::new(ApiKeys::new(
+            config
+                .tenants
+                .iter()
+                .map(|t| (t.name.clone(), t.key.clone())),
+        )),
+        analytics_owner: Arc::from(config.analytics_owner()),
+    });
+    let app = router(
+        api,
         Ops {
             responses: crate::http_metrics::register(&registry)?,
             registry,
@@ -149,7 +243,7 @@ pub async fn run(
             health,
         },
     );
-    tracing::info!(listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
+    tracing::info!(role = %config.role, listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
     serve_http(listener, app, config.header_read_timeout, shutdown).await;
     tracing::info!("stopped accepting; stopping workers");
     cancel.cancel();
@@ -195,17 +289,42 @@ pub fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
     }
 }
 
-fn router(
-    chat: ChatService,
-    links: LinksService,
-    events: EventsHttp,
-    analytics: AnalyticsHttp,
-    keys: Arc<ApiKeys>,
-    analytics_owner: Arc<str>,
-    ops: Ops,
-) -> Router {
-    let kinds = events.ingest.config().schema.kinds.clone();
+/// The node's routes: `api` (on `all` and `api` nodes) and the operational endpoints
+/// `/healthz`, `/readyz` and `/metrics` (every node); any other path is 404 `not_found` in the
+/// JSON error shape. Every answer is counted ([`crate::http_metrics`]).
+fn router(api: Option<Api>, ops: Ops) -> Router {
     let responses = ops.responses.clone();
+    let ops_routes = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(ops);
+    api.map(api_routes)
+        .unwrap_or_default()
+        .merge(ops_routes)
+        .fallback(|| async { ApiError::not_found("no such route") })
+        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
+            BODY_READ_TIMEOUT,
+        ))
+        .layer(axum::middleware::from_fn(json_errors))
+        .layer(axum::middleware::from_fn_with_state(
+            responses,
+            crate::http_metrics::count_responses,
+        ))
+}
+
+/// The HTTP API: the subsystems' `/v1` routes behind per-tenant API keys, the OpenAPI
+/// document, and the public `/c`, `/o`, `/expired` and `/dashboard`.
+fn api_routes(api: Api) -> Router {
+    let Api {
+        chat,
+        links,
+        events,
+        analytics,
+        keys,
+        analytics_owner,
+    } = api;
+    let kinds = events.ingest.config().schema.kinds.clone();
     // Analytics are one tenant's (crate::wiring): the others get 403 there.
     let analytics_routes = tidemark_events::recent::router(events.clone())
         .merge(tidemark_events::http::ingest_router(events))
@@ -218,26 +337,11 @@ fn router(
         .merge(tidemark_links::http::api_router(links.clone()))
         .merge(analytics_routes)
         .layer(axum::middleware::from_fn_with_state(keys, require_tenant));
-    let ops_routes = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/readyz", get(readyz))
-        .route("/metrics", get(metrics))
-        .with_state(ops);
     Router::new()
         .merge(v1)
         .merge(crate::openapi::router(&kinds))
         .merge(tidemark_links::http::public_router(links))
         .merge(tidemark_events::dashboard::public_router())
-        .merge(ops_routes)
-        .fallback(|| async { ApiError::not_found("no such route") })
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            BODY_READ_TIMEOUT,
-        ))
-        .layer(axum::middleware::from_fn(json_errors))
-        .layer(axum::middleware::from_fn_with_state(
-            responses,
-            crate::http_metrics::count_responses,
-        ))
 }
 
 /// A request body must arrive within this time.

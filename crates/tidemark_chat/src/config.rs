@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tidemark_core::engine::{EmbeddedStoreKey, is_embedded};
 
 /// How history is stored (DESIGN.md part A, "Modes").
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, Default)]
@@ -175,6 +176,36 @@ impl ChatConfig {
         Ok(())
     }
 
+    /// The chat store keys that name the embedded SQLite store (DESIGN.md "Many nodes": the
+    /// nodes of a multi-node deployment share every store, and a SQLite file is one node's):
+    /// `chat.hot`, and `chat.outbox` and `chat.archive` unless `mode` is `hot-only` (which uses
+    /// neither), each with the shared engine's URL form to set instead. Empty when every store
+    /// chat uses is a shared engine.
+    pub fn embedded_store_keys(&self) -> Vec<EmbeddedStoreKey> {
+        let mut keys = Vec::new();
+        if is_embedded(&self.hot) {
+            keys.push(EmbeddedStoreKey {
+                key: "chat.hot",
+                shared: "redis://host:port",
+            });
+        }
+        if self.mode != ChatMode::HotOnly {
+            if is_embedded(&self.outbox) {
+                keys.push(EmbeddedStoreKey {
+                    key: "chat.outbox",
+                    shared: "kafka://host:port/topic",
+                });
+            }
+            if is_embedded(&self.archive) {
+                keys.push(EmbeddedStoreKey {
+                    key: "chat.archive",
+                    shared: "mysql://user:password@host:port/database",
+                });
+            }
+        }
+        keys
+    }
+
     /// The commit-path knobs in ms.
     pub fn commit_params(&self) -> crate::ports::CommitParams {
         crate::ports::CommitParams {
@@ -249,6 +280,51 @@ mod tests {
             ..ChatConfig::default()
         };
         assert_eq!(one_ms.validate(), Ok(()));
+    }
+
+    #[test]
+    fn embedded_store_keys_name_each_sqlite_port_the_mode_uses() {
+        let keys = |cfg: &ChatConfig| -> Vec<&str> {
+            cfg.embedded_store_keys().iter().map(|k| k.key).collect()
+        };
+        let embedded = ChatConfig::default();
+        assert_eq!(keys(&embedded), ["chat.hot", "chat.outbox", "chat.archive"]);
+        let shared = ChatConfig {
+            hot: "redis://127.0.0.1:6379".into(),
+            outbox: "kafka://127.0.0.1:9092/tidemark.chat.outbox".into(),
+            archive: "mysql://root@127.0.0.1:3306/tidemark".into(),
+            ..ChatConfig::default()
+        };
+        assert!(shared.embedded_store_keys().is_empty());
+        // An empty value is the embedded store too; a Redis hot store alone leaves the other two.
+        let redis_only = ChatConfig {
+            hot: "redis://127.0.0.1:6379".into(),
+            outbox: String::new(),
+            ..ChatConfig::default()
+        };
+        assert_eq!(keys(&redis_only), ["chat.outbox", "chat.archive"]);
+        assert_eq!(
+            redis_only.embedded_store_keys()[0].shared,
+            "kafka://host:port/topic"
+        );
+        // hot-only uses neither outbox nor archive: only the hot store counts.
+        let hot_only = ChatConfig {
+            mode: ChatMode::HotOnly,
+            ..redis_only.clone()
+        };
+        assert!(hot_only.embedded_store_keys().is_empty());
+        let hot_only_embedded = ChatConfig {
+            mode: ChatMode::HotOnly,
+            ..ChatConfig::default()
+        };
+        assert_eq!(keys(&hot_only_embedded), ["chat.hot"]);
+        for mode in [ChatMode::Tiered, ChatMode::SyncArchive] {
+            let cfg = ChatConfig {
+                mode,
+                ..redis_only.clone()
+            };
+            assert_eq!(keys(&cfg), ["chat.outbox", "chat.archive"], "{mode:?}");
+        }
     }
 
     #[test]

@@ -52,7 +52,7 @@ impl Engine {
     /// besides `sqlite`. Errors: [`ChatError::Invalid`] naming the setting and the value.
     pub fn parse(what: &str, value: &str, allowed: &[&str]) -> Result<Self> {
         let v = value.trim();
-        if v.is_empty() || v == "sqlite" {
+        if tidemark_core::engine::is_embedded(v) {
             return Ok(Engine::Sqlite);
         }
         let scheme = v.split_once("://").map(|(s, _)| s).unwrap_or_default();

@@ -30,6 +30,8 @@
 //! - [`day`]: UTC days ([`day::UtcDay`]), the partition unit of link records and raw events.
 //! - [`sqlite`]: the embedded engine: [`sqlite::GroupWriter`] (group commit), read pools,
 //!   checkpoints off the commit path, [`sqlite::SqliteError`].
+//! - [`engine`]: whether a store key names the embedded SQLite store or a shared engine's URL,
+//!   and the keys a multi-node configuration must move to a shared engine.
 //! - [`mysql`]: the production relational engine (MariaDB / MySQL): a pool from a URL, URL
 //!   redaction for messages, and scratch databases for tests (`testing` feature).
 //! - [`schema`]: versioned schemas: each store's ordered migrations, run at open (SQLite's
@@ -52,6 +54,7 @@
 
 pub mod clock;
 pub mod day;
+pub mod engine;
 pub mod health;
 pub mod hlc;
 pub mod http;

@@ -3,6 +3,7 @@
 use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
+use tidemark_core::engine::{EmbeddedStoreKey, is_embedded};
 
 use crate::schema::Schema;
 
@@ -51,5 +52,64 @@ impl Default for EventsConfig {
             raw: "sqlite".into(),
             rollups: "sqlite".into(),
         }
+    }
+}
+
+impl EventsConfig {
+    /// The events store keys that name the embedded SQLite store (DESIGN.md "Many nodes": the
+    /// nodes of a multi-node deployment share every store, and a SQLite file is one node's):
+    /// `events.raw` and `events.rollups`, each with the shared engine's URL form to set instead.
+    /// Empty when both are shared engines.
+    pub fn embedded_store_keys(&self) -> Vec<EmbeddedStoreKey> {
+        let mut keys = Vec::new();
+        if is_embedded(&self.raw) {
+            keys.push(EmbeddedStoreKey {
+                key: "events.raw",
+                shared: "influxdb://host:port/database",
+            });
+        }
+        if is_embedded(&self.rollups) {
+            keys.push(EmbeddedStoreKey {
+                key: "events.rollups",
+                shared: "mysql://user:password@host:port/database",
+            });
+        }
+        keys
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_store_keys_name_each_sqlite_tier() {
+        let keys = |cfg: &EventsConfig| -> Vec<&str> {
+            cfg.embedded_store_keys().iter().map(|k| k.key).collect()
+        };
+        assert_eq!(
+            keys(&EventsConfig::default()),
+            ["events.raw", "events.rollups"]
+        );
+        let raw_shared = EventsConfig {
+            raw: "influxdb://127.0.0.1:8086/tidemark".into(),
+            rollups: " ".into(),
+            ..EventsConfig::default()
+        };
+        assert_eq!(keys(&raw_shared), ["events.rollups"]);
+        assert_eq!(
+            raw_shared.embedded_store_keys()[0].to_string(),
+            r#"events.rollups = "mysql://user:password@host:port/database""#
+        );
+        let rollups_shared = EventsConfig {
+            rollups: "mysql://root@127.0.0.1:3306/tidemark".into(),
+            ..EventsConfig::default()
+        };
+        assert_eq!(keys(&rollups_shared), ["events.raw"]);
+        let shared = EventsConfig {
+            raw: "influxdb://127.0.0.1:8086/tidemark".into(),
+            ..rollups_shared
+        };
+        assert!(shared.embedded_store_keys().is_empty());
     }
 }

@@ -5,6 +5,7 @@
 use std::path::Path;
 use std::sync::Arc;
 
+use tidemark_core::engine::is_embedded;
 use tidemark_core::store::StoreError;
 
 use crate::config::EventsConfig;
@@ -27,7 +28,7 @@ pub async fn open_raw(
     events_dir: &Path,
 ) -> Result<Arc<dyn RawStore>, StoreError> {
     let url = cfg.raw.trim();
-    if url.is_empty() || url == "sqlite" {
+    if is_embedded(url) {
         return Ok(Arc::new(SqliteRaw::open(&events_dir.join("raw.db"))?));
     }
     if url.starts_with("influxdb://") {
@@ -51,7 +52,7 @@ pub async fn open_rollups(
     events_dir: &Path,
 ) -> Result<Arc<dyn RollupStore>, StoreError> {
     let url = cfg.rollups.trim();
-    if url.is_empty() || url == "sqlite" {
+    if is_embedded(url) {
         return Ok(Arc::new(SqliteRollups::open(
             &events_dir.join("rollups.db"),
         )?));

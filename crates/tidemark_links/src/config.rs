@@ -1,6 +1,7 @@
 //! Links configuration (`[links]`; env `TIDEMARK_LINKS__<KEY>`).
 
 use serde::{Deserialize, Serialize};
+use tidemark_core::engine::{EmbeddedStoreKey, is_embedded};
 
 use crate::send::MailConfig;
 
@@ -63,6 +64,20 @@ impl Default for LinksConfig {
 }
 
 impl LinksConfig {
+    /// The links store keys that name the embedded SQLite store (DESIGN.md "Many nodes": the
+    /// nodes of a multi-node deployment share every store, and a SQLite file is one node's):
+    /// `links.store`, with the shared engine's URL form to set instead. Empty on MariaDB.
+    pub fn embedded_store_keys(&self) -> Vec<EmbeddedStoreKey> {
+        let mut keys = Vec::new();
+        if is_embedded(&self.store) {
+            keys.push(EmbeddedStoreKey {
+                key: "links.store",
+                shared: "mysql://user:password@host:port/database",
+            });
+        }
+        keys
+    }
+
     /// The fallback URL for expired ids.
     pub fn fallback(&self) -> String {
         self.fallback_url
@@ -80,5 +95,32 @@ impl LinksConfig {
             .next()
             .unwrap_or("")
             .to_ascii_lowercase()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn embedded_store_keys_name_the_sqlite_link_store() {
+        let keys = |cfg: &LinksConfig| -> Vec<String> {
+            cfg.embedded_store_keys()
+                .iter()
+                .map(ToString::to_string)
+                .collect()
+        };
+        let want = [r#"links.store = "mysql://user:password@host:port/database""#];
+        assert_eq!(keys(&LinksConfig::default()), want);
+        let empty = LinksConfig {
+            store: String::new(),
+            ..LinksConfig::default()
+        };
+        assert_eq!(keys(&empty), want);
+        let shared = LinksConfig {
+            store: "mysql://root@127.0.0.1:3306/tidemark".into(),
+            ..LinksConfig::default()
+        };
+        assert!(keys(&shared).is_empty());
     }
 }

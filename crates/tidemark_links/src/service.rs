@@ -180,7 +180,7 @@ impl LinksService {
         metrics: LinksMetrics,
     ) -> Result<Self> {
         let store = cfg.store.trim().to_owned();
-        if store.is_empty() || store == "sqlite" {
+        if tidemark_core::engine::is_embedded(&store) {
             return Self::open_embedded(data_dir, cfg, ingest, clock, metrics);
         }
         check_track_base(&cfg)?;
