@@ -424,7 +424,7 @@ async fn recovered_exactly_once(
     );
     // 6..=8 are reserved, not committed: the crash lands in the window recovery exists for.
     let mut reserved: Vec<u64> = hot
-        .stale_reserved(i64::MAX, 10)
+        .reserved_records(i64::MAX, 10)
         .await
         .unwrap()
         .iter()

@@ -29,6 +29,9 @@ impl ChatMode {
     }
 }
 
+/// The default `chat.shard_lease`: 10 s.
+pub const DEFAULT_SHARD_LEASE: Duration = Duration::from_secs(10);
+
 /// Default of [`ChatConfig::dedup_memory_keys`].
 pub const DEFAULT_DEDUP_MEMORY_KEYS: usize = 4_000_000;
 
@@ -98,6 +101,11 @@ pub struct ChatConfig {
     /// Outbox: `sqlite` (default: beside a SQLite hot store in `hot.db`; with a Redis hot store
     /// its own file `<data_dir>/chat/outbox.db`) or `kafka://host:port/topic`.
     pub outbox: String,
+    /// How long a node's lease on a hot store shard lasts without renewal (default 10 s): each
+    /// trimmer and recovery pass renews it, and a node that dies loses its shards to another
+    /// after this long. Keep it several `trim_interval`s long.
+    #[serde(with = "humantime_serde")]
+    pub shard_lease: Duration,
     /// Partitions of a Kafka-protocol outbox's topic (default 1), fixed when the topic is
     /// created: a conversation's records go to one partition, and each partition has its own
     /// archiver position and watermark (DESIGN.md "Many nodes"). The embedded outbox has one.
@@ -134,23 +142,24 @@ impl Default for ChatConfig {
             archive: "sqlite".into(),
             redis_pool: crate::redis::DEFAULT_POOL,
             outbox_partitions: 1,
+            shard_lease: DEFAULT_SHARD_LEASE,
             mysql_pool: 8,
         }
     }
 }
 
 impl ChatConfig {
-    /// Checks the values no deployment can mean, so that the server refuses to start with the key
-    /// named instead of running otherwise than configured: a count of 0 (`archive_batch_max`,
-    /// `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`, `outbox_partitions`,
-    /// `page_bytes_max`: each would
-    /// silently run as 1; `max_body_bytes`: every SEND would be refused), and a `dedup_window`,
-    /// `archive_idle` or `trim_interval` under 1 ms (the stores count in ms: a retried SEND would
-    /// commit twice, against the API's idempotent retry, or a worker would poll flat out while
-    /// idle). `hot_window` may be 0: messages then leave the hot tier as soon as the trim rule lets
-    /// them ([`crate::trimmer`]); the store keeps the smallest window ever recorded, so a larger
-    /// window set later trims later by the difference until the store's floor is reset. Returns the
-    /// first problem, as a sentence.
+    /// Checks the values no deployment can mean, so that the server refuses to start with the
+    /// key named instead of running otherwise than configured: a count of 0
+    /// (`archive_batch_max`, `commit_batch_max`, `trim_batch`, `redis_pool`, `mysql_pool`,
+    /// `outbox_partitions`, `page_bytes_max`: each would silently run as 1; `max_body_bytes`:
+    /// every SEND would be refused), and a `dedup_window`, `archive_idle`, `trim_interval` or
+    /// `shard_lease` under 1 ms (the stores count in ms: a retried SEND would commit twice,
+    /// against the API's idempotent retry, a worker would poll flat out while idle, or a lease
+    /// would be gone before its first step). `hot_window` may be 0: messages then leave the hot
+    /// tier as soon as the trim rule lets them ([`crate::trimmer`]); the store keeps the
+    /// smallest window ever recorded, so a larger window set later trims later by the
+    /// difference until the store's floor is reset. Returns the first problem, as a sentence.
     pub fn validate(&self) -> Result<(), String> {
         let counts = [
             ("archive_batch_max", self.archive_batch_max),
@@ -169,6 +178,7 @@ impl ChatConfig {
             ("dedup_window", self.dedup_window),
             ("archive_idle", self.archive_idle),
             ("trim_interval", self.trim_interval),
+            ("shard_lease", self.shard_lease),
         ];
         if let Some((key, _)) = durations.iter().find(|(_, d)| d.as_millis() == 0) {
             return Err(format!("chat.{key} must be at least 1ms"));

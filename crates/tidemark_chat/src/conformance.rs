@@ -10,11 +10,13 @@ use std::sync::Arc;
 use tidemark_core::clock::{ManualClock, SharedClock};
 
 use crate::archiver::watermark;
-use crate::error::ChatError;
+use crate::error::{ChatError, Result};
 use crate::model::{
-    IndexEntry, MessageClass, MessageRecord, Reservation, SendCommand, SendOutcome,
+    IndexEntry, MessageClass, MessageRecord, RecordKey, Reservation, SendCommand, SendOutcome,
 };
-use crate::ports::{Archive, CommitParams, FusedCommit, HotStore, Outbox, partition_of};
+use crate::ports::{
+    Archive, CommitParams, FusedCommit, HotStore, Outbox, ShardLease, partition_of,
+};
 
 const T0: i64 = 1_800_000_000_000;
 const PARAMS: CommitParams = CommitParams {
@@ -31,6 +33,69 @@ fn cmd(tenant: &str, cid: &str, sender: &str, key: &str) -> SendCommand {
         body: format!("body of {key}"),
         class: MessageClass::Standard,
     }
+}
+
+/// [`HotStore::trim`] over every shard, under leases taken for the suite: at most `batch` in
+/// all.
+async fn trim_all(hot: &dyn HotStore, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>> {
+    let mut out = Vec::new();
+    for lease in suite_leases(hot).await? {
+        if out.len() >= batch {
+            break;
+        }
+        out.extend(hot.trim(&lease, cutoff_ms, batch - out.len()).await?);
+    }
+    Ok(out)
+}
+
+/// [`HotStore::stale_reserved`] over every shard, under leases taken for the suite: the oldest
+/// `limit` in all, by reserve time, then key.
+async fn stale_all(
+    hot: &dyn HotStore,
+    reserved_before_ms: i64,
+    limit: usize,
+) -> Result<Vec<MessageRecord>> {
+    let mut out = Vec::new();
+    for lease in suite_leases(hot).await? {
+        out.extend(
+            hot.stale_reserved(&lease, reserved_before_ms, limit)
+                .await?,
+        );
+    }
+    out.sort_by(|a, b| {
+        (
+            a.committed_at_ms,
+            &a.tenant,
+            &a.conversation_id,
+            a.conversation_seq,
+        )
+            .cmp(&(
+                b.committed_at_ms,
+                &b.tenant,
+                &b.conversation_id,
+                b.conversation_seq,
+            ))
+    });
+    out.truncate(limit);
+    Ok(out)
+}
+
+/// A lease on every shard for the suite's own holder.
+async fn suite_leases(hot: &dyn HotStore) -> Result<Vec<ShardLease>> {
+    let mut leases = Vec::new();
+    for shard in 0..hot.shards() {
+        let token = hot
+            .lease_shard(shard, "conformance", 60_000)
+            .await?
+            .expect("no other holder in the suite");
+        leases.push(ShardLease {
+            shard,
+            holder: "conformance".into(),
+            token,
+            ttl_ms: 60_000,
+        });
+    }
+    Ok(leases)
 }
 
 fn reserved(r: Reservation) -> (MessageRecord, bool) {
@@ -113,9 +178,9 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
     let slice = hot.hot_slice("t1", &cid, 1, 10, T0 + 3).await.unwrap();
     assert!(slice.records.is_empty());
     assert_eq!(slice.latest_seq, 2);
-    assert_eq!(hot.stale_reserved(T0 - 1, 10).await.unwrap(), vec![]);
+    assert_eq!(stale_all(hot.as_ref(), T0 - 1, 10).await.unwrap(), vec![]);
     assert_eq!(
-        hot.stale_reserved(T0 + 2, 10).await.unwrap(),
+        stale_all(hot.as_ref(), T0 + 2, 10).await.unwrap(),
         vec![r1.clone(), r2.clone()]
     );
 
@@ -132,7 +197,12 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
             .unwrap(),
         Reservation::Committed(r1.ack())
     );
-    assert!(hot.stale_reserved(T0 + 100, 10).await.unwrap().is_empty());
+    assert!(
+        stale_all(hot.as_ref(), T0 + 100, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
     assert!(
         hot.untracked_committed(10).await.unwrap().is_empty(),
         "mark_committed registers trim candidates"
@@ -207,10 +277,15 @@ pub async fn hot_store(hot: Arc<dyn HotStore>) {
 
     // Trim: score = commit time + hot window = T0 + 5 + 10_000.
     assert_eq!(hot.hot_len().await.unwrap(), 2);
-    assert!(hot.trim(T0 + 10_004, 100).await.unwrap().is_empty());
-    let trimmed = hot.trim(T0 + 10_005, 1).await.unwrap();
+    assert!(
+        trim_all(hot.as_ref(), T0 + 10_004, 100)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let trimmed = trim_all(hot.as_ref(), T0 + 10_005, 1).await.unwrap();
     assert_eq!(trimmed.len(), 1, "batches are bounded");
-    let trimmed2 = hot.trim(T0 + 10_005, 100).await.unwrap();
+    let trimmed2 = trim_all(hot.as_ref(), T0 + 10_005, 100).await.unwrap();
     let mut all: Vec<u64> = trimmed
         .iter()
         .chain(&trimmed2)
@@ -297,7 +372,10 @@ pub async fn hot_only_commit<S: FusedCommit + HotStore>(store: Arc<S>) {
 
     // Nothing to trim, however late; all three wait for a backfill.
     assert!(
-        store.trim(i64::MAX, 100).await.unwrap().is_empty(),
+        trim_all(store.as_ref(), i64::MAX, 100)
+            .await
+            .unwrap()
+            .is_empty(),
         "hot-only records are never trim candidates"
     );
     let untracked = store.untracked_committed(10).await.unwrap();
@@ -315,7 +393,7 @@ pub async fn hot_only_commit<S: FusedCommit + HotStore>(store: Arc<S>) {
         .await
         .unwrap();
     assert!(store.untracked_committed(10).await.unwrap().is_empty());
-    let trimmed = store.trim(T0 + 100, 100).await.unwrap();
+    let trimmed = trim_all(store.as_ref(), T0 + 100, 100).await.unwrap();
     assert_eq!(trimmed, keys);
     assert_eq!(store.hot_len().await.unwrap(), 0);
 }
@@ -400,11 +478,14 @@ pub async fn hot_store_clock(hot: Arc<dyn HotStore>, shared: bool) {
         .unwrap();
     // r2 (scored T0 + 5,000 + w: its store's floor was 5,000 then) and r1 and r3 go; r4
     // does not, although its `now` was 6,001: it waits for T0 + 20,000 + w.
-    let trimmed = hot.trim(T0 + 19_999 + w, 100).await.unwrap();
+    let trimmed = trim_all(hot.as_ref(), T0 + 19_999 + w, 100).await.unwrap();
     assert_eq!(trimmed, vec![r1.key(), r2.key(), r3.key()]);
-    assert_eq!(hot.trim(T0 + 19_999 + w, 100).await.unwrap(), vec![]);
     assert_eq!(
-        hot.trim(T0 + 20_000 + w, 100).await.unwrap(),
+        trim_all(hot.as_ref(), T0 + 19_999 + w, 100).await.unwrap(),
+        vec![]
+    );
+    assert_eq!(
+        trim_all(hot.as_ref(), T0 + 20_000 + w, 100).await.unwrap(),
         vec![r4.key()]
     );
 }
@@ -460,7 +541,9 @@ pub async fn archivable_pages(hot: Arc<dyn HotStore>) {
     // Trimming between two pages skips the trimmed records and nothing else.
     let (first, cursor) = hot.archivable_page(None, 3).await.unwrap();
     assert_eq!(first.len(), 3);
-    let trimmed = hot.trim(T0 + 1 + PARAMS.hot_window_ms, 100).await.unwrap();
+    let trimmed = trim_all(hot.as_ref(), T0 + 1 + PARAMS.hot_window_ms, 100)
+        .await
+        .unwrap();
     assert_eq!(trimmed.len(), 2, "the first two messages of c-page-0");
     let mut rest = Vec::new();
     let mut cursor = cursor;
@@ -485,6 +568,120 @@ pub async fn archivable_pages(hot: Arc<dyn HotStore>) {
         rest.iter().filter(|r| trimmed.contains(&r.key())).count(),
         0
     );
+}
+
+/// Shard leases with fencing tokens (DESIGN.md "Many nodes"). With `shared` (a store several
+/// nodes use: Redis): one holder per shard at a time, renewed by its holder, a greater token
+/// for every new holder; after it expires another takes it, and then a trim or a RESERVED read
+/// under the old lease is refused with nothing done ([`ChatError::LeaseLost`]); a released
+/// lease is free at once. A store one process uses (SQLite) grants every lease of its one shard.
+pub async fn shard_leases(hot: Arc<dyn HotStore>, shared: bool) {
+    let lease = |shard: u32, holder: &str, token: u64, ttl_ms: u64| ShardLease {
+        shard,
+        holder: holder.into(),
+        token,
+        ttl_ms,
+    };
+    if !shared {
+        assert_eq!(hot.shards(), 1);
+        assert_eq!(hot.lease_shard(0, "a", 100).await.unwrap(), Some(1));
+        assert_eq!(hot.lease_shard(0, "b", 100).await.unwrap(), Some(1));
+        assert!(matches!(
+            hot.lease_shard(1, "a", 100).await,
+            Err(ChatError::Invalid(_))
+        ));
+        return;
+    }
+    let shards = hot.shards();
+    assert!(shards > 1);
+    let t1 = hot
+        .lease_shard(3, "a", 60_000)
+        .await
+        .unwrap()
+        .expect("free");
+    assert_eq!(
+        hot.lease_shard(3, "b", 60_000).await.unwrap(),
+        None,
+        "a holds it"
+    );
+    assert_eq!(
+        hot.lease_shard(3, "a", 60_000).await.unwrap(),
+        Some(t1),
+        "renewed"
+    );
+    hot.release_shard(&lease(3, "b", t1, 0)).await.unwrap(); // not b's: nothing
+    assert_eq!(hot.lease_shard(3, "b", 60_000).await.unwrap(), None);
+    hot.release_shard(&lease(3, "a", t1, 0)).await.unwrap();
+    let t2 = hot
+        .lease_shard(3, "b", 60_000)
+        .await
+        .unwrap()
+        .expect("released");
+    assert!(t2 > t1, "a new holder's token is greater");
+
+    // A record to trim, and one left RESERVED; node a holds every shard for 200 ms.
+    let members = vec!["u1".to_string(), "u2".to_string()];
+    hot.create_conversation("t1", "c-lease", &members, None, T0)
+        .await
+        .unwrap();
+    let (r1, _) = reserved(
+        hot.reserve(cmd("t1", "c-lease", "u1", "k1"), T0, PARAMS)
+            .await
+            .unwrap(),
+    );
+    hot.mark_committed(&[r1.key()], T0, PARAMS).await.unwrap();
+    reserved(
+        hot.reserve(cmd("t1", "c-lease", "u1", "k2"), T0, PARAMS)
+            .await
+            .unwrap(),
+    );
+    let mut a = Vec::new();
+    for shard in 0..shards {
+        if shard == 3 {
+            continue; // b's
+        }
+        let token = hot
+            .lease_shard(shard, "a", 200)
+            .await
+            .unwrap()
+            .expect("free");
+        a.push(lease(shard, "a", token, 200));
+    }
+    // a pauses past its lease; b takes the shards.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let mut b = Vec::new();
+    for shard in 0..shards {
+        let token = hot
+            .lease_shard(shard, "b", 60_000)
+            .await
+            .unwrap()
+            .expect("expired");
+        b.push(lease(shard, "b", token, 60_000));
+    }
+    let cutoff = T0 + PARAMS.hot_window_ms;
+    for l in &a {
+        assert!(matches!(
+            hot.trim(l, cutoff, 100).await,
+            Err(ChatError::LeaseLost { shard }) if shard == l.shard
+        ));
+        assert!(matches!(
+            hot.stale_reserved(l, T0, 100).await,
+            Err(ChatError::LeaseLost { .. })
+        ));
+    }
+    assert_eq!(
+        hot.hot_len().await.unwrap(),
+        2,
+        "a's fenced steps did nothing"
+    );
+    let mut trimmed = Vec::new();
+    let mut stale = Vec::new();
+    for l in &b {
+        trimmed.extend(hot.trim(l, cutoff, 100).await.unwrap());
+        stale.extend(hot.stale_reserved(l, T0, 100).await.unwrap());
+    }
+    assert_eq!(trimmed, vec![r1.key()]);
+    assert_eq!(stale.len(), 1);
 }
 
 /// watermark snapshot.

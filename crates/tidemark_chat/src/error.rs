@@ -68,6 +68,16 @@ pub enum ChatError {
         /// The value required.
         required: String,
     },
+    /// A fenced step found its shard's lease held by another holder, or expired: the worker
+    /// that paused past its lease does nothing (DESIGN.md "Many nodes": leases with fencing
+    /// tokens).
+    #[error(
+        "the lease on hot store shard {shard} was lost (expired or taken over); nothing was done"
+    )]
+    LeaseLost {
+        /// The shard.
+        shard: u32,
+    },
     /// Archiver start rule: no stored position and the outbox partition no longer starts at
     /// 0.
     #[error(
@@ -155,7 +165,8 @@ impl From<ChatError> for ApiError {
             ChatError::WrongArchive(_)
             | ChatError::NotDurable { .. }
             | ChatError::BackfillNeeded { .. }
-            | ChatError::PositionOutOfRange { .. } => ApiError::unavailable(msg),
+            | ChatError::PositionOutOfRange { .. }
+            | ChatError::LeaseLost { .. } => ApiError::unavailable(msg),
         }
     }
 }

@@ -40,6 +40,8 @@
 //!   store health.
 //! - `http`: the `/v1` conversation and message routes.
 //! - `kafka`: the Kafka-protocol outbox.
+//! - `leases`: a node's leases on the hot store's shards, with fencing tokens, for its
+//!   trimmer and recovery worker.
 //! - `metrics`: chat's Prometheus metrics.
 //! - `model`: sends, message records, acknowledgements, conversations.
 //! - `mysql`: the MariaDB / MySQL archive.
@@ -71,6 +73,7 @@ pub mod failpoint;
 pub mod health;
 pub mod http;
 pub mod kafka;
+pub mod leases;
 pub mod metrics;
 pub mod model;
 pub mod mysql;

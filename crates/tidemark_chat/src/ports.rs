@@ -20,6 +20,20 @@ use crate::model::{
 /// The name of the hot store's meta entry behind [`HotStore::hot_window_floor`].
 pub(crate) const HOT_WINDOW_FLOOR_KEY: &str = "hot_window_floor";
 
+/// A node's lease on one shard of the hot store ([`HotStore::lease_shard`]): what a fenced
+/// step presents.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardLease {
+    /// The shard (`0..HotStore::shards()`).
+    pub shard: u32,
+    /// Who holds it (one name per node and process).
+    pub holder: String,
+    /// The fencing token it was granted with.
+    pub token: u64,
+    /// How long a successful fenced step extends it, ms.
+    pub ttl_ms: u64,
+}
+
 /// Commit-path timing knobs passed to the stores (all in ms).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct CommitParams {
@@ -82,10 +96,13 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
         params: CommitParams,
     ) -> Result<()>;
 
-    /// Records still RESERVED whose reserve time is ≤ `reserved_before_ms` (for the recovery
-    /// worker), at most `limit`.
+    /// Records of `lease`'s shard still RESERVED whose reserve time is ≤ `reserved_before_ms`
+    /// (for the recovery worker), at most `limit`. Fenced: [`crate::ChatError::LeaseLost`] if
+    /// the lease is no longer held (checked in the same atomic step); a successful call renews
+    /// it.
     async fn stale_reserved(
         &self,
+        lease: &ShardLease,
         reserved_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<MessageRecord>>;
@@ -146,10 +163,32 @@ pub trait HotStore: Send + Sync + std::fmt::Debug {
     /// `now_ms`. Idempotent.
     async fn hot_window_floor(&self, hot_window_ms: i64, now_ms: i64) -> Result<i64>;
 
-    /// Deletes up to `batch` trim candidates with score ≤ `cutoff_ms` from the hot tier and
-    /// raises each conversation's floor F to the highest trimmed seq. Returns the records
-    /// trimmed (their keys).
-    async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>>;
+    /// Deletes up to `batch` trim candidates of `lease`'s shard with score ≤ `cutoff_ms` from
+    /// the hot tier and raises each conversation's floor F to the highest trimmed seq. Returns
+    /// the records trimmed (their keys). Fenced: [`crate::ChatError::LeaseLost`], with nothing
+    /// deleted, if the lease is no longer held (checked in the same atomic step, so a worker
+    /// paused past its lease cannot trim); a successful call renews it.
+    async fn trim(
+        &self,
+        lease: &ShardLease,
+        cutoff_ms: i64,
+        batch: usize,
+    ) -> Result<Vec<RecordKey>>;
+
+    /// The shards the hot tier's trimming and recovery are split into, each worked by one
+    /// node at a time under a lease (Redis: the [`crate::redis::keys::SHARDS`] hash tags;
+    /// SQLite: one).
+    fn shards(&self) -> u32;
+
+    /// Takes or renews `holder`'s lease on `shard` for `ttl_ms` (ms): its fencing token if
+    /// `holder` holds it now, `None` while another holder's lease runs. A new holder gets a
+    /// token greater than every earlier holder's (DESIGN.md "Many nodes": leases with fencing
+    /// tokens; a store one process uses always grants it).
+    async fn lease_shard(&self, shard: u32, holder: &str, ttl_ms: u64) -> Result<Option<u64>>;
+
+    /// Gives the lease up if it is still `lease` (a node that stops), so that another node
+    /// takes the shard at once rather than after the lease time.
+    async fn release_shard(&self, lease: &ShardLease) -> Result<()>;
 
     /// Client-dedup upkeep, at most `batch` entries: drops entries older than the dedup window
     /// (and a store that indexes keys in memory may move its oldest to disk); returns how many

@@ -2,7 +2,9 @@
 //! `outbox_recovery_window` (a crash between reserve and outbox append) are appended to the
 //! outbox and marked committed with the same code as the commit path
 //! ([`crate::commit::publish_and_commit`]). Outbox duplicates this may cause are harmless.
-//! With the fused embedded store no record is ever left RESERVED, so it finds nothing.
+//! With the fused embedded store no record is ever left RESERVED, so it finds nothing. It works
+//! only the hot store shards its node holds a lease on ([`crate::leases`]), and the store
+//! checks the lease as it reads them.
 //!
 //! [`backfill_untracked`] is the one-time counterpart for history committed in `hot-only`
 //! mode (no outbox, no trim candidate): before an archiving mode starts, such records are
@@ -18,8 +20,10 @@ use tidemark_core::retry::Retry;
 use tokio_util::sync::CancellationToken;
 
 use crate::commit::publish_and_commit;
-use crate::error::Result;
+use crate::config::DEFAULT_SHARD_LEASE;
+use crate::error::{ChatError, Result};
 use crate::health::HOT_STORE;
+use crate::leases::ShardLeases;
 use crate::metrics::ChatMetrics;
 use crate::model::MessageRecord;
 use crate::ports::{CommitParams, HotStore, Outbox};
@@ -35,6 +39,8 @@ pub struct Recovery {
     metrics: ChatMetrics,
     /// Where a full hot store or outbox is reported ([`Recovery::with_store_health`]).
     health: StoreHealth,
+    /// The node's shard leases ([`Recovery::with_leases`]).
+    leases: ShardLeases,
 }
 
 impl Recovery {
@@ -47,6 +53,7 @@ impl Recovery {
         window: Duration,
         metrics: ChatMetrics,
     ) -> Self {
+        let leases = ShardLeases::new(Arc::clone(&hot), DEFAULT_SHARD_LEASE);
         Self {
             hot,
             outbox,
@@ -55,7 +62,16 @@ impl Recovery {
             window,
             metrics,
             health: StoreHealth::default(),
+            leases,
         }
+    }
+
+    /// Works under `leases`, the node's (shared with its trimmer); by default leases of its
+    /// own held for [`DEFAULT_SHARD_LEASE`].
+    #[must_use]
+    pub fn with_leases(mut self, leases: ShardLeases) -> Self {
+        self.leases = leases;
+        self
     }
 
     /// Reports its passes to `health`, the node's, under [`HOT_STORE`]: a pass that fails
@@ -66,27 +82,39 @@ impl Recovery {
         self
     }
 
-    /// One pass; returns how many records were recovered.
+    /// One pass over the shards its node holds; returns how many records were recovered. A
+    /// shard whose lease is lost midway is left to its new holder.
     pub async fn run_once(&self) -> Result<usize> {
         let mut total = 0;
-        loop {
-            let before = self.clock.now_ms() - self.window.as_millis() as i64;
-            let stale = self.hot.stale_reserved(before, 500).await?;
-            if stale.is_empty() {
-                return Ok(total);
+        for lease in self.leases.acquire().await? {
+            loop {
+                let before = self.clock.now_ms() - self.window.as_millis() as i64;
+                let stale = match self.hot.stale_reserved(&lease, before, 500).await {
+                    Ok(stale) => stale,
+                    Err(ChatError::LeaseLost { .. }) => break,
+                    Err(e) => return Err(e),
+                };
+                if stale.is_empty() {
+                    break;
+                }
+                publish_and_commit(
+                    self.hot.as_ref(),
+                    self.outbox.as_ref(),
+                    &stale,
+                    &self.clock,
+                    self.params,
+                )
+                .await?;
+                total += stale.len();
+                self.metrics.recovered.inc_by(stale.len() as u64);
+                tracing::info!(
+                    count = stale.len(),
+                    shard = lease.shard,
+                    "recovered RESERVED records"
+                );
             }
-            publish_and_commit(
-                self.hot.as_ref(),
-                self.outbox.as_ref(),
-                &stale,
-                &self.clock,
-                self.params,
-            )
-            .await?;
-            total += stale.len();
-            self.metrics.recovered.inc_by(stale.len() as u64);
-            tracing::info!(count = stale.len(), "recovered RESERVED records");
         }
+        Ok(total)
     }
 
     /// Runs a pass every quarter of the recovery window (at least every second) until
@@ -110,7 +138,10 @@ impl Recovery {
                 }
             };
             tokio::select! {
-                _ = cancel.cancelled() => return,
+                _ = cancel.cancelled() => {
+                    self.leases.release().await;
+                    return;
+                }
                 _ = tokio::time::sleep(pause) => {}
             }
         }

@@ -19,6 +19,7 @@ use crate::config::{ChatConfig, ChatMode};
 use crate::contact::{ContactSink, FirstContact};
 use crate::error::{ChatError, Result};
 use crate::health::{CommitHealth, HOT_STORE};
+use crate::leases::ShardLeases;
 use crate::metrics::ChatMetrics;
 use crate::model::{ConversationMeta, MessageClass, MessageRecord, SendCommand, SendOutcome};
 use crate::ports::{Archive, HotStore, Outbox};
@@ -743,6 +744,8 @@ impl ChatService {
     ) -> Result<()> {
         self.prepare_hot_store().await?;
         let s = &self.stores;
+        // The node's shard leases, shared by its trimmer and its recovery worker.
+        let leases = ShardLeases::new(Arc::clone(&s.hot), self.cfg.shard_lease);
         if let (Some(outbox), Some(archive)) = (&s.outbox, &s.archive) {
             let params = self.cfg.commit_params();
             let n =
@@ -773,7 +776,8 @@ impl ChatService {
                 self.cfg.outbox_recovery_window,
                 self.metrics.clone(),
             )
-            .with_store_health(self.store_health.clone());
+            .with_store_health(self.store_health.clone())
+            .with_leases(leases.clone());
             tasks.spawn(recovery.run(cancel.clone()));
         }
         let trimmer = Trimmer::new(
@@ -784,7 +788,8 @@ impl ChatService {
             self.cfg.clone(),
             self.metrics.clone(),
         )
-        .with_store_health(self.store_health.clone());
+        .with_store_health(self.store_health.clone())
+        .with_leases(leases);
         tasks.spawn(trimmer.run(cancel.clone()));
         Ok(())
     }

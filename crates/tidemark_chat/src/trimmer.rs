@@ -29,6 +29,10 @@
 //! one hot store (Redis), raise the window only once every one of them records its window
 //! (`hot_window_floor`): a process that does not scores candidates without recording it.
 //!
+//! A node trims only the hot store shards it holds a lease on ([`crate::leases`]); the store
+//! checks the lease in the same atomic step as each batch, so a node paused past its lease
+//! trims nothing when it wakes.
+//!
 //! A pass works in batches of `trim_batch` and goes on until nothing eligible is left, however
 //! large the backlog (the first pass after a week's downtime); shutdown does not wait for it:
 //! a pass stops between two batches once it is cancelled ([`Trimmer::run_pass`]), and the
@@ -44,8 +48,9 @@ use tokio_util::sync::CancellationToken;
 
 use crate::archiver::{ARCHIVER_CONSUMER, watermark};
 use crate::config::ChatConfig;
-use crate::error::Result;
+use crate::error::{ChatError, Result};
 use crate::health::HOT_STORE;
+use crate::leases::ShardLeases;
 use crate::metrics::ChatMetrics;
 use crate::ports::{Archive, HotStore, Outbox};
 
@@ -113,6 +118,8 @@ pub struct Trimmer {
     metrics: ChatMetrics,
     /// Where a full hot store is reported ([`Trimmer::with_store_health`]).
     health: StoreHealth,
+    /// The node's shard leases ([`Trimmer::with_leases`]).
+    leases: ShardLeases,
 }
 
 impl Trimmer {
@@ -125,6 +132,7 @@ impl Trimmer {
         cfg: ChatConfig,
         metrics: ChatMetrics,
     ) -> Self {
+        let leases = ShardLeases::new(Arc::clone(&hot), cfg.shard_lease);
         Self {
             hot,
             outbox,
@@ -133,7 +141,16 @@ impl Trimmer {
             cfg,
             metrics,
             health: StoreHealth::default(),
+            leases,
         }
+    }
+
+    /// Works under `leases`, the node's (shared with its recovery worker); by default leases
+    /// of its own held for `chat.shard_lease`.
+    #[must_use]
+    pub fn with_leases(mut self, leases: ShardLeases) -> Self {
+        self.leases = leases;
+        self
     }
 
     /// Reports its passes to `health`, the node's, under [`HOT_STORE`]: a pass that fails
@@ -176,14 +193,25 @@ impl Trimmer {
         // candidates scored at its now, later than this pass's.
         let floor_ms = self.hot.hot_window_floor(window_ms, now).await?;
         if let Some(cutoff) = trim_cutoff(now, watermark, floor_ms, &self.cfg) {
-            let (n, stopped) = in_batches(batch, cancel, || async move {
-                let n = self.hot.trim(cutoff, batch).await?.len();
-                self.metrics.trimmed.inc_by(n as u64);
-                Ok(n)
-            })
-            .await?;
-            out.trimmed = n;
-            out.stopped |= stopped;
+            // The shards this node holds; a lease lost midway leaves the shard to its new
+            // holder (the store refused the step: nothing was trimmed by it).
+            for lease in self.leases.acquire().await? {
+                let lease = &lease;
+                let trimmed = in_batches(batch, cancel, || async move {
+                    let n = self.hot.trim(lease, cutoff, batch).await?.len();
+                    self.metrics.trimmed.inc_by(n as u64);
+                    Ok(n)
+                })
+                .await;
+                match trimmed {
+                    Ok((n, stopped)) => {
+                        out.trimmed += n;
+                        out.stopped |= stopped;
+                    }
+                    Err(ChatError::LeaseLost { .. }) => {}
+                    Err(e) => return Err(e),
+                }
+            }
         }
         let (_, stopped) = in_batches(batch, cancel, || self.hot.purge_dedup(now, batch)).await?;
         out.stopped |= stopped;
@@ -231,7 +259,10 @@ impl Trimmer {
                 }
             };
             tokio::select! {
-                _ = cancel.cancelled() => return,
+                _ = cancel.cancelled() => {
+                    self.leases.release().await;
+                    return;
+                }
                 _ = tokio::time::sleep(pause) => {}
             }
         }

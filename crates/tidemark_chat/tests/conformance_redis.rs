@@ -9,6 +9,13 @@ use tidemark_chat::redis::RedisHot;
 use tidemark_chat::testing::RedisServer;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_shard_leases() {
+    let server = RedisServer::start().unwrap();
+    let hot = RedisHot::connect(&server.url(), 2).await.unwrap();
+    conformance::shard_leases(Arc::new(hot), true).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_archivable_pages() {
     let server = RedisServer::start().unwrap();
     let hot = RedisHot::connect(&server.url(), 2).await.unwrap();

@@ -6,6 +6,16 @@ use tidemark_chat::conformance;
 use tidemark_chat::sqlite::{SqliteArchive, SqliteHot};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_shard_leases() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::shard_leases(
+        Arc::new(SqliteHot::open(&dir.path().join("hot.db"), 64).unwrap()),
+        false,
+    )
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_archivable_pages() {
     let dir = tempfile::tempdir().unwrap();
     conformance::archivable_pages(Arc::new(

@@ -8,14 +8,17 @@ use futures::future::try_join_all;
 use redis::Value;
 
 use super::RedisHot;
-use super::keys::{self, CLOCK_FLOOR, ConvKeys, SHARDS, dedup_field, shard_prefix, split_member};
+use super::keys::{
+    self, CLOCK_FLOOR, ConvKeys, FENCE, LEASE, SHARDS, dedup_field, shard_prefix, split_member,
+};
 use crate::error::{ChatError, Result};
 use crate::model::{
     ConversationMeta, HotSlice, HotUnread, Membership, MessageClass, MessageRecord, RecordKey,
     Reservation, SendAck, SendCommand, SendOutcome,
 };
 use crate::ports::{
-    CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, partition_key, partition_of_key,
+    CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, ShardLease, partition_key,
+    partition_of_key,
 };
 use crate::trimmer::first_recorded_window;
 use tidemark_core::clock::SharedClock;
@@ -132,6 +135,18 @@ fn text(v: &Value) -> Result<String> {
         .map_err(|e| ChatError::Corrupt(format!("redis: not UTF-8: {e}")))
 }
 
+/// Shard `shard` as an index into the shards, or [`ChatError::Invalid`] past the last.
+fn shard_index(shard: u32) -> Result<usize> {
+    let n = shard as usize;
+    if n < SHARDS {
+        Ok(n)
+    } else {
+        Err(ChatError::Invalid(format!(
+            "the Redis hot store has {SHARDS} shards, not shard {shard}"
+        )))
+    }
+}
+
 fn seq_of(s: &str) -> Result<u64> {
     s.parse()
         .map_err(|_| ChatError::Corrupt(format!("redis: bad seq {s:?}")))
@@ -149,6 +164,19 @@ impl RedisHot {
             .await?;
         seqs.sort_unstable();
         Ok(seqs)
+    }
+
+    /// The RESERVED records of every shard reserved at or before `reserved_before_ms`, oldest
+    /// first, at most `limit`, read without a lease. With the `testing` feature only: tests
+    /// look at what a crash left behind while a server holds the leases.
+    #[cfg(feature = "testing")]
+    pub async fn reserved_records(
+        &self,
+        reserved_before_ms: i64,
+        limit: usize,
+    ) -> Result<Vec<MessageRecord>> {
+        self.queued_records(RecordState::Reserved, reserved_before_ms, limit)
+            .await
     }
 
     /// `reserve_and_record.lua`: the dedup lookup and seq allocation, writing the fresh record
@@ -237,6 +265,40 @@ impl RedisHot {
         )))
     }
 
+    /// `queued_records.lua` on shard `n`, fenced by `lease` if one is given.
+    async fn queued_in_shard(
+        &self,
+        n: usize,
+        state: RecordState,
+        max_score: i64,
+        limit: usize,
+        lease: Option<&ShardLease>,
+    ) -> Result<Vec<MessageRecord>> {
+        let prefix = shard_prefix(n);
+        let mut inv = self.scripts.queued_records.prepare_invoke();
+        inv.key(format!("{prefix}{}", state.queue()))
+            .key(format!("{prefix}{LEASE}"))
+            .arg(max_score)
+            .arg(limit)
+            .arg(&prefix)
+            .arg(state.tag());
+        match lease {
+            Some(l) => inv.arg(&l.holder).arg(l.token).arg(l.ttl_ms),
+            None => inv.arg("").arg(0).arg(0),
+        };
+        let reply: Vec<Vec<u8>> = inv.invoke_async(&mut self.conn()).await?;
+        if reply.first().map(Vec::as_slice) == Some(b"fenced".as_slice()) {
+            return Err(ChatError::LeaseLost { shard: n as u32 });
+        }
+        reply
+            .chunks_exact(2)
+            .map(|pair| {
+                let (tenant, cid, seq) = split_member(&pair[0])?;
+                decode_record(&tenant, &cid, seq_of(&seq)?, &pair[1])
+            })
+            .collect()
+    }
+
     /// The oldest `limit` records (by score, then key) of the shard queues of `state` with a
     /// score ≤ `max_score` whose value is still in `state` (`queued_records.lua` per busy shard).
     async fn queued_records(
@@ -247,18 +309,10 @@ impl RedisHot {
     ) -> Result<Vec<MessageRecord>> {
         let mut out = Vec::new();
         for n in self.busy_shards(state.queue(), max_score).await? {
-            let prefix = shard_prefix(n);
-            let mut inv = self.scripts.queued_records.prepare_invoke();
-            inv.key(format!("{prefix}{}", state.queue()))
-                .arg(max_score)
-                .arg(limit)
-                .arg(&prefix)
-                .arg(state.tag());
-            let reply: Vec<Vec<u8>> = inv.invoke_async(&mut self.conn()).await?;
-            for pair in reply.chunks_exact(2) {
-                let (tenant, cid, seq) = split_member(&pair[0])?;
-                out.push(decode_record(&tenant, &cid, seq_of(&seq)?, &pair[1])?);
-            }
+            out.extend(
+                self.queued_in_shard(n, state, max_score, limit, None)
+                    .await?,
+            );
         }
         // Each shard gave its oldest `limit`; the oldest `limit` overall are among them.
         out.sort_by(|a, b| {
@@ -491,11 +545,19 @@ impl HotStore for RedisHot {
 
     async fn stale_reserved(
         &self,
+        lease: &ShardLease,
         reserved_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<MessageRecord>> {
-        self.queued_records(RecordState::Reserved, reserved_before_ms, limit)
-            .await
+        let n = shard_index(lease.shard)?;
+        self.queued_in_shard(
+            n,
+            RecordState::Reserved,
+            reserved_before_ms,
+            limit,
+            Some(lease),
+        )
+        .await
     }
 
     async fn hot_slice(
@@ -709,25 +771,68 @@ impl HotStore for RedisHot {
         Ok(inv.invoke_async(&mut self.conn()).await?)
     }
 
-    async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>> {
-        let mut out = Vec::new();
-        for reply in self
-            .walk_shards(&self.scripts.trim, "trim", true, cutoff_ms, batch)
-            .await?
-        {
-            let Value::Array(members) = reply else {
-                return Err(ChatError::Corrupt(format!("redis trim: {reply:?}")));
-            };
-            for m in &members {
-                let (tenant, conversation_id, seq) = split_member(bytes(m)?)?;
-                out.push(RecordKey {
+    async fn trim(
+        &self,
+        lease: &ShardLease,
+        cutoff_ms: i64,
+        batch: usize,
+    ) -> Result<Vec<RecordKey>> {
+        let prefix = shard_prefix(shard_index(lease.shard)?);
+        let mut inv = self.scripts.trim.prepare_invoke();
+        inv.key(format!("{prefix}trim"))
+            .key(format!("{prefix}n"))
+            .key(format!("{prefix}{LEASE}"))
+            .arg(cutoff_ms)
+            .arg(batch)
+            .arg(&prefix)
+            .arg(&lease.holder)
+            .arg(lease.token)
+            .arg(lease.ttl_ms);
+        let members: Vec<Vec<u8>> = inv.invoke_async(&mut self.conn()).await?;
+        if members.first().map(Vec::as_slice) == Some(b"fenced".as_slice()) {
+            return Err(ChatError::LeaseLost { shard: lease.shard });
+        }
+        members
+            .iter()
+            .map(|m| {
+                let (tenant, conversation_id, seq) = split_member(m)?;
+                Ok(RecordKey {
                     tenant,
                     conversation_id,
                     conversation_seq: seq_of(&seq)?,
-                });
-            }
-        }
-        Ok(out)
+                })
+            })
+            .collect()
+    }
+
+    fn shards(&self) -> u32 {
+        SHARDS as u32
+    }
+
+    async fn lease_shard(&self, shard: u32, holder: &str, ttl_ms: u64) -> Result<Option<u64>> {
+        let prefix = shard_prefix(shard_index(shard)?);
+        let mut inv = self.scripts.lease.prepare_invoke();
+        inv.key(format!("{prefix}{LEASE}"))
+            .key(format!("{prefix}{FENCE}"))
+            .arg(holder)
+            .arg(ttl_ms.max(1));
+        let token: Option<String> = inv.invoke_async(&mut self.conn()).await?;
+        token
+            .map(|t| {
+                t.parse()
+                    .map_err(|_| ChatError::Corrupt(format!("redis lease token {t:?}")))
+            })
+            .transpose()
+    }
+
+    async fn release_shard(&self, lease: &ShardLease) -> Result<()> {
+        let prefix = shard_prefix(shard_index(lease.shard)?);
+        let mut inv = self.scripts.release_lease.prepare_invoke();
+        inv.key(format!("{prefix}{LEASE}"))
+            .arg(&lease.holder)
+            .arg(lease.token);
+        let _: i64 = inv.invoke_async(&mut self.conn()).await?;
+        Ok(())
     }
 
     async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize> {

@@ -17,6 +17,8 @@
 //! | `{tm:NN}:trim` | zset | `P<seq>` trim candidates, score = commit time + hot window |
 //! | `{tm:NN}:dx` | zset | `P<dedup field>`, score = dedup expiry |
 //! | `{tm:NN}:n` | string | records held by the shard |
+//! | `{tm:NN}:lease` | hash, expiring | the shard's lease: `holder`, `token` (`HotStore::lease_shard`) |
+//! | `{tm:NN}:fence` | string | the last fencing token given for the shard (never expires) |
 //! | `{tm:NN}:clk` | string | the shard's clock floor (Unix ms): its latest commit time, raised by the archiver to its T0 (`HotStore::raise_clock_floor`) |
 //! | `tm:mb:{<len(tenant)>:<tenant><user>}` | hash | conversation id → read pointer |
 //! | `tm:meta` | hash | `watermark` and `watermark:<p>` (`T_p` of outbox partition p, Unix ms), `hot_window_floor` (ms, see `crate::trimmer`), `archive_identity` (see `crate::stores::check_archive`), `layout_version` ([`LAYOUT_VERSION`]) |
@@ -62,6 +64,12 @@ pub fn kind_of(key: &str) -> Option<&str> {
 pub(crate) fn memberships(tenant: &str, user: &str) -> String {
     format!("tm:mb:{{{}:{tenant}{user}}}", tenant.len())
 }
+
+/// The shard key (`{tm:NN}:lease`) of the shard's lease (see the table above).
+pub(crate) const LEASE: &str = "lease";
+
+/// The shard key (`{tm:NN}:fence`) of the shard's last fencing token (see the table above).
+pub(crate) const FENCE: &str = "fence";
 
 /// The shard key (`{tm:NN}:clk`) of the shard's clock floor (see the table above).
 pub(crate) const CLOCK_FLOOR: &str = "clk";

@@ -27,6 +27,8 @@ pub(crate) struct Scripts {
     pub(crate) register_trim: Script,
     pub(crate) raise_clock_floor: Script,
     pub(crate) archivable_page: Script,
+    pub(crate) lease: Script,
+    pub(crate) release_lease: Script,
 }
 
 impl Scripts {
@@ -45,10 +47,12 @@ impl Scripts {
             register_trim: script(include_str!("scripts/register_trim.lua")),
             raise_clock_floor: script(include_str!("scripts/raise_clock_floor.lua")),
             archivable_page: script(include_str!("scripts/archivable_page.lua")),
+            lease: script(include_str!("scripts/lease.lua")),
+            release_lease: script(include_str!("scripts/release_lease.lua")),
         }
     }
 
-    pub(crate) fn all(&self) -> [&Script; 13] {
+    pub(crate) fn all(&self) -> [&Script; 15] {
         [
             &self.create_conversation,
             &self.reserve,
@@ -63,6 +67,8 @@ impl Scripts {
             &self.register_trim,
             &self.raise_clock_floor,
             &self.archivable_page,
+            &self.lease,
+            &self.release_lease,
         ]
     }
 }

@@ -26,7 +26,7 @@ use crate::model::{
     SendCommand, SendOutcome,
 };
 use crate::ports::{
-    CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, Outbox, partition_key,
+    CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, Outbox, ShardLease, partition_key,
     partition_of_key,
 };
 use crate::trimmer::first_recorded_window;
@@ -398,9 +398,11 @@ impl HotStore for SqliteHot {
 
     async fn stale_reserved(
         &self,
+        lease: &ShardLease,
         reserved_before_ms: i64,
         limit: usize,
     ) -> Result<Vec<MessageRecord>> {
+        only_shard(lease.shard)?;
         self.reads
             .read(move |conn| {
                 let mut stmt = conn.prepare_cached(&format!(
@@ -666,7 +668,13 @@ impl HotStore for SqliteHot {
             .await
     }
 
-    async fn trim(&self, cutoff_ms: i64, batch: usize) -> Result<Vec<RecordKey>> {
+    async fn trim(
+        &self,
+        lease: &ShardLease,
+        cutoff_ms: i64,
+        batch: usize,
+    ) -> Result<Vec<RecordKey>> {
+        only_shard(lease.shard)?;
         self.writer
             .write(move |conn| {
                 let keys = conn
@@ -700,6 +708,21 @@ impl HotStore for SqliteHot {
                 Ok(keys)
             })
             .await
+    }
+
+    /// One: the file is one process's (the data directory's lock).
+    fn shards(&self) -> u32 {
+        1
+    }
+
+    /// Always granted, token 1: one process uses the file.
+    async fn lease_shard(&self, shard: u32, _holder: &str, _ttl_ms: u64) -> Result<Option<u64>> {
+        only_shard(shard)?;
+        Ok(Some(1))
+    }
+
+    async fn release_shard(&self, lease: &ShardLease) -> Result<()> {
+        only_shard(lease.shard)
     }
 
     async fn purge_dedup(&self, now_ms: i64, batch: usize) -> Result<usize> {
@@ -827,6 +850,17 @@ fn floor_and_latest(conn: &Connection, tenant: &str, cid: &str) -> Result<(u64, 
     })
     .optional()?
     .ok_or_else(|| ChatError::UnknownConversation(cid.to_owned()))
+}
+
+/// The embedded hot store has shard 0 only.
+fn only_shard(shard: u32) -> Result<()> {
+    if shard == 0 {
+        Ok(())
+    } else {
+        Err(ChatError::Invalid(format!(
+            "the embedded hot store has one shard (0), not {shard}"
+        )))
+    }
 }
 
 /// The embedded outbox has partition 0 only.

@@ -24,6 +24,7 @@ use sqlx::mysql::MySqlPool;
 use tempfile::TempDir;
 use tidemark_chat::archiver::Archiver;
 use tidemark_chat::commit::CommitPath;
+use tidemark_chat::leases::ShardLeases;
 use tidemark_chat::metrics::ChatMetrics;
 use tidemark_chat::model::{MessageClass, MessageRecord, SendAck, SendCommand, SendOutcome};
 use tidemark_chat::ports::{Archive, HotStore, Outbox};
@@ -393,6 +394,13 @@ impl Harness {
             self.cfg.clone(),
             self.metrics.clone(),
         )
+        .with_leases(self.leases())
+    }
+
+    /// The harness's shard leases: one holder name for all its trimmers and recovery workers,
+    /// across restarts too, as one node's.
+    pub fn leases(&self) -> ShardLeases {
+        ShardLeases::new(self.hot(), self.cfg.shard_lease).with_holder("harness")
     }
 
     /// Runs a fresh archiver until the outbox is drained; returns how many records it wrote.

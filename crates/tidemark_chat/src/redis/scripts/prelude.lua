@@ -48,3 +48,11 @@ local function commit_time(floor_key, now)
   end
   return floor
 end
+-- Whether a fenced step must not run: the shard's lease (KEYS lease) is not (holder, token) —
+-- expired, or another's. If it is and `ttl` is given, the step renews it.
+local function fenced(lease_key, holder, token, ttl)
+  local h = redis.call('HMGET', lease_key, 'holder', 'token')
+  if h[1] ~= holder or h[2] ~= token then return true end
+  if ttl then redis.call('PEXPIRE', lease_key, ttl) end
+  return false
+end
