@@ -336,6 +336,11 @@ impl Archiver {
                     }
                     pause_after(outcome.full, idle)
                 }
+                Err(ChatError::PartitionLost { partition }) => {
+                    // Another node's archiver owns it now and goes on from the last position.
+                    tracing::info!(partition, "outbox partition lost: its archiver stops");
+                    return;
+                }
                 Err(error) => {
                     self.health.failed(ARCHIVE_STORE, &error);
                     self.metrics.archive_failures.inc();

@@ -78,6 +78,16 @@ pub enum ChatError {
         /// The shard.
         shard: u32,
     },
+    /// An archiver's outbox partition is no longer its node's: the consumer group gave it to
+    /// another node's archiver (DESIGN.md "Many nodes": a fenced archiver cannot commit).
+    /// Nothing was stored.
+    #[error(
+        "outbox partition {partition} is no longer this node's archiver's (the consumer group gave it to another); nothing was stored"
+    )]
+    PartitionLost {
+        /// The partition.
+        partition: u32,
+    },
     /// Archiver start rule: no stored position and the outbox partition no longer starts at
     /// 0.
     #[error(
@@ -166,7 +176,8 @@ impl From<ChatError> for ApiError {
             | ChatError::NotDurable { .. }
             | ChatError::BackfillNeeded { .. }
             | ChatError::PositionOutOfRange { .. }
-            | ChatError::LeaseLost { .. } => ApiError::unavailable(msg),
+            | ChatError::LeaseLost { .. }
+            | ChatError::PartitionLost { .. } => ApiError::unavailable(msg),
         }
     }
 }

@@ -17,7 +17,9 @@
 //!
 //! Consumer positions ([`Outbox::position`]) are the broker's committed offsets of the
 //! consumer group `tidemark.<consumer>` (the archiver: `tidemark.archiver`), committed
-//! synchronously. They live beside the log, as the SQLite outbox keeps them in its own file:
+//! synchronously. The archivers of every node are members of that group, which assigns them
+//! the partitions; a member commits only for the partitions it owns, with its group
+//! generation ([`group`]). They live beside the log, as the SQLite outbox keeps them in its own file:
 //! the position shares the log's fate (a recreated topic shows up as a position outside
 //! `[low, high]` and the archiver refuses to start), and nothing else needs to be durable for
 //! the archiver to resume.
@@ -48,15 +50,18 @@ use rdkafka::{Offset, TopicPartitionList};
 use tidemark_core::clock::SharedClock;
 use tidemark_core::store::{ErrorKind, StoreError};
 
+mod group;
+
+use crate::archiver::ARCHIVER_CONSUMER;
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
 use crate::ports::{Outbox, partition_of};
 
 /// How long a broker call may take before the outbox reports the broker unavailable.
-const TIMEOUT: Duration = Duration::from_secs(5);
+pub(crate) const TIMEOUT: Duration = Duration::from_secs(5);
 
 /// `e`, which happened while doing `what`, as a store failure of the kind [`error_kind`] says.
-fn unavailable(what: &str, e: KafkaError) -> ChatError {
+pub(crate) fn unavailable(what: &str, e: KafkaError) -> ChatError {
     ChatError::Store(StoreError::new(error_kind(&e), "kafka", e).with_context(what.to_owned()))
 }
 
@@ -179,6 +184,9 @@ pub struct KafkaOutbox {
     max_batch: Option<u32>,
     /// P.
     partitions: u32,
+    /// This node's member of the archivers' consumer group, once its archivers asked what
+    /// they own ([`group`]).
+    member: tokio::sync::OnceCell<Arc<group::Member>>,
     /// Replaced when librdkafka declares it fatally failed (see [`KafkaOutbox::append`]).
     producer: RwLock<FutureProducer>,
     /// One reader per partition: each keeps its fetch position between calls.
@@ -295,6 +303,7 @@ impl KafkaOutbox {
             idempotence,
             max_batch,
             partitions,
+            member: tokio::sync::OnceCell::new(),
             producer: RwLock::new(producer),
             readers,
             groups: Mutex::new(HashMap::new()),
@@ -307,6 +316,27 @@ impl KafkaOutbox {
             outbox.floors[p as usize].store(floor, Ordering::SeqCst);
         }
         Ok(outbox)
+    }
+
+    /// This node's member of the archivers' group, joined on first use.
+    async fn member(&self) -> Result<Arc<group::Member>> {
+        let member = self
+            .member
+            .get_or_try_init(|| async {
+                let (brokers, topic) = (self.brokers.clone(), self.topic.clone());
+                let group = format!("tidemark.{ARCHIVER_CONSUMER}");
+                blocking(move || group::Member::join(&brokers, &group, &topic).map(Arc::new)).await
+            })
+            .await?;
+        Ok(Arc::clone(member))
+    }
+
+    /// The group member, if `consumer` is the archiver and this node joined the group: the
+    /// archiver's positions then go through it (fenced by the group generation).
+    fn joined(&self, consumer: &str) -> Option<Arc<group::Member>> {
+        (consumer == ARCHIVER_CONSUMER)
+            .then(|| self.member.get().cloned())
+            .flatten()
     }
 
     /// `partition` as librdkafka's partition number, or [`ChatError::Invalid`] if the topic
@@ -505,6 +535,11 @@ impl Outbox for KafkaOutbox {
         self.partitions
     }
 
+    async fn owned_partitions(&self) -> Result<Vec<u32>> {
+        let member = self.member().await?;
+        blocking(move || member.owned()).await
+    }
+
     /// Produces every record and waits for all acknowledgements. An idempotent producer whose
     /// delivery timed out may be fenced by the broker (a fatal librdkafka state): it is then
     /// replaced by a fresh one, so that the client's retry can succeed.
@@ -608,6 +643,10 @@ impl Outbox for KafkaOutbox {
     }
 
     async fn position(&self, consumer: &str, partition: u32) -> Result<Option<u64>> {
+        self.check(partition)?;
+        if let Some(member) = self.joined(consumer) {
+            return blocking(move || member.committed(partition)).await;
+        }
         let group = self.group(consumer)?;
         let tpl = self.partition_list(partition, None)?;
         blocking(move || {
@@ -623,6 +662,10 @@ impl Outbox for KafkaOutbox {
     }
 
     async fn store_position(&self, consumer: &str, partition: u32, position: u64) -> Result<()> {
+        self.check(partition)?;
+        if let Some(member) = self.joined(consumer) {
+            return blocking(move || member.commit(partition, position)).await;
+        }
         let group = self.group(consumer)?;
         let tpl = self.partition_list(partition, Some(position))?;
         blocking(move || {

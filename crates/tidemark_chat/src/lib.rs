@@ -30,6 +30,7 @@
 //!
 //! Modules (the steps above are shared code: a backend only stores):
 //! - `archiver`: outbox → archive in idempotent batches; start rule; watermark T.
+//! - `archivers`: one archiver per outbox partition the node owns, following ownership.
 //! - `backfill`: archives the hot history an outbox no longer covers, so that an archiver the
 //!   start rule refused can go on (`tidemark chat backfill`).
 //! - `commit`: the SEND path, fused (one transaction) or staged (reserve, append, commit).
@@ -61,6 +62,7 @@
 //!   processes.
 
 pub mod archiver;
+pub mod archivers;
 pub mod backfill;
 pub mod commit;
 pub mod config;

@@ -278,6 +278,14 @@ pub trait Outbox: Send + Sync + std::fmt::Debug {
     /// when a broker's topic is created; the embedded outbox has one).
     fn partitions(&self) -> u32;
 
+    /// The partitions this node's archivers own now, ascending (DESIGN.md "Many nodes"): on a
+    /// Kafka-protocol broker, those the archivers' consumer group assigns this node (joining it
+    /// on the first call, which waits for the first assignment), every one where one process
+    /// owns the log (the embedded outbox). From then on the archiver's position is stored
+    /// only for a partition the node still owns: [`crate::ChatError::PartitionLost`]
+    /// otherwise.
+    async fn owned_partitions(&self) -> Result<Vec<u32>>;
+
     /// Appends envelopes, each to its conversation's partition; returns once they are
     /// durable. Duplicates are allowed.
     async fn append(&self, records: &[MessageRecord]) -> Result<()>;

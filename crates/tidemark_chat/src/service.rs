@@ -13,7 +13,7 @@ use tokio::task::JoinSet;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::archiver::Archiver;
+use crate::archivers::Archivers;
 use crate::commit::{CommitPath, Committer};
 use crate::config::{ChatConfig, ChatMode};
 use crate::contact::{ContactSink, FirstContact};
@@ -753,21 +753,20 @@ impl ChatService {
             if n > 0 {
                 tracing::info!(messages = n, "backfilled hot-only history into the outbox");
             }
-            // One archiver per outbox partition, each with its own start rule and position.
-            for partition in 0..outbox.partitions() {
-                let archiver = Archiver::start(
-                    partition,
-                    Arc::clone(outbox),
-                    Arc::clone(archive),
-                    Arc::clone(&s.hot),
-                    Arc::clone(&self.clock),
-                    self.cfg.archive_batch_max,
-                    self.metrics.clone(),
-                )
-                .await?
-                .with_store_health(self.store_health.clone());
-                tasks.spawn(archiver.run(self.cfg.archive_idle, cancel.clone()));
-            }
+            // One archiver per outbox partition this node owns, each with its partition's
+            // start rule and position, following ownership as it moves between nodes.
+            Archivers::new(
+                Arc::clone(outbox),
+                Arc::clone(archive),
+                Arc::clone(&s.hot),
+                Arc::clone(&self.clock),
+                self.cfg.archive_batch_max,
+                self.cfg.archive_idle,
+                self.metrics.clone(),
+                self.store_health.clone(),
+            )
+            .spawn(tasks, cancel)
+            .await?;
             let recovery = Recovery::new(
                 Arc::clone(&s.hot),
                 Arc::clone(outbox),

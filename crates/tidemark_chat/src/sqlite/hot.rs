@@ -881,6 +881,11 @@ impl Outbox for SqliteHot {
         1
     }
 
+    /// The one partition: one process owns the file (the data directory's lock).
+    async fn owned_partitions(&self) -> Result<Vec<u32>> {
+        Ok(vec![0])
+    }
+
     async fn append(&self, records: &[MessageRecord]) -> Result<()> {
         let records = records.to_vec();
         let now = records.first().map_or(0, |r| r.committed_at_ms);
