@@ -166,6 +166,19 @@ impl RedisHot {
         Ok(seqs)
     }
 
+    /// Each shard's lease holder, by shard (`None` where no lease runs). With the `testing`
+    /// feature only: tests check which node holds which shard.
+    #[cfg(feature = "testing")]
+    pub async fn lease_holders(&self) -> Result<Vec<Option<String>>> {
+        let mut pipe = redis::pipe();
+        for n in 0..SHARDS {
+            pipe.cmd("HGET")
+                .arg(format!("{}{LEASE}", shard_prefix(n)))
+                .arg("holder");
+        }
+        Ok(pipe.query_async(&mut self.conn()).await?)
+    }
+
     /// The RESERVED records of every shard reserved at or before `reserved_before_ms`, oldest
     /// first, at most `limit`, read without a lease. With the `testing` feature only: tests
     /// look at what a crash left behind while a server holds the leases.
