@@ -1,6 +1,6 @@
 //! Chat on three `tidemark serve` nodes sharing one set of production engines (DESIGN.md "Many
-//! nodes"): two `api` nodes and one `all` node, a Redis hot store, a Kafka-protocol outbox of
-//! three partitions and a MariaDB archive (links and events on MariaDB and InfluxDB, as a
+//! nodes"): two `api` nodes and one `all` node, a Redis Cluster of three masters as hot store,
+//! a Kafka-protocol outbox of three partitions and a MariaDB archive (links and events on MariaDB and InfluxDB, as a
 //! split role requires).
 //!
 //! Senders spread over the nodes while a reader pages through another; mid-load one `api`
@@ -21,7 +21,7 @@ use serde_json::{Value, json};
 use tidemark_chat::kafka::KafkaOutbox;
 use tidemark_chat::ports::{HotStore, Outbox};
 use tidemark_chat::redis::RedisHot;
-use tidemark_chat::testing::{KafkaBroker, RedisServer};
+use tidemark_chat::testing::{KafkaBroker, RedisCluster};
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 
 const SENDERS: usize = 4;
@@ -68,7 +68,7 @@ async fn send_somewhere(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn three_nodes_keep_every_message_through_kill_9_of_any_node() {
-    let redis = RedisServer::start().unwrap();
+    let redis = RedisCluster::start().unwrap();
     let broker = KafkaBroker::start().unwrap();
     let outbox_url = broker.url("tidemark.chat.cluster");
     let archive_db = scratch_database(&test_server_url(), "tm_e2e_cluster_chat")

@@ -21,8 +21,9 @@
 //! - **SQLite**, the embedded default ([`sqlite`]): hot tier and outbox together in `hot.db`
 //!   (a SEND is one group-committed transaction), the archive in `archive.db`, and an outbox
 //!   file of its own (`outbox.db`) beside a Redis hot tier when no broker is named.
-//! - **Redis** hot tier ([`redis`]): Redis 7 with AOF `appendfsync always`, one Lua script per
-//!   atomic step, a conversation's keys under one hash tag (Cluster-safe shards).
+//! - **Redis** hot tier ([`redis`]): one Redis 7 or a Redis Cluster, AOF `appendfsync always`,
+//!   one Lua script per atomic step, a conversation's keys under its shard's hash tag (one
+//!   slot per script).
 //! - **Kafka-protocol** outbox ([`kafka`]): a topic of `chat.outbox_partitions` partitions,
 //!   a conversation's records in one of them; each partition's archiver position is its
 //!   consumer group's committed offset.

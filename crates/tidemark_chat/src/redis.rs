@@ -15,8 +15,15 @@
 //! [`keys`]). Reads are single scripts too (`hot_slice.lua`, `hot_unread.lua`), so the floor F,
 //! the latest seq and the records are seen at one instant.
 //!
-//! Durability: at start [`RedisHot::connect`] refuses a server that is not `appendonly yes`,
-//! `appendfsync always`, `no-appendfsync-on-rewrite no` (DESIGN.md "Durability"). Seqs are
+//! Redis Cluster (`redis+cluster://host:port[,host:port…]`): the same keys and scripts. Every
+//! script touches one slot — a conversation's keys and its shard's queues share the shard's
+//! hash tag `{tm:NN}` — and what spans shards is one command per shard, never a cross-slot
+//! pipeline; the `redis` crate's cluster client routes each command by its first key and follows
+//! MOVED and ASK.
+//!
+//! Durability: at start [`RedisHot::connect`] refuses a server (every master of a cluster)
+//! that is not `appendonly yes`, `appendfsync always`, `no-appendfsync-on-rewrite no`
+//! (DESIGN.md "Durability"). Seqs are
 //! never reused because `latest` lives in the conversation hash, which is never deleted, and is
 //! fsynced with the record it allocated. Commands go over a pool of connections (default 8,
 //! `chat.redis_pool`), round-robin: Redis fsyncs once per event-loop pass for all clients
@@ -30,6 +37,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
 use tidemark_core::store::{ErrorKind, StoreError};
 
 use crate::error::{ChatError, Result};
@@ -48,7 +57,7 @@ pub const REQUIRED_SETTINGS: [(&str, &str); 3] = [
 /// The Redis hot store (see the module docs).
 pub struct RedisHot {
     url: String,
-    pool: Vec<ConnectionManager>,
+    pool: Vec<Conn>,
     next: AtomicUsize,
     scripts: Scripts,
 }
@@ -103,38 +112,137 @@ pub fn error_kind(e: &redis::RedisError) -> ErrorKind {
     }
 }
 
-impl RedisHot {
-    /// Connects `pool_size` (≥ 1) connections to `url` (`redis://host:port[/db]`), checks the
-    /// durability settings and loads the scripts. Errors: [`ChatError::Invalid`] for a bad URL,
-    /// [`ChatError::Store`] if the server cannot be reached (5 s connect timeout),
-    /// [`ChatError::NotDurable`] naming the first setting that is not as required, a
-    /// [`ChatError::Store`] that is not retryable for a server whose key layout a newer build
-    /// wrote ([`keys::LAYOUT_VERSION`]).
-    pub async fn connect(url: &str, pool_size: usize) -> Result<Self> {
-        let client = redis::Client::open(url)
-            .map_err(|e| ChatError::Invalid(format!("bad Redis URL {url:?}: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Duration::from_secs(5))
-            .set_response_timeout(Duration::from_secs(5))
-            .set_number_of_retries(2)
-            .set_max_delay(1000);
-        let mut pool = Vec::with_capacity(pool_size.max(1));
-        for _ in 0..pool_size.max(1) {
-            let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
-                .await
-                .map_err(|e| {
-                    let kind = error_kind(&e);
-                    StoreError::new(kind, "redis", e).with_context(format!("connecting to {url}"))
-                })?;
-            pool.push(conn);
+/// A connection to the hot store: one server's (a connection manager that reconnects), or a
+/// Redis Cluster's (the `redis` crate's cluster client: each command goes to the master of its
+/// first key's slot, MOVED and ASK are followed).
+#[derive(Clone)]
+pub(crate) enum Conn {
+    /// One server.
+    Single(ConnectionManager),
+    /// A cluster.
+    Cluster(ClusterConnection),
+}
+
+impl redis::aio::ConnectionLike for Conn {
+    fn req_packed_command<'a>(
+        &'a mut self,
+        cmd: &'a redis::Cmd,
+    ) -> redis::RedisFuture<'a, redis::Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
         }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a redis::Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> redis::RedisFuture<'a, Vec<redis::Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
+/// The seed nodes of a cluster URL `redis+cluster://host:port[,host:port…]`, as
+/// `redis://host:port` URLs; `None` for any other URL. Errors: [`ChatError::Invalid`] for a
+/// cluster URL without a node.
+pub fn cluster_nodes(url: &str) -> Result<Option<Vec<String>>> {
+    let Some(rest) = url.strip_prefix("redis+cluster://") else {
+        return Ok(None);
+    };
+    let nodes: Vec<String> = rest
+        .trim_end_matches('/')
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+        .map(|n| format!("redis://{n}"))
+        .collect();
+    if nodes.is_empty() {
+        return Err(ChatError::Invalid(format!(
+            "bad Redis Cluster URL {url:?}: expected redis+cluster://host:port[,host:port…]"
+        )));
+    }
+    Ok(Some(nodes))
+}
+
+impl RedisHot {
+    /// Connects `pool_size` (≥ 1) connections to `url` — `redis://host:port[/db]` for one
+    /// server, `redis+cluster://host:port[,host:port…]` for a Redis Cluster (any of its nodes
+    /// as seeds) — checks the durability settings (on every master of a cluster) and loads the
+    /// scripts. Errors: [`ChatError::Invalid`] for a bad URL, [`ChatError::Store`] if the
+    /// server cannot be reached (5 s connect timeout), [`ChatError::NotDurable`] naming the
+    /// server and the first setting that is not as required, a [`ChatError::Store`] that is
+    /// not retryable for a server whose key layout a newer build wrote
+    /// ([`keys::LAYOUT_VERSION`]).
+    pub async fn connect(url: &str, pool_size: usize) -> Result<Self> {
+        let unreachable = |e: redis::RedisError| {
+            let kind = error_kind(&e);
+            ChatError::from(
+                StoreError::new(kind, "redis", e).with_context(format!("connecting to {url}")),
+            )
+        };
+        let mut pool = Vec::with_capacity(pool_size.max(1));
+        let masters = match cluster_nodes(url)? {
+            Some(nodes) => {
+                let client = ClusterClient::builder(nodes.clone())
+                    .connection_timeout(Duration::from_secs(5))
+                    .response_timeout(Duration::from_secs(5))
+                    .build()
+                    .map_err(|e| {
+                        ChatError::Invalid(format!("bad Redis Cluster URL {url:?}: {e}"))
+                    })?;
+                for _ in 0..pool_size.max(1) {
+                    let conn = client.get_async_connection().await.map_err(unreachable)?;
+                    pool.push(Conn::Cluster(conn));
+                }
+                cluster_masters(&nodes[0]).await.map_err(unreachable)?
+            }
+            None => {
+                let client = redis::Client::open(url)
+                    .map_err(|e| ChatError::Invalid(format!("bad Redis URL {url:?}: {e}")))?;
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Duration::from_secs(5))
+                    .set_response_timeout(Duration::from_secs(5))
+                    .set_number_of_retries(2)
+                    .set_max_delay(1000);
+                for _ in 0..pool_size.max(1) {
+                    let conn = ConnectionManager::new_with_config(client.clone(), config.clone())
+                        .await
+                        .map_err(unreachable)?;
+                    pool.push(Conn::Single(conn));
+                }
+                Vec::new()
+            }
+        };
         let store = Self {
             url: url.to_owned(),
             pool,
             next: AtomicUsize::new(0),
             scripts: Scripts::new(),
         };
-        store.check_durable().await?;
+        if masters.is_empty() {
+            check_durable(&mut store.conn(), url).await?;
+        }
+        for master in &masters {
+            let client = redis::Client::open(master.as_str())
+                .map_err(|e| ChatError::Invalid(format!("cluster master {master:?}: {e}")))?;
+            let mut conn = client
+                .get_multiplexed_async_connection()
+                .await
+                .map_err(unreachable)?;
+            check_durable(&mut conn, master).await?;
+        }
         store.check_layout().await?;
         let mut conn = store.conn();
         for s in store.scripts.all() {
@@ -173,30 +281,8 @@ impl RedisHot {
         Ok(())
     }
 
-    /// Refuses a server that could lose acknowledged writes (DESIGN.md "Durability").
-    async fn check_durable(&self) -> Result<()> {
-        let mut conn = self.conn();
-        for (setting, required) in REQUIRED_SETTINGS {
-            let got: Vec<String> = redis::cmd("CONFIG")
-                .arg("GET")
-                .arg(setting)
-                .query_async(&mut conn)
-                .await?;
-            let value = got.get(1).cloned().unwrap_or_default();
-            if value != required {
-                return Err(ChatError::NotDurable {
-                    url: self.url.clone(),
-                    setting: setting.to_owned(),
-                    value,
-                    required: required.to_owned(),
-                });
-            }
-        }
-        Ok(())
-    }
-
     /// The next pooled connection (round-robin; a handle, cheap to clone).
-    fn conn(&self) -> ConnectionManager {
+    fn conn(&self) -> Conn {
         let i = self.next.fetch_add(1, Ordering::Relaxed) % self.pool.len();
         self.pool[i].clone()
     }
@@ -205,6 +291,50 @@ impl RedisHot {
     pub fn pool_size(&self) -> usize {
         self.pool.len()
     }
+}
+
+/// Refuses a server that could lose acknowledged writes (DESIGN.md "Durability"): the first
+/// of [`REQUIRED_SETTINGS`] not as required, named with the server `at`.
+async fn check_durable(conn: &mut impl redis::aio::ConnectionLike, at: &str) -> Result<()> {
+    for (setting, required) in REQUIRED_SETTINGS {
+        let got: Vec<String> = redis::cmd("CONFIG")
+            .arg("GET")
+            .arg(setting)
+            .query_async(conn)
+            .await?;
+        let value = got.get(1).cloned().unwrap_or_default();
+        if value != required {
+            return Err(ChatError::NotDurable {
+                url: at.to_owned(),
+                setting: setting.to_owned(),
+                value,
+                required: required.to_owned(),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// The masters of the cluster `seed` belongs to, as `redis://ip:port`, from `CLUSTER NODES`
+/// (lines `<id> <ip:port@cport[,hostname]> <flags> …`; a master's flags hold `master`).
+async fn cluster_masters(seed: &str) -> redis::RedisResult<Vec<String>> {
+    let client = redis::Client::open(seed)?;
+    let mut conn = client.get_multiplexed_async_connection().await?;
+    let nodes: String = redis::cmd("CLUSTER")
+        .arg("NODES")
+        .query_async(&mut conn)
+        .await?;
+    Ok(nodes
+        .lines()
+        .filter_map(|line| {
+            let mut fields = line.split_whitespace();
+            let (_, addr, flags) = (fields.next()?, fields.next()?, fields.next()?);
+            let master = flags.split(',').any(|f| f == "master")
+                && !flags.split(',').any(|f| f == "fail" || f == "noaddr");
+            let addr = addr.split(['@', ',']).next()?;
+            master.then(|| format!("redis://{addr}"))
+        })
+        .collect())
 }
 
 #[cfg(test)]

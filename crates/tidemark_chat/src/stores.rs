@@ -39,7 +39,7 @@ use tidemark_core::store::StoreError;
 pub enum Engine {
     /// The embedded SQLite file.
     Sqlite,
-    /// `redis://` or `rediss://`.
+    /// `redis://`, `rediss://` or `redis+cluster://` (a Redis Cluster).
     Redis(String),
     /// `kafka://host:port/topic`.
     Kafka(String),
@@ -63,7 +63,7 @@ impl Engine {
             )));
         }
         Ok(match scheme {
-            "redis" | "rediss" => Engine::Redis(v.to_owned()),
+            "redis" | "rediss" | "redis+cluster" => Engine::Redis(v.to_owned()),
             "kafka" => Engine::Kafka(v.to_owned()),
             _ => Engine::Mysql(v.to_owned()),
         })
@@ -111,7 +111,7 @@ impl ChatStores {
     }
 
     async fn open_unchecked(dir: &Path, cfg: &ChatConfig) -> Result<Self> {
-        let hot = Engine::parse("chat.hot", &cfg.hot, &["redis", "rediss"])?;
+        let hot = Engine::parse("chat.hot", &cfg.hot, &["redis", "rediss", "redis+cluster"])?;
         let outbox = Engine::parse("chat.outbox", &cfg.outbox, &["kafka"])?;
         let archive = Engine::parse("chat.archive", &cfg.archive, &["mysql", "mariadb"])?;
         if cfg.outbox_partitions > 1 && !matches!(outbox, Engine::Kafka(_)) {

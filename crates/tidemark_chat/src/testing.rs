@@ -1,7 +1,8 @@
 //! Test wrappers around the ports (STYLE.md: counting, failing on demand), used by the fault
-//! tests of the archiver and available to any backend's conformance run, and
-//! [`RedisServer`], a private durable `redis-server` for the Redis hot-store tests, and
-//! [`KafkaBroker`], a private tansu broker for the Kafka-protocol outbox tests.
+//! tests of the archiver and available to any backend's conformance run; [`RedisServer`], a
+//! private durable `redis-server` for the Redis hot-store tests,
+//! [`RedisCluster`], three of them as a Redis Cluster, and [`KafkaBroker`], a private tansu
+//! broker for the Kafka-protocol outbox tests.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -172,6 +173,94 @@ impl RedisServer {
     pub fn restart(&mut self) -> std::io::Result<()> {
         self.kill();
         self.spawn()
+    }
+}
+
+/// A private Redis Cluster of three masters (no replicas): three [`RedisServer`]s with
+/// `--cluster-enabled yes`, durable as the hot store requires, joined by
+/// `redis-cli --cluster create` (`/usr/bin/redis-cli`, or `TEST_REDIS_CLI`). Killed on drop.
+#[derive(Debug)]
+pub struct RedisCluster {
+    nodes: Vec<RedisServer>,
+}
+
+impl RedisCluster {
+    /// Starts the three servers, creates the cluster and waits (up to 20 s) until every node
+    /// says `cluster_state:ok`. Errors: a binary is missing, or the cluster did not form.
+    pub fn start() -> std::io::Result<Self> {
+        let cluster_args = [
+            "--cluster-enabled",
+            "yes",
+            "--cluster-config-file",
+            "nodes.conf",
+            "--cluster-node-timeout",
+            "5000",
+        ];
+        let nodes = (0..3)
+            .map(|_| RedisServer::start_with(&cluster_args))
+            .collect::<std::io::Result<Vec<_>>>()?;
+        let cluster = Self { nodes };
+        let addrs: Vec<String> = cluster
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        let created = std::process::Command::new(Self::cli())
+            .arg("--cluster")
+            .arg("create")
+            .args(&addrs)
+            .args(["--cluster-replicas", "0", "--cluster-yes"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()?;
+        if !created.success() {
+            return Err(std::io::Error::other(format!(
+                "redis-cli --cluster create {addrs:?}: {created}"
+            )));
+        }
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !(0..3).all(|i| {
+            cluster
+                .cli_on(i, &["cluster", "info"])
+                .contains("cluster_state:ok")
+        }) {
+            if std::time::Instant::now() > deadline {
+                return Err(std::io::Error::other(
+                    "the Redis Cluster did not reach state ok",
+                ));
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        Ok(cluster)
+    }
+
+    fn cli() -> String {
+        std::env::var("TEST_REDIS_CLI").unwrap_or_else(|_| "/usr/bin/redis-cli".into())
+    }
+
+    /// Runs `redis-cli -p <node i's port> <args>` and returns what it printed.
+    pub fn cli_on(&self, i: usize, args: &[&str]) -> String {
+        std::process::Command::new(Self::cli())
+            .args(["-p", &self.nodes[i].port.to_string()])
+            .args(args)
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+            .unwrap_or_default()
+    }
+
+    /// `redis+cluster://127.0.0.1:<p1>,127.0.0.1:<p2>,127.0.0.1:<p3>`.
+    pub fn url(&self) -> String {
+        let nodes: Vec<String> = self
+            .nodes
+            .iter()
+            .map(|n| format!("127.0.0.1:{}", n.port))
+            .collect();
+        format!("redis+cluster://{}", nodes.join(","))
+    }
+
+    /// `redis://127.0.0.1:<port>` of node `i` (0..3).
+    pub fn node_url(&self, i: usize) -> String {
+        self.nodes[i].url()
     }
 }
 

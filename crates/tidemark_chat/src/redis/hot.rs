@@ -170,13 +170,12 @@ impl RedisHot {
     /// feature only: tests check which node holds which shard.
     #[cfg(feature = "testing")]
     pub async fn lease_holders(&self) -> Result<Vec<Option<String>>> {
-        let mut pipe = redis::pipe();
-        for n in 0..SHARDS {
-            pipe.cmd("HGET")
-                .arg(format!("{}{LEASE}", shard_prefix(n)))
-                .arg("holder");
-        }
-        Ok(pipe.query_async(&mut self.conn()).await?)
+        self.each_shard(|prefix| {
+            let mut c = redis::cmd("HGET");
+            c.arg(format!("{prefix}{LEASE}")).arg("holder");
+            c
+        })
+        .await
     }
 
     /// The RESERVED records of every shard reserved at or before `reserved_before_ms`, oldest
@@ -190,6 +189,21 @@ impl RedisHot {
     ) -> Result<Vec<MessageRecord>> {
         self.queued_records(RecordState::Reserved, reserved_before_ms, limit)
             .await
+    }
+
+    /// The command `cmd(shard prefix)` on every shard, concurrently, answers by shard. One
+    /// command per shard rather than one pipeline: on a Redis Cluster the shards' hash tags
+    /// live in different slots, and a pipeline goes to one.
+    async fn each_shard<T: redis::FromRedisValue>(
+        &self,
+        cmd: impl Fn(&str) -> redis::Cmd,
+    ) -> Result<Vec<T>> {
+        let cmds: Vec<redis::Cmd> = (0..SHARDS).map(|n| cmd(&shard_prefix(n))).collect();
+        Ok(try_join_all(
+            cmds.iter()
+                .map(|c| async move { c.query_async::<T>(&mut self.conn()).await }),
+        )
+        .await?)
     }
 
     /// `reserve_and_record.lua`: the dedup lookup and seq allocation, writing the fresh record
@@ -346,17 +360,16 @@ impl RedisHot {
         Ok(out)
     }
 
-    /// `ZCOUNT <queue> -inf <max>` of every shard in one round trip: the shards worth a script
+    /// `ZCOUNT <queue> -inf <max>` of every shard, concurrently: the shards worth a script
     /// call.
     async fn busy_shards(&self, queue: &str, max: i64) -> Result<Vec<usize>> {
-        let mut p = redis::pipe();
-        for n in 0..SHARDS {
-            p.cmd("ZCOUNT")
-                .arg(format!("{}{queue}", shard_prefix(n)))
-                .arg("-inf")
-                .arg(max);
-        }
-        let counts: Vec<i64> = p.query_async(&mut self.conn()).await?;
+        let counts: Vec<i64> = self
+            .each_shard(|prefix| {
+                let mut c = redis::cmd("ZCOUNT");
+                c.arg(format!("{prefix}{queue}")).arg("-inf").arg(max);
+                c
+            })
+            .await?;
         Ok(counts
             .iter()
             .enumerate()
@@ -476,15 +489,17 @@ impl HotStore for RedisHot {
         let (created, stored): (i64, String) = inv.invoke_async(&mut self.conn()).await?;
         let stored: Vec<String> = serde_json::from_str(&stored)
             .map_err(|e| ChatError::Corrupt(format!("members of {conversation_id}: {e}")))?;
-        let mut p = redis::pipe();
-        for m in &stored {
-            p.cmd("HSETNX")
+        // One command per member: each membership hash has a slot of its own.
+        try_join_all(stored.iter().map(|m| async move {
+            let _: i64 = redis::cmd("HSETNX")
                 .arg(keys::memberships(tenant, m))
                 .arg(conversation_id)
                 .arg(0)
-                .ignore();
-        }
-        let () = p.query_async(&mut self.conn()).await?;
+                .query_async(&mut self.conn())
+                .await?;
+            Ok::<_, ChatError>(())
+        }))
+        .await?;
         Ok(created == 1)
     }
 
@@ -714,12 +729,13 @@ impl HotStore for RedisHot {
     /// The latest watermark or the highest shard clock floor (the latest mark), whichever is
     /// later.
     async fn clock_high_water(&self) -> Result<Option<i64>> {
-        let mut pipe = redis::pipe();
-        for n in 0..SHARDS {
-            pipe.cmd("GET")
-                .arg(format!("{}{CLOCK_FLOOR}", shard_prefix(n)));
-        }
-        let floors: Vec<Option<i64>> = pipe.query_async(&mut self.conn()).await?;
+        let floors: Vec<Option<i64>> = self
+            .each_shard(|prefix| {
+                let mut c = redis::cmd("GET");
+                c.arg(format!("{prefix}{CLOCK_FLOOR}"));
+                c
+            })
+            .await?;
         let watermarks = self.watermarks().await?;
         Ok(floors
             .into_iter()
@@ -767,15 +783,16 @@ impl HotStore for RedisHot {
         } else {
             // The oldest candidate of each shard; a candidate scored meanwhile by another
             // process came after that process recorded its window, which `lower` keeps.
-            let mut pipe = redis::pipe();
-            for n in 0..SHARDS {
-                pipe.cmd("ZRANGE")
-                    .arg(format!("{}trim", shard_prefix(n)))
-                    .arg(0)
-                    .arg(0)
-                    .arg("WITHSCORES");
-            }
-            let firsts: Vec<Vec<(String, f64)>> = pipe.query_async(&mut self.conn()).await?;
+            let firsts: Vec<Vec<(String, f64)>> = self
+                .each_shard(|prefix| {
+                    let mut c = redis::cmd("ZRANGE");
+                    c.arg(format!("{prefix}trim"))
+                        .arg(0)
+                        .arg(0)
+                        .arg("WITHSCORES");
+                    c
+                })
+                .await?;
             let oldest = firsts.iter().flatten().map(|(_, s)| *s as i64).min();
             first_recorded_window(hot_window_ms, oldest, now_ms)
         };
@@ -938,11 +955,13 @@ impl HotStore for RedisHot {
     }
 
     async fn hot_len(&self) -> Result<u64> {
-        let mut p = redis::pipe();
-        for n in 0..SHARDS {
-            p.cmd("GET").arg(format!("{}n", shard_prefix(n)));
-        }
-        let counts: Vec<Option<i64>> = p.query_async(&mut self.conn()).await?;
+        let counts: Vec<Option<i64>> = self
+            .each_shard(|prefix| {
+                let mut c = redis::cmd("GET");
+                c.arg(format!("{prefix}n"));
+                c
+            })
+            .await?;
         Ok(counts.into_iter().flatten().sum::<i64>().max(0) as u64)
     }
 }
