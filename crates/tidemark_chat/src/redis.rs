@@ -32,6 +32,7 @@
 mod hot;
 pub mod keys;
 mod scripts;
+mod shards;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
