@@ -26,7 +26,7 @@ use crate::model::{
     SendCommand, SendOutcome,
 };
 use crate::ports::{
-    CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, Outbox, ShardLease, partition_key,
+    CommitParams, FusedCommit, HOT_WINDOW_FLOOR_KEY, HotStore, ShardLease, partition_key,
     partition_of_key,
 };
 use crate::trimmer::first_recorded_window;
@@ -68,10 +68,11 @@ pub const HOT_PAGE_SIZE: u32 = 1024;
 /// Hot store and outbox of the embedded default (see the module docs).
 #[derive(Debug)]
 pub struct SqliteHot {
-    writer: GroupWriter,
-    reads: ReadPool,
-    /// The archiver's outbox reads ([`Outbox::fetch`]), on a background thread of their own.
-    outbox_reads: ReadThread,
+    pub(super) writer: GroupWriter,
+    pub(super) reads: ReadPool,
+    /// The archiver's outbox reads ([`crate::ports::Outbox::fetch`]), on a background thread
+    /// of their own.
+    pub(super) outbox_reads: ReadThread,
     /// Client dedup's in-memory index, used by writer jobs only (see [`super::dedup`]).
     dedup: Arc<Mutex<DedupIndex>>,
 }
@@ -177,7 +178,7 @@ fn insert_message(
     Ok(())
 }
 
-fn meta_get(conn: &Connection, key: &str) -> Result<Option<i64>> {
+pub(super) fn meta_get(conn: &Connection, key: &str) -> Result<Option<i64>> {
     Ok(conn
         .query_row("SELECT value FROM meta WHERE key = ?1", [key], |r| r.get(0))
         .optional()?)
@@ -860,98 +861,5 @@ fn only_shard(shard: u32) -> Result<()> {
         Err(ChatError::Invalid(format!(
             "the embedded hot store has one shard (0), not {shard}"
         )))
-    }
-}
-
-/// The embedded outbox has partition 0 only.
-fn only_partition(partition: u32) -> Result<()> {
-    if partition == 0 {
-        Ok(())
-    } else {
-        Err(ChatError::Invalid(format!(
-            "the embedded outbox has one partition (0), not {partition}"
-        )))
-    }
-}
-
-#[async_trait]
-impl Outbox for SqliteHot {
-    /// One: the log is a table of one file, written in commit order by its one writer.
-    fn partitions(&self) -> u32 {
-        1
-    }
-
-    /// The one partition: one process owns the file (the data directory's lock).
-    async fn owned_partitions(&self) -> Result<Vec<u32>> {
-        Ok(vec![0])
-    }
-
-    async fn append(&self, records: &[MessageRecord]) -> Result<()> {
-        let records = records.to_vec();
-        let now = records.first().map_or(0, |r| r.committed_at_ms);
-        self.writer
-            .write(move |conn| outbox::append(conn, &records, now))
-            .await
-    }
-
-    async fn offsets(&self, partition: u32) -> Result<(u64, u64)> {
-        only_partition(partition)?;
-        self.reads.read(outbox::offsets).await
-    }
-
-    async fn watermark_snapshot(&self, partition: u32, clock: &SharedClock) -> Result<(i64, u64)> {
-        only_partition(partition)?;
-        // Runs on the writer, serialised with commits: every commit job before it is visible
-        // to it (same connection), every commit job after it reads a later clock.
-        let clock = Arc::clone(clock);
-        self.writer
-            .write(move |conn| {
-                let t0 = clock.now_ms();
-                let (_, h0) = outbox::offsets(conn)?;
-                Ok((t0, h0))
-            })
-            .await
-    }
-
-    async fn fetch(
-        &self,
-        partition: u32,
-        from: u64,
-        max: usize,
-    ) -> Result<Vec<(u64, MessageRecord)>> {
-        only_partition(partition)?;
-        // Background priority: the archiver may lag, the SENDs sharing the cores may not.
-        self.outbox_reads
-            .read(move |conn| outbox::fetch(conn, from, max))
-            .await
-    }
-
-    async fn position(&self, consumer: &str, partition: u32) -> Result<Option<u64>> {
-        only_partition(partition)?;
-        let key = format!("position:{consumer}");
-        self.reads
-            .read(move |conn| Ok(meta_get(conn, &key)?.map(|p| p as u64)))
-            .await
-    }
-
-    async fn store_position(&self, consumer: &str, partition: u32, position: u64) -> Result<()> {
-        only_partition(partition)?;
-        let key = format!("position:{consumer}");
-        self.writer
-            .write(move |conn| meta_set(conn, &key, position as i64))
-            .await
-    }
-
-    async fn truncate(
-        &self,
-        partition: u32,
-        below: u64,
-        older_than_ms: i64,
-        max: usize,
-    ) -> Result<usize> {
-        only_partition(partition)?;
-        self.writer
-            .write(move |conn| outbox::truncate(conn, below, older_than_ms, max))
-            .await
     }
 }

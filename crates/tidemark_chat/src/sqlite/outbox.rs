@@ -16,12 +16,18 @@
 //! MB/s against 93–97 without). A file whose outbox has the `AUTOINCREMENT` table gets this
 //! one when it is adopted, its `high` carried to `meta` ([`super::migrations`]).
 
-use rusqlite::{Connection, OptionalExtension, params};
+use std::sync::Arc;
 
-use super::hot::meta_set;
+use async_trait::async_trait;
+use rusqlite::{Connection, OptionalExtension, params};
+use tidemark_core::clock::SharedClock;
+
+use super::SqliteHot;
+use super::hot::{meta_get, meta_set};
 use super::{RECORD_COLUMNS, record_from_row_at};
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
+use crate::ports::Outbox;
 use tidemark_core::store::StoreError;
 
 /// The `meta` key of the outbox's `high` while the log is empty, as a literal: [`HIGH_KEY`]
@@ -164,6 +170,101 @@ pub(super) fn fetch(conn: &Connection, from: u64, max: usize) -> Result<Vec<(u64
         out.push((offset as u64, record));
     }
     Ok(out)
+}
+
+/// The [`Outbox`] port of the embedded store: these functions, each on the writer (appends,
+/// positions, the watermark snapshot, truncation) or a read connection.
+/// The embedded outbox has partition 0 only.
+fn only_partition(partition: u32) -> Result<()> {
+    if partition == 0 {
+        Ok(())
+    } else {
+        Err(ChatError::Invalid(format!(
+            "the embedded outbox has one partition (0), not {partition}"
+        )))
+    }
+}
+
+#[async_trait]
+impl Outbox for SqliteHot {
+    /// One: the log is a table of one file, written in commit order by its one writer.
+    fn partitions(&self) -> u32 {
+        1
+    }
+
+    /// The one partition: one process owns the file (the data directory's lock).
+    async fn owned_partitions(&self) -> Result<Vec<u32>> {
+        Ok(vec![0])
+    }
+
+    async fn append(&self, records: &[MessageRecord]) -> Result<()> {
+        let records = records.to_vec();
+        let now = records.first().map_or(0, |r| r.committed_at_ms);
+        self.writer
+            .write(move |conn| append(conn, &records, now))
+            .await
+    }
+
+    async fn offsets(&self, partition: u32) -> Result<(u64, u64)> {
+        only_partition(partition)?;
+        self.reads.read(offsets).await
+    }
+
+    async fn watermark_snapshot(&self, partition: u32, clock: &SharedClock) -> Result<(i64, u64)> {
+        only_partition(partition)?;
+        // Runs on the writer, serialised with commits: every commit job before it is visible
+        // to it (same connection), every commit job after it reads a later clock.
+        let clock = Arc::clone(clock);
+        self.writer
+            .write(move |conn| {
+                let t0 = clock.now_ms();
+                let (_, h0) = offsets(conn)?;
+                Ok((t0, h0))
+            })
+            .await
+    }
+
+    async fn fetch(
+        &self,
+        partition: u32,
+        from: u64,
+        max: usize,
+    ) -> Result<Vec<(u64, MessageRecord)>> {
+        only_partition(partition)?;
+        // Background priority: the archiver may lag, the SENDs sharing the cores may not.
+        self.outbox_reads
+            .read(move |conn| fetch(conn, from, max))
+            .await
+    }
+
+    async fn position(&self, consumer: &str, partition: u32) -> Result<Option<u64>> {
+        only_partition(partition)?;
+        let key = format!("position:{consumer}");
+        self.reads
+            .read(move |conn| Ok(meta_get(conn, &key)?.map(|p| p as u64)))
+            .await
+    }
+
+    async fn store_position(&self, consumer: &str, partition: u32, position: u64) -> Result<()> {
+        only_partition(partition)?;
+        let key = format!("position:{consumer}");
+        self.writer
+            .write(move |conn| meta_set(conn, &key, position as i64))
+            .await
+    }
+
+    async fn truncate(
+        &self,
+        partition: u32,
+        below: u64,
+        older_than_ms: i64,
+        max: usize,
+    ) -> Result<usize> {
+        only_partition(partition)?;
+        self.writer
+            .write(move |conn| truncate(conn, below, older_than_ms, max))
+            .await
+    }
 }
 
 #[cfg(test)]
