@@ -82,8 +82,9 @@ impl From<redis::RedisError> for ChatError {
 /// [`ErrorKind::Full`], and so is a `MISCONF` refusal whose cause is a full disk (the AOF
 /// could not be written: "No space left on device"); no connection, a timeout, a dropped
 /// link, a server loading its data, busy with a script, failing over or refusing writes for
-/// now (`MISCONF` otherwise, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`) is
-/// [`ErrorKind::Unavailable`]; an answer that does not parse as what was stored is
+/// now (`MISCONF` otherwise, `READONLY`, `TRYAGAIN`, `CLUSTERDOWN`, `MASTERDOWN`), and on a
+/// cluster a script that met a key of its slot already moved (resharding) or a cluster that is
+/// down, is [`ErrorKind::Unavailable`]; an answer that does not parse as what was stored is
 /// [`ErrorKind::Corrupt`]; the rest (a script error, a wrong type, bad auth or configuration)
 /// [`ErrorKind::Rejected`].
 pub fn error_kind(e: &redis::RedisError) -> ErrorKind {
@@ -93,6 +94,13 @@ pub fn error_kind(e: &redis::RedisError) -> ErrorKind {
         (_, Some("OOM")) => ErrorKind::Full,
         (_, Some("MISCONF")) if text.contains("No space left") => ErrorKind::Full,
         (_, Some("MISCONF" | "BUSY")) => ErrorKind::Unavailable,
+        // On a cluster: a script met a key of its slot already moved (resharding), or the
+        // cluster is down. Both pass.
+        _ if text.contains("Script attempted to access a non local key")
+            || text.contains("while the cluster is down") =>
+        {
+            ErrorKind::Unavailable
+        }
         _ if e.is_io_error() || e.is_timeout() || e.is_connection_dropped() => {
             ErrorKind::Unavailable
         }
@@ -353,6 +361,19 @@ mod tests {
         assert_eq!(error_kind(&ext("MISCONF", misconf)), ErrorKind::Full);
         let misconf = "Redis is configured to save RDB snapshots, but it's currently unable to persist to disk";
         assert_eq!(error_kind(&ext("MISCONF", misconf)), ErrorKind::Unavailable);
+        let script_err = |detail: &str| {
+            redis::RedisError::from((
+                redis::ErrorKind::ResponseError,
+                "An error was signalled by the server",
+                detail.to_owned(),
+            ))
+        };
+        let moved = "Script attempted to access a non local key in a cluster node script: f_1, on @user_script:1.";
+        assert_eq!(error_kind(&script_err(moved)), ErrorKind::Unavailable);
+        let down = "Script attempted to execute a command while the cluster is down";
+        assert_eq!(error_kind(&script_err(down)), ErrorKind::Unavailable);
+        let other = "user_script:1: Script attempted to access nonexistent global variable";
+        assert_eq!(error_kind(&script_err(other)), ErrorKind::Rejected);
         let kind = |k: redis::ErrorKind| error_kind(&redis::RedisError::from((k, "x")));
         assert_eq!(
             kind(redis::ErrorKind::BusyLoadingError),
