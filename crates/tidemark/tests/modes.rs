@@ -17,7 +17,7 @@ fn archived_count(dir: &std::path::Path) -> Option<i64> {
         rusqlite::Connection::open_with_flags(&path, rusqlite::OpenFlags::SQLITE_OPEN_READ_ONLY)
             .unwrap();
     Some(
-        conn.query_row("SELECT count(*) FROM history_index_all", [], |r| r.get(0))
+        conn.query_row("SELECT count(*) FROM history_index", [], |r| r.get(0))
             .unwrap(),
     )
 }

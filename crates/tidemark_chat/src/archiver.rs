@@ -311,8 +311,7 @@ impl Archiver {
     /// at 10,000 sends/s was 49 / 49 / 117 ms with 1 s, 14 / 33 / 25 ms with 250 ms and
     /// 49 / 306 / 24 ms with 50 ms (three rounds): hence the default of 250 ms.
     ///
-    /// The history index is written in time order (`sqlite::index_log` on the embedded
-    /// engine), so a larger batch saves no index pages, and only its burst is left: the default
+    /// A batch's burst weighs more than the index pages a larger one shares: the default
     /// `archive_batch_max` is 500, not one `idle` of sends (2,500 at 10,000 sends/s), so that
     /// from 2,000 sends/s on the archiver runs batch after batch of one short archive
     /// transaction each. In a trace of one 10,000 sends/s run (each request's latency against

@@ -94,9 +94,8 @@ impl Committer {
     /// if the archive's index has its entry (index after record: the record is there too);
     /// otherwise it reads the original record back from `hot` and writes it again (both writes
     /// are idempotent); one no longer in the hot tier was archived before the trimmer removed
-    /// it. (Were every retry to write the archive again, 2,000 retries of one message would put
-    /// 2,002 rows in the index log, and on a full archive disk a retry of an archived message
-    /// would answer `not_archived`.)
+    /// it. (Were every retry to write the archive again, a retry of an archived message
+    /// would answer `not_archived` on a full archive disk.)
     ///
     /// # Errors
     /// [`ChatError::NotArchived`] if a write fails: the message stays committed.

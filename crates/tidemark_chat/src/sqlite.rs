@@ -3,8 +3,8 @@
 //! - [`SqliteHot`] (`hot.db`): hot store *and* outbox in one file, so a SEND is one
 //!   transaction ([`crate::ports::FusedCommit`]) and concurrent sends share one fsync through the
 //!   group-committing writer of `tidemark_core::sqlite`.
-//! - [`SqliteArchive`] (`archive.db`): message records and history index (in time order, merged
-//!   into its keyed B-tree in large sorted steps: `index_log`).
+//! - [`SqliteArchive`] (`archive.db`): message records (in time order) and the history index
+//!   (keyed by conversation and seq).
 //!
 //! Their tables, and every change to them, are in one place: `migrations`.
 //!
@@ -14,13 +14,11 @@
 mod archive;
 mod dedup;
 mod hot;
-mod index_log;
 mod migrations;
 mod outbox;
 
 pub use archive::SqliteArchive;
 pub use hot::{HOT_PAGE_SIZE, SqliteHot};
-pub use index_log::{MERGE_CHUNK, MERGE_ENTRIES};
 
 use std::path::Path;
 

@@ -61,19 +61,6 @@ async fn sqlite_archive() {
     .await;
 }
 
-/// The same with the index log merged after every second entry: the contract holds whether an
-/// entry is pending or merged.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlite_archive_merging_often() {
-    let dir = tempfile::tempdir().unwrap();
-    conformance::archive(Arc::new(
-        SqliteArchive::open(&dir.path().join("archive.db"))
-            .unwrap()
-            .with_merge_entries(2),
-    ))
-    .await;
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_hot_only_commit() {
     let dir = tempfile::tempdir().unwrap();

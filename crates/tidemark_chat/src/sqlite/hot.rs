@@ -61,8 +61,8 @@ const ARCHIVE_IDENTITY_KEY: &str = "archive_identity";
 /// 1,563 B per message (1 KiB bodies: SQLite keeps ~110 bytes of such a row in its leaf, eight
 /// to a leaf, and fills one overflow page with the rest, where three rows shared a 4 KiB page
 /// with ~600 bytes to spare), at no CPU cost beyond the noise (on tmpfs the server took
-/// 1.07–1.10 against 1.04–1.10 cores). The archive keeps 4 KiB pages: its index is written in time
-/// order ([`super::index_log`]), and at 1 KiB its writer took more CPU.
+/// 1.07–1.10 against 1.04–1.10 cores). The archive keeps 4 KiB pages: at 1 KiB its writer took more
+/// CPU.
 pub const HOT_PAGE_SIZE: u32 = 1024;
 
 /// Hot store and outbox of the embedded default (see the module docs).

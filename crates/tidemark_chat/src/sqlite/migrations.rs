@@ -14,10 +14,12 @@
 //! [`super::HOT_PAGE_SIZE`]): a page size is not a schema change (only a `VACUUM` outside WAL
 //! mode would change it).
 //!
-//! [`ARCHIVE`], the embedded archive (`archive.db`):
+//! [`ARCHIVE`], the embedded archive (`archive.db`, [`super::archive`]):
 //! - version 1: `archive_meta` (with the archive's identity), `message_record`,
-//!   `history_index`, `history_index_log` and the view `history_index_all` ([`super::archive`],
-//!   [`super::index_log`]).
+//!   `history_index`, and `history_index_log` with the view `history_index_all` (index entries
+//!   written in time order first and merged into `history_index` in large sorted steps).
+//! - version 2: index entries go straight to `history_index`: the log's entries are merged
+//!   into it and the log and its view dropped ([`archive_v2`]).
 //! - adopting a file made before versions were recorded: version 1's `IF NOT EXISTS` adds what
 //!   a file of the layout before the index log lacks (the log, the view, the `message_id`
 //!   index, `archive_meta`); its `message_record` keeps its unique key on
@@ -31,6 +33,7 @@ use rusqlite::{Connection, OptionalExtension};
 use tidemark_core::schema::{SqliteUp, Step, Versions};
 
 use super::outbox::HIGH_KEY;
+use crate::model::SEQ_BUCKET_SIZE;
 
 /// The hot tier's file (see the module docs).
 pub(super) static HOT: Versions<SqliteUp> = Versions {
@@ -189,10 +192,16 @@ fn adopt_outbox(conn: &Connection) -> rusqlite::Result<()> {
 pub(super) static ARCHIVE: Versions<SqliteUp> = Versions {
     store: "archive.db",
     marks: &["message_record", "history_index"],
-    migrations: &[Step {
-        what: "archive tables, index log and the archive's identity",
-        up: SqliteUp::Run(archive_v1),
-    }],
+    migrations: &[
+        Step {
+            what: "archive tables, index log and the archive's identity",
+            up: SqliteUp::Run(archive_v1),
+        },
+        Step {
+            what: "index log merged into the history index and dropped",
+            up: SqliteUp::Run(archive_v2),
+        },
+    ],
     adopt: &[Step {
         what: "drop the expiry indexes of index entries",
         up: SqliteUp::Sql(
@@ -262,6 +271,24 @@ fn archive_v1(conn: &Connection) -> rusqlite::Result<()> {
         [crate::ports::fresh_archive_identity()],
     )?;
     Ok(())
+}
+
+/// Version 2: the entries of `history_index_log` go to `history_index` (an entry there
+/// already is kept: the log's is a replay of it), then the log and `history_index_all` are
+/// dropped. Inside the migration's transaction, so a crash leaves version 1 whole.
+fn archive_v2(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute(
+        "INSERT OR IGNORE INTO history_index (tenant, conversation_id, seq_bucket,
+             conversation_seq, message_id, expires_at)
+         SELECT tenant, conversation_id, conversation_seq / ?1, conversation_seq, message_id,
+                expires_at
+         FROM history_index_log ORDER BY tenant, conversation_id, conversation_seq, id",
+        [SEQ_BUCKET_SIZE as i64],
+    )?;
+    conn.execute_batch(
+        "DROP VIEW IF EXISTS history_index_all;
+         DROP TABLE IF EXISTS history_index_log;",
+    )
 }
 
 /// Test support: an in-memory database at `versions`'s version.

@@ -277,12 +277,8 @@ impl Harness {
                 let hot = Arc::new(
                     SqliteHot::open(&chat.join("hot.db"), cfg.commit_batch_max).expect("hot.db"),
                 );
-                // Merges of the index log every few entries, between and beside the faults.
-                let inner: Arc<dyn Archive> = Arc::new(
-                    SqliteArchive::open(&chat.join("archive.db"))
-                        .expect("archive.db")
-                        .with_merge_entries(7),
-                );
+                let inner: Arc<dyn Archive> =
+                    Arc::new(SqliteArchive::open(&chat.join("archive.db")).expect("archive.db"));
                 let faulty = Arc::new(FaultyArchive::new(inner));
                 let stores = ChatStores {
                     commit_path: CommitPath::Fused {
@@ -560,7 +556,7 @@ impl Harness {
     /// with duplicates kept (so "exactly once" can be checked).
     pub async fn archived_seqs(&self, cid: &str) -> (Vec<u64>, Vec<u64>) {
         let mut out = Vec::new();
-        for table in ["message_record", self.index_table()] {
+        for table in ["message_record", "history_index"] {
             let sql = format!(
                 "SELECT conversation_seq FROM {table}
                  WHERE tenant = ? AND conversation_id = ? ORDER BY conversation_seq"
@@ -577,8 +573,9 @@ impl Harness {
         let records = self
             .archive_ints("SELECT count(*) FROM message_record", &[])
             .await;
-        let sql = format!("SELECT count(*) FROM {}", self.index_table());
-        let index = self.archive_ints(&sql, &[]).await;
+        let index = self
+            .archive_ints("SELECT count(*) FROM history_index", &[])
+            .await;
         (records[0] as u64, index[0] as u64)
     }
 
@@ -586,25 +583,15 @@ impl Harness {
     /// archive (must always be 0; an expired ephemeral message's entry is a tombstone).
     pub async fn orphan_index_entries(&self) -> u64 {
         let sql = format!(
-            "SELECT count(*) FROM {} i
+            "SELECT count(*) FROM history_index i
              WHERE (i.expires_at IS NULL OR i.expires_at > {}) AND NOT EXISTS (
                  SELECT 1 FROM message_record r
                  WHERE r.tenant = i.tenant AND r.conversation_id = i.conversation_id
                    AND r.conversation_seq = i.conversation_seq
                    AND r.message_id = i.message_id)",
-            self.index_table(),
             self.now()
         );
         self.archive_ints(&sql, &[]).await[0] as u64
-    }
-
-    /// The whole history index: on SQLite merged and pending entries (`history_index_all`,
-    /// see `tidemark_chat::sqlite`), on MariaDB the one table.
-    fn index_table(&self) -> &'static str {
-        match &self.wiring {
-            ArchiveWiring::Production(_) => "history_index",
-            _ => "history_index_all",
-        }
     }
 
     /// Seqs of the conversation still held in the hot tier (any state), ascending.
@@ -628,40 +615,24 @@ impl Harness {
 
     /// Deletes one archived message record behind the server's back (its index entry stays).
     pub async fn delete_archived_record(&self, cid: &str, seq: u64) {
-        let n = self
-            .delete_from_archive(cid, seq, &["message_record"], "message_record")
-            .await;
+        let n = self.delete_from_archive(cid, seq, "message_record").await;
         assert_eq!(n, 1, "seq {seq} was in the archive");
     }
 
-    /// Deletes one history-index entry behind the server's back (its record stays): on SQLite
-    /// from the keyed index and the log, wherever it is (a pending entry stays in the open
-    /// archive's memory until [`Harness::restart`]), on MariaDB from the one table.
+    /// Deletes one history-index entry behind the server's back (its record stays).
     pub async fn delete_index_entry(&self, cid: &str, seq: u64) {
-        let tables = ["history_index", "history_index_log"];
-        let n = self
-            .delete_from_archive(cid, seq, &tables, "history_index")
-            .await;
-        assert!(n >= 1, "seq {seq} was indexed");
+        let n = self.delete_from_archive(cid, seq, "history_index").await;
+        assert_eq!(n, 1, "seq {seq} was indexed");
     }
 
-    /// Deletes the rows of `seq` from the archive's `sqlite` tables (embedded) or its `mariadb`
-    /// table (production); returns how many went.
-    async fn delete_from_archive(
-        &self,
-        cid: &str,
-        seq: u64,
-        sqlite: &[&str],
-        mariadb: &str,
-    ) -> usize {
-        let sql = |table: &str| {
-            format!(
-                "DELETE FROM {table}
-                 WHERE tenant = ? AND conversation_id = ? AND conversation_seq = ?"
-            )
-        };
+    /// Deletes the rows of `seq` from the archive's `table` (`archive.db` embedded, MariaDB in
+    /// production); returns how many went.
+    async fn delete_from_archive(&self, cid: &str, seq: u64, table: &str) -> usize {
+        let sql = format!(
+            "DELETE FROM {table} WHERE tenant = ? AND conversation_id = ? AND conversation_seq = ?"
+        );
         match &self.wiring {
-            ArchiveWiring::Production(p) => sqlx::query(&sql(mariadb))
+            ArchiveWiring::Production(p) => sqlx::query(&sql)
                 .bind(TENANT)
                 .bind(cid)
                 .bind(seq)
@@ -669,14 +640,10 @@ impl Harness {
                 .await
                 .expect("delete")
                 .rows_affected() as usize,
-            _ => sqlite
-                .iter()
-                .map(|table| {
-                    self.raw("archive.db")
-                        .execute(&sql(table), params![TENANT, cid, seq as i64])
-                        .expect("delete")
-                })
-                .sum(),
+            _ => self
+                .raw("archive.db")
+                .execute(&sql, params![TENANT, cid, seq as i64])
+                .expect("delete"),
         }
     }
 

@@ -32,13 +32,19 @@ fn hot_tables_but_the_outbox(conn: &Connection) {
 }
 
 #[test]
-fn new_files_are_made_at_version_1() {
+fn new_files_are_made_at_the_current_version() {
     let dir = tempfile::tempdir().unwrap();
     let hot = dir.path().join("hot.db");
     let archive = dir.path().join("archive.db");
     drop(SqliteHot::open(&hot, 8).unwrap());
     drop(SqliteArchive::open(&archive).unwrap());
-    assert_eq!((user_version(&hot), user_version(&archive)), (1, 1));
+    assert_eq!((user_version(&hot), user_version(&archive)), (1, 2));
+    let conn = Connection::open(&archive).unwrap();
+    for table in ["archive_meta", "message_record", "history_index"] {
+        assert!(table_sql(&conn, table).is_some(), "{table}");
+    }
+    assert!(table_sql(&conn, "history_index_log").is_none());
+    assert!(table_sql(&conn, "history_index_all").is_none());
     let conn = Connection::open(&hot).unwrap();
     for table in [
         "conversation",
@@ -175,20 +181,65 @@ fn the_expiry_indexes_of_index_entries_are_dropped_and_the_identity_kept() {
         .unwrap();
     assert_eq!(identity, 42);
     let entries: i64 = migrated
-        .query_row("SELECT count(*) FROM history_index_all", [], |r| r.get(0))
+        .query_row("SELECT count(*) FROM history_index", [], |r| r.get(0))
         .unwrap();
     assert_eq!(entries, 2);
+}
+
+/// Version 1 → 2: the log's entries are merged into the keyed index (with their seq bucket;
+/// a replay of an entry the index holds leaves it as it is), the log and its view dropped.
+#[test]
+fn version_2_merges_the_index_log_into_the_history_index_and_drops_it() {
+    let conn = Connection::open_in_memory().unwrap();
+    conn.execute_batch(ARCHIVE_V1).unwrap();
+    conn.execute_batch(
+        "PRAGMA user_version = 1;
+         INSERT INTO archive_meta VALUES ('identity', 7);
+         INSERT INTO history_index VALUES ('t', 'c', 0, 1, 'm1', NULL);
+         INSERT INTO history_index_log (tenant, conversation_id, conversation_seq, message_id,
+             expires_at)
+         VALUES ('t', 'c', 1, 'm1', NULL), ('t', 'd', 1500, 'm3', 99), ('t', 'c', 2, 'm2', NULL),
+                ('t', 'd', 1500, 'm3', 99);",
+    )
+    .unwrap();
+    let migrated = in_memory_from(conn, &ARCHIVE);
+    let entries: Vec<(String, i64, i64, String, Option<i64>)> = migrated
+        .prepare(
+            "SELECT conversation_id, seq_bucket, conversation_seq, message_id, expires_at
+             FROM history_index ORDER BY conversation_id, conversation_seq",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    assert_eq!(
+        entries,
+        [
+            ("c".into(), 0, 1, "m1".into(), None),
+            ("c".into(), 0, 2, "m2".into(), None),
+            ("d".into(), 1, 1500, "m3".into(), Some(99)),
+        ]
+    );
+    assert!(table_sql(&migrated, "history_index_log").is_none());
+    assert!(table_sql(&migrated, "history_index_all").is_none());
+    let version: i64 = migrated
+        .query_row("PRAGMA user_version", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(version, 2);
 }
 
 /// A file of a newer build is refused at open, naming it and both versions, and left as is.
 #[test]
 fn files_of_a_newer_build_are_refused() {
     let dir = tempfile::tempdir().unwrap();
-    for name in ["hot.db", "archive.db"] {
+    for (name, known) in [("hot.db", 1), ("archive.db", 2)] {
         let path = dir.path().join(name);
         Connection::open(&path)
             .unwrap()
-            .execute_batch("PRAGMA user_version = 2")
+            .execute_batch("PRAGMA user_version = 3")
             .unwrap();
         let err = if name == "hot.db" {
             SqliteHot::open(&path, 8).map(drop)
@@ -198,7 +249,7 @@ fn files_of_a_newer_build_are_refused() {
         .unwrap_err()
         .to_string();
         let expected = format!(
-            "sqlite: {} has schema version 2, this build knows up to 1: use a newer tidemark",
+            "sqlite: {} has schema version 3, this build knows up to {known}: use a newer tidemark",
             path.display()
         );
         assert_eq!(err, expected);
@@ -206,7 +257,7 @@ fn files_of_a_newer_build_are_refused() {
         assert!(
             table_sql(&conn, "message").is_none() && table_sql(&conn, "message_record").is_none()
         );
-        assert_eq!(user_version(&path), 2);
+        assert_eq!(user_version(&path), 3);
     }
 }
 
