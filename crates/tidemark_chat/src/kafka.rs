@@ -29,9 +29,11 @@
 //! start of the log is committed as the offset of the reserved group `tidemark.retention` and
 //! from then on is the log's `low` for this outbox (reads start there); the records themselves
 //! are deleted with the `DeleteRecords` admin call where the broker has it (Kafka, Redpanda). A
-//! broker without it (tansu 0.6 drops the connection) is noted once in the log, and its own
-//! retention (`retention.ms`, to be set above `chat.outbox_retention` plus the archive-lag
-//! alert) frees the space.
+//! broker that refuses it is noted once in the log; one that cannot be trusted with it is
+//! given `?delete_records=false` (tansu 0.6: its memory storage drops the connection, its
+//! SQLite engine stops serving every client). Either way the broker's own retention
+//! (`retention.ms`, to be set above `chat.outbox_retention` plus the archive-lag alert) frees
+//! the space.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -117,11 +119,16 @@ pub struct KafkaUrl {
     /// Most records per produce batch (`?max_batch=N`; default: librdkafka's 10,000). `1`
     /// for a broker that mishandles multi-record batches (see [`new_producer`]).
     pub max_batch: Option<u32>,
+    /// Whether retention deletes the records it drops with `DeleteRecords` (default;
+    /// `?delete_records=false` leaves them to the broker's own `retention.ms`, for a broker
+    /// whose `DeleteRecords` cannot be trusted: tansu 0.6's SQLite engine stops serving every
+    /// client on one).
+    pub delete_records: bool,
 }
 
 /// Parses `kafka://host:port[,host:port…]/topic[?option&…]` with the options
-/// `idempotence=true|false` and `max_batch=N` (1..=1,000,000). Errors: [`ChatError::Invalid`]
-/// naming what is wrong.
+/// `idempotence=true|false`, `max_batch=N` (1..=1,000,000) and `delete_records=true|false`.
+/// Errors: [`ChatError::Invalid`] naming what is wrong.
 pub fn parse_url(url: &str) -> Result<KafkaUrl> {
     let bad = |why: &str| ChatError::Invalid(format!("bad Kafka URL {url:?}: {why}"));
     let rest = url
@@ -147,11 +154,14 @@ pub fn parse_url(url: &str) -> Result<KafkaUrl> {
         topic: topic.to_owned(),
         idempotence: true,
         max_batch: None,
+        delete_records: true,
     };
     for option in query.split('&').filter(|o| !o.is_empty()) {
         match option.split_once('=') {
             Some(("idempotence", "true")) => parsed.idempotence = true,
             Some(("idempotence", "false")) => parsed.idempotence = false,
+            Some(("delete_records", "true")) => parsed.delete_records = true,
+            Some(("delete_records", "false")) => parsed.delete_records = false,
             Some(("max_batch", n)) => {
                 parsed.max_batch = Some(
                     n.parse()
@@ -162,7 +172,8 @@ pub fn parse_url(url: &str) -> Result<KafkaUrl> {
             }
             _ => {
                 return Err(bad(
-                    "the options are idempotence=true|false and max_batch=N",
+                    "the options are idempotence=true|false, max_batch=N and \
+                     delete_records=true|false",
                 ));
             }
         }
@@ -240,6 +251,7 @@ impl KafkaOutbox {
             topic,
             idempotence,
             max_batch,
+            delete_records,
         } = parse_url(url)?;
         let admin: AdminClient<DefaultClientContext> = ClientConfig::new()
             .set("bootstrap.servers", &brokers)
@@ -309,7 +321,7 @@ impl KafkaOutbox {
             groups: Mutex::new(HashMap::new()),
             admin,
             floors: (0..partitions).map(|_| AtomicU64::new(0)).collect(),
-            delete_records: AtomicBool::new(true),
+            delete_records: AtomicBool::new(delete_records),
         };
         for p in 0..partitions {
             let floor = outbox.position(RETENTION_CONSUMER, p).await?.unwrap_or(0);
@@ -392,11 +404,11 @@ impl KafkaOutbox {
 /// (DESIGN.md: the archiver's inserts are idempotent), so retries without idempotence are safe.
 /// The tests against tansu do so; Kafka and Redpanda keep the default.
 ///
-/// Also seen against tansu 0.6 (memory storage): a produce batch of several records was
-/// acknowledged whole but advanced the log by one offset, and the next batch overwrote the
-/// rest — three records appended in one call, two of them lost once the archiver's watermark
-/// let the trimmer go. `max_batch` (`?max_batch=1`) makes every batch one record; the tests
-/// against tansu set it, Kafka and Redpanda keep librdkafka's default.
+/// `max_batch` (`?max_batch=N`) bounds the records of one produce batch, for a broker that
+/// cannot be trusted with larger ones: tansu 0.6 on its memory storage acknowledged a batch of
+/// several records whole but advanced the log by one offset, and the next batch overwrote the
+/// rest (its SQLite engine keeps them: `tests/kafka_restart.rs`). Kafka, Redpanda and that
+/// engine keep librdkafka's default.
 pub fn new_producer(
     brokers: &str,
     idempotence: bool,
@@ -758,11 +770,16 @@ mod tests {
                 brokers: "127.0.0.1:9092".into(),
                 topic: "tidemark.chat.outbox".into(),
                 idempotence: true,
-                max_batch: None
+                max_batch: None,
+                delete_records: true,
             }
         );
-        let u = parse_url("kafka://h:1/t?idempotence=false&max_batch=1").unwrap();
-        assert_eq!((u.idempotence, u.max_batch), (false, Some(1)));
+        let u =
+            parse_url("kafka://h:1/t?idempotence=false&max_batch=1&delete_records=false").unwrap();
+        assert_eq!(
+            (u.idempotence, u.max_batch, u.delete_records),
+            (false, Some(1), false)
+        );
         for bad in [
             "http://x/y",
             "kafka://127.0.0.1:9092",
@@ -771,6 +788,7 @@ mod tests {
             "kafka://h:1/t?acks=1",
             "kafka://h:1/t?max_batch=0",
             "kafka://h:1/t?max_batch=x",
+            "kafka://h:1/t?delete_records=no",
         ] {
             assert!(
                 matches!(parse_url(bad), Err(ChatError::Invalid(_))),

@@ -301,29 +301,26 @@ fn free_port() -> std::io::Result<u16> {
 }
 
 /// A private tansu broker (Kafka protocol; `TEST_TANSU`, else `~/.cargo/bin/tansu`, else
-/// `tansu` on `PATH`; `scripts/test` installs it) on a free loopback port with in-memory
-/// storage, or with `TEST_TANSU_STORAGE=sqlite` (a tansu built with `--features libsql`) a
-/// SQLite file in a temporary directory. Killed on drop.
+/// `tansu` on `PATH`; `scripts/test` installs it) on a free loopback port, on tansu's SQLite
+/// storage engine (a tansu built with `--features libsql`) with its file in a temporary
+/// directory: it keeps every record of a multi-record batch, and what it acknowledged outlives
+/// a [`KafkaBroker::restart`]. Killed on drop.
 #[derive(Debug)]
 pub struct KafkaBroker {
+    /// First field: dropped (killed) before the storage directory is removed.
     child: ChildProcess,
     port: u16,
-    /// The SQLite storage's directory, if that engine is used.
-    sqlite: Option<tempfile::TempDir>,
+    dir: tempfile::TempDir,
 }
 
 impl KafkaBroker {
     /// Starts one and waits (up to 20 s) until it accepts connections. Errors: tansu is not
     /// installed (the message says how to install it), or it did not come up.
     pub fn start() -> std::io::Result<Self> {
-        let sqlite = match std::env::var("TEST_TANSU_STORAGE").as_deref() {
-            Ok("sqlite") => Some(tempfile::tempdir()?),
-            _ => None,
-        };
         let mut broker = Self {
             child: ChildProcess::default(),
             port: free_port()?,
-            sqlite,
+            dir: tempfile::tempdir()?,
         };
         broker.spawn()?;
         Ok(broker)
@@ -344,24 +341,19 @@ impl KafkaBroker {
 
     fn spawn(&mut self) -> std::io::Result<()> {
         let listener = format!("tcp://127.0.0.1:{}", self.port);
-        let mut cmd = std::process::Command::new(Self::binary());
-        cmd.args(["broker", "--listener-url", &listener])
-            .args(["--advertised-listener-url", &listener]);
-        match &self.sqlite {
-            // tansu takes the path relative to its working directory.
-            Some(dir) => cmd
-                .current_dir(dir.path())
-                .args(["--storage-engine", "sqlite://tansu.db"]),
-            None => cmd.args(["--storage-engine", "memory://tansu/"]),
-        };
-        let child = cmd
+        // tansu takes the storage path relative to its working directory.
+        let child = std::process::Command::new(Self::binary())
+            .current_dir(self.dir.path())
+            .args(["broker", "--listener-url", &listener])
+            .args(["--advertised-listener-url", &listener])
+            .args(["--storage-engine", "sqlite://tansu.db"])
             .stdout(std::process::Stdio::null())
             .stderr(std::process::Stdio::null())
             .spawn()
             .map_err(|e| {
                 std::io::Error::other(format!(
                     "starting tansu ({e}); install it with \
-                     `cargo install tansu --locked --features dynostore` or run scripts/test"
+                     `cargo install tansu --locked --features libsql` or run scripts/test"
                 ))
             })?;
         self.child.set(child);
@@ -378,20 +370,21 @@ impl KafkaBroker {
         )))
     }
 
-    /// `kafka://127.0.0.1:<port>/<topic>?idempotence=false`, plus `&max_batch=1` on memory
-    /// storage: tansu 0.6 acknowledged records of a restarted idempotent producer without
-    /// writing them, and its memory storage loses the rest of multi-record batches (see
-    /// `tidemark_chat::kafka::new_producer`).
+    /// `kafka://127.0.0.1:<port>/<topic>?idempotence=false&delete_records=false`: tansu 0.6
+    /// acknowledged records of a restarted idempotent producer without writing them (see
+    /// `tidemark_chat::kafka::new_producer`), and its SQLite engine stops serving every client
+    /// on a `DeleteRecords` (see `tidemark_chat::kafka`).
     pub fn url(&self, topic: &str) -> String {
-        let batch = if self.sqlite.is_some() {
-            ""
-        } else {
-            "&max_batch=1"
-        };
         format!(
-            "kafka://127.0.0.1:{}/{topic}?idempotence=false{batch}",
+            "kafka://127.0.0.1:{}/{topic}?idempotence=false&delete_records=false",
             self.port
         )
+    }
+
+    /// Kills the broker (SIGKILL) and starts it again on the same port and storage file.
+    pub fn restart(&mut self) -> std::io::Result<()> {
+        self.child.kill();
+        self.spawn()
     }
 
     /// Freezes the broker (SIGSTOP): connections stay open, nothing is answered — a broker
@@ -422,7 +415,7 @@ impl KafkaBroker {
         }
     }
 
-    /// Kills the broker (SIGKILL); its in-memory log is gone.
+    /// Kills the broker (SIGKILL); [`KafkaBroker::restart`] brings it back.
     pub fn kill(&mut self) {
         self.child.kill();
     }

@@ -61,9 +61,9 @@ async fn a_restarted_outbox_reads_on_from_the_stored_position_also_inside_a_batc
 }
 
 /// Several records appended in one call, by the first producer and by a second one, all land
-/// in the log at consecutive offsets. (tansu 0.6 acknowledged a three-record batch but kept one
-/// offset of it, and the next batch overwrote the rest; the test broker's URL now carries
-/// `max_batch=1`, see `tidemark_chat::kafka::new_producer`.)
+/// in the log at consecutive offsets (a broker that kept one offset of a batch and let the next
+/// overwrite the rest would lose acknowledged messages once the trimmer passed them; see
+/// `tidemark_chat::kafka::new_producer`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn records_appended_in_one_call_all_land_in_the_log() {
     let broker = KafkaBroker::start().unwrap();
@@ -80,5 +80,28 @@ async fn records_appended_in_one_call_all_land_in_the_log() {
     assert_eq!(
         seqs(&second.fetch(0, 0, 100).await.unwrap()),
         (1..=11).map(|s| (s - 1, s)).collect::<Vec<_>>()
+    );
+}
+
+/// What the broker acknowledged outlives a `kill -9` of the broker: records appended singly
+/// and in batches, and a stored position; appends go on at the next offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn acknowledged_records_and_positions_outlive_a_kill_9_of_the_broker() {
+    let mut broker = KafkaBroker::start().unwrap();
+    let url = broker.url("durable");
+    let outbox = KafkaOutbox::connect(&url, 1).await.unwrap();
+    outbox.append(&[rec(1)]).await.unwrap();
+    outbox.append(&[rec(2), rec(3), rec(4)]).await.unwrap();
+    outbox.store_position("archiver", 0, 2).await.unwrap();
+    drop(outbox);
+
+    broker.restart().unwrap();
+    let outbox = KafkaOutbox::connect(&url, 1).await.unwrap();
+    assert_eq!(outbox.offsets(0).await.unwrap(), (0, 4));
+    assert_eq!(outbox.position("archiver", 0).await.unwrap(), Some(2));
+    outbox.append(&[rec(5), rec(6)]).await.unwrap();
+    assert_eq!(
+        seqs(&outbox.fetch(0, 0, 100).await.unwrap()),
+        (1..=6).map(|s| (s - 1, s)).collect::<Vec<_>>()
     );
 }
