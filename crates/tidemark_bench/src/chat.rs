@@ -710,7 +710,12 @@ async fn scrape(client: &HttpClient, addr: SocketAddr) -> anyhow::Result<Scrape>
         sends: get("tidemark_chat_sends_total"),
         send_sum: get("tidemark_chat_send_seconds_sum"),
         send_count: get("tidemark_chat_send_seconds_count"),
-        archived: get("tidemark_chat_archived_records_total"),
+        // One series per outbox partition: their sum.
+        archived: m
+            .iter()
+            .filter(|(k, _)| k.starts_with("tidemark_chat_archived_records_total{"))
+            .map(|(_, v)| *v)
+            .sum(),
         backlog: get("tidemark_chat_outbox_backlog"),
         // One series per outbox partition: the worst.
         lag_s: m

@@ -241,7 +241,9 @@ impl Archiver {
                 .await?;
             self.position = last_offset + 1;
             archived = records.len();
-            self.metrics.archived.inc_by(archived as u64);
+            self.metrics
+                .archived(self.partition)
+                .inc_by(archived as u64);
         }
         let watermark_published = self.position >= h0;
         if watermark_published {

@@ -1,6 +1,8 @@
 //! Chat's Prometheus metrics, registered once into the server's registry and passed in.
 
-use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge, IntGaugeVec, Opts, Registry};
+use prometheus::{
+    Histogram, HistogramOpts, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts, Registry,
+};
 
 /// Counters and gauges owned by the chat subsystem.
 #[derive(Debug, Clone)]
@@ -11,8 +13,9 @@ pub struct ChatMetrics {
     pub duplicates: IntCounter,
     /// SEND latency inside the server (seconds).
     pub send_seconds: Histogram,
-    /// Records written to the archive (including replays).
-    pub archived: IntCounter,
+    /// Per outbox partition (label `partition`): records written to the archive by its
+    /// archiver on this node (including replays).
+    pub archived_records: IntCounterVec,
     /// Archiver batches that failed and will be replayed.
     pub archive_failures: IntCounter,
     /// Per outbox partition (label `partition`): age in seconds of its oldest committed
@@ -23,8 +26,8 @@ pub struct ChatMetrics {
     /// The archive watermark T of the whole outbox (Unix ms): the least partition's `T_p`
     /// this node has published or seen.
     pub watermark_ms: IntGauge,
-    /// Records trimmed from the hot tier.
-    pub trimmed: IntCounter,
+    /// Per hot-store shard (label `shard`): records this node trimmed from the hot tier.
+    pub trimmed_records: IntCounterVec,
     /// RESERVED records re-published by the recovery worker.
     pub recovered: IntCounter,
     /// First contacts about a listing handed to the events subsystem.
@@ -40,18 +43,40 @@ impl ChatMetrics {
             .with_label_values(&[&partition.to_string()])
     }
 
+    /// The archived-records counter of outbox `partition`.
+    pub fn archived(&self, partition: u32) -> IntCounter {
+        self.archived_records
+            .with_label_values(&[&partition.to_string()])
+    }
+
+    /// The trimmed-records counter of hot-store `shard`.
+    pub fn trimmed(&self, shard: u32) -> IntCounter {
+        self.trimmed_records
+            .with_label_values(&[&shard.to_string()])
+    }
+
+    /// Records archived on this node, over all partitions.
+    pub fn archived_total(&self) -> u64 {
+        sum(&self.archived_records)
+    }
+
+    /// Records trimmed by this node, over all shards.
+    pub fn trimmed_total(&self) -> u64 {
+        sum(&self.trimmed_records)
+    }
+
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let m = Self::unregistered();
         registry.register(Box::new(m.sends.clone()))?;
         registry.register(Box::new(m.duplicates.clone()))?;
         registry.register(Box::new(m.send_seconds.clone()))?;
-        registry.register(Box::new(m.archived.clone()))?;
+        registry.register(Box::new(m.archived_records.clone()))?;
         registry.register(Box::new(m.archive_failures.clone()))?;
         registry.register(Box::new(m.archive_lag_seconds.clone()))?;
         registry.register(Box::new(m.outbox_backlog.clone()))?;
         registry.register(Box::new(m.watermark_ms.clone()))?;
-        registry.register(Box::new(m.trimmed.clone()))?;
+        registry.register(Box::new(m.trimmed_records.clone()))?;
         registry.register(Box::new(m.recovered.clone()))?;
         registry.register(Box::new(m.contacts.clone()))?;
         registry.register(Box::new(m.contact_failures.clone()))?;
@@ -75,10 +100,14 @@ impl ChatMetrics {
                     ]),
             )
             .expect("valid metric"),
-            archived: c(
-                "tidemark_chat_archived_records_total",
-                "Records written to the archive",
-            ),
+            archived_records: IntCounterVec::new(
+                Opts::new(
+                    "tidemark_chat_archived_records_total",
+                    "Records written to the archive, per outbox partition",
+                ),
+                &["partition"],
+            )
+            .expect("valid metric"),
             archive_failures: c(
                 "tidemark_chat_archive_failures_total",
                 "Archiver batches replayed after a failure",
@@ -99,10 +128,14 @@ impl ChatMetrics {
                 "tidemark_chat_archive_watermark_ms",
                 "Published archive watermark T (Unix ms)",
             ),
-            trimmed: c(
-                "tidemark_chat_trimmed_total",
-                "Records trimmed from the hot tier",
-            ),
+            trimmed_records: IntCounterVec::new(
+                Opts::new(
+                    "tidemark_chat_trimmed_total",
+                    "Records trimmed from the hot tier, per hot-store shard",
+                ),
+                &["shard"],
+            )
+            .expect("valid metric"),
             recovered: c(
                 "tidemark_chat_recovered_total",
                 "RESERVED records re-published by recovery",
@@ -117,4 +150,15 @@ impl ChatMetrics {
             ),
         }
     }
+}
+
+/// The sum of a counter over its label sets.
+fn sum(counter: &IntCounterVec) -> u64 {
+    use prometheus::core::Collector;
+    counter
+        .collect()
+        .iter()
+        .flat_map(|family| family.get_metric())
+        .map(|m| m.get_counter().get_value() as u64)
+        .sum()
 }

@@ -199,7 +199,7 @@ impl Trimmer {
                 let lease = &lease;
                 let trimmed = in_batches(batch, cancel, || async move {
                     let n = self.hot.trim(lease, cutoff, batch).await?.len();
-                    self.metrics.trimmed.inc_by(n as u64);
+                    self.metrics.trimmed(lease.shard).inc_by(n as u64);
                     Ok(n)
                 })
                 .await;

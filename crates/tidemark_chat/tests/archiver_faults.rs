@@ -128,7 +128,7 @@ async fn failed_record_write_stores_nothing_and_the_batch_is_replayed_once() {
     // put_records: batch 1, the failed try, the replay (and none for the empty run).
     assert_eq!(f.record_writes.load(Ordering::SeqCst), 3);
     assert_eq!(f.index_writes.load(Ordering::SeqCst), 2);
-    assert_eq!(h.metrics.archived.get(), 6);
+    assert_eq!(h.metrics.archived_total(), 6);
 
     // Now everything can leave the hot tier; reads are unchanged.
     h.advance(ms(h.cfg.hot_window));

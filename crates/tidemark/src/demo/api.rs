@@ -108,22 +108,26 @@ impl Api {
     }
 }
 
-/// Unlabelled Prometheus samples.
+/// Prometheus samples by metric name, a labelled family's samples summed (counters: the total
+/// over partitions or shards).
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct Metrics(HashMap<String, f64>);
 
 impl Metrics {
-    /// Parses `name value` lines; comments and labelled samples are skipped.
+    /// Parses `name value` and `name{labels} value` lines; comments are skipped.
     pub fn parse(text: &str) -> Self {
-        Self(
-            text.lines()
-                .filter(|l| !l.starts_with('#') && !l.contains('{'))
-                .filter_map(|l| {
-                    let (name, value) = l.split_once(' ')?;
-                    Some((name.to_owned(), value.trim().parse().ok()?))
-                })
-                .collect(),
-        )
+        let mut samples = HashMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#')) {
+            let Some((series, value)) = line.rsplit_once(' ') else {
+                continue;
+            };
+            let Ok(value) = value.trim().parse::<f64>() else {
+                continue;
+            };
+            let name = series.split_once('{').map_or(series, |(n, _)| n);
+            *samples.entry(name.to_owned()).or_insert(0.0) += value;
+        }
+        Self(samples)
     }
 
     /// The sample (0 when absent).
@@ -142,9 +146,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn prometheus_text_is_read_without_labels() {
-        let m = Metrics::parse("# HELP a x\n# TYPE a counter\na 3\nb{le=\"1\"} 9\nc 1.5e3\n");
-        assert_eq!((m.get("a"), m.get("b"), m.get("c")), (3.0, 0.0, 1500.0));
+    fn prometheus_text_is_read_with_labelled_samples_summed() {
+        let m = Metrics::parse(
+            "# HELP a x\n# TYPE a counter\na 3\nb{p=\"0\"} 9\nb{p=\"1\"} 2\nc 1.5e3\n",
+        );
+        assert_eq!((m.get("a"), m.get("b"), m.get("c")), (3.0, 11.0, 1500.0));
         assert_eq!(m.delta(&Metrics::parse("a 1"), "a"), 2);
     }
 }

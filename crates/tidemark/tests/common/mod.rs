@@ -386,11 +386,18 @@ pub async fn metrics_text(c: &reqwest::Client, s: &TestServer) -> String {
         .unwrap()
 }
 
-/// The value of an unlabelled counter or gauge on `/metrics` (0 when absent).
+/// The value of a counter or gauge on `/metrics`, summed over its label sets (0 when absent).
 pub async fn metric(c: &reqwest::Client, s: &TestServer, name: &str) -> u64 {
     metrics_text(c, s)
         .await
         .lines()
-        .find_map(|l| l.strip_prefix(name)?.strip_prefix(' ')?.parse().ok())
-        .unwrap_or(0)
+        .filter_map(|l| {
+            let rest = l.strip_prefix(name)?;
+            let value = match rest.strip_prefix('{') {
+                Some(labelled) => labelled.split_once("} ")?.1,
+                None => rest.strip_prefix(' ')?,
+            };
+            value.parse::<f64>().ok()
+        })
+        .sum::<f64>() as u64
 }
