@@ -9,6 +9,7 @@
 //! Also measured in the same run: the fsync rate of the disk that holds the data dirs.
 //! It prints figures and whether the chat bars were met; it asserts nothing.
 
+mod cluster;
 mod engines;
 mod fsync;
 mod zipf;
@@ -126,6 +127,13 @@ pub struct ChatBenchArgs {
     /// pool, e.g. `8,1` (seed 000: a single connection collapses).
     #[arg(long, value_delimiter = ',', default_value = "8")]
     pub pools: Vec<usize>,
+    /// Node counts to measure (`--engines cluster`), each on fresh engines.
+    #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+    pub nodes: Vec<usize>,
+    /// Outbox partitions of the Kafka-protocol outbox (`--engines production` and `cluster`; 6
+    /// divides evenly among 1, 2 and 3 nodes).
+    #[arg(long, default_value_t = 6)]
+    pub partitions: u32,
     /// The MariaDB / MySQL server of the production archive (a scratch database on it is
     /// created per run and dropped afterwards).
     #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
@@ -144,8 +152,7 @@ pub struct ChatBenchArgs {
     #[arg(long)]
     pub timeline: Option<PathBuf>,
     /// Keep every server's log in this directory (`round<N>-<mode>.log`), written at `info`
-    /// (the archive's index merges, with their entries and duration) instead of `warn`, to lay
-    /// beside `--timeline`.
+    /// instead of `warn`, to lay beside `--timeline`.
     #[arg(long)]
     pub server_logs: Option<PathBuf>,
     /// The server executable.
@@ -213,9 +220,12 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     if args.rounds == 0 {
         bail!("--rounds must be at least 1");
     }
+    if args.nodes.is_empty() || args.nodes.contains(&0) || args.partitions == 0 {
+        bail!("--nodes must be non-empty, every count and --partitions positive");
+    }
     // The embedded engines have no Redis pool: one run per mode.
     let pools: Vec<Option<usize>> = match args.engines {
-        Engines::Embedded => vec![None],
+        Engines::Embedded | Engines::Cluster => vec![None],
         Engines::Production => args.pools.iter().copied().map(Some).collect(),
     };
     let zipf = Ranks::new(args.conversations, args.zipf_s).context("--zipf-s")?;
@@ -241,6 +251,9 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
             Engines::Embedded => "embedded (SQLite)",
             Engines::Production =>
                 "production (Redis AOF always + Kafka protocol (tansu) + MariaDB)",
+            Engines::Cluster =>
+                "cluster (nodes of role all on a 3-master Redis Cluster + a \
+                 partitioned Kafka-protocol outbox (tansu) + MariaDB, tiered)",
         },
         if args.engines == Engines::Production {
             format!(", Redis pools {:?}", args.pools)
@@ -275,7 +288,9 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
          disk KiB = bytes written to the data disk in the run per message (embedded)\n",
         std::thread::available_parallelism().map_or(0, |n| n.get())
     )?;
-    writeln!(out, "{}", row_header())?;
+    if args.engines != Engines::Cluster {
+        writeln!(out, "{}", row_header())?;
+    }
     print_now(&out);
 
     let inputs = RunInputs {
@@ -285,6 +300,11 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
         zipf: &zipf,
         body_tail: &body_tail,
     };
+    if args.engines == Engines::Cluster {
+        cluster::run(&inputs).await?;
+        drop(root);
+        return Ok(());
+    }
     let mut rows = Vec::new();
     let mut storage = Vec::new();
     for round in 1..=args.rounds {
@@ -310,6 +330,7 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
             write_redis_storage(&mut out, &storage, args.body_bytes)?;
             write_production_bars(&mut out, &rows, &storage)?;
         }
+        Engines::Cluster => unreachable!("cluster runs return above"),
     }
     print_now(&out);
     drop(root);
@@ -474,7 +495,14 @@ async fn run_mode(
     let dir_name = label.replace('/', "-");
     let data_dir = root.join(&dir_name);
     let t = Instant::now();
-    let engines = RunEngines::start(args.engines, mode, pool.unwrap_or(1), &args.mysql).await?;
+    let engines = RunEngines::start(
+        args.engines,
+        mode,
+        pool.unwrap_or(1),
+        args.partitions,
+        &args.mysql,
+    )
+    .await?;
     let mut env = engines.env();
     let log = match &args.server_logs {
         Some(dir) => {

@@ -23,6 +23,9 @@ pub enum Engines {
     Embedded,
     /// Redis + Kafka protocol + MariaDB (`chat.hot`, `chat.outbox`, `chat.archive`).
     Production,
+    /// Several nodes (`--nodes`) on a Redis Cluster, a partitioned outbox (`--partitions`) and
+    /// MariaDB (see `chat::cluster`).
+    Cluster,
 }
 
 /// The engines of one run; [`RunEngines::finish`] drops the scratch database, and the Redis
@@ -50,12 +53,14 @@ pub(super) struct RedisBytes {
 }
 
 impl RunEngines {
-    /// Starts what `engines` needs for `mode` with a Redis pool of `pool` connections;
+    /// Starts what `engines` needs for `mode` with a Redis pool of `pool` connections and an
+    /// outbox of `partitions`;
     /// `mysql_server` (`mysql://user@host:port`) holds the scratch archive database.
     pub(super) async fn start(
         engines: Engines,
         mode: BenchMode,
         pool: usize,
+        partitions: u32,
         mysql_server: &str,
     ) -> anyhow::Result<Self> {
         let mut run = Self {
@@ -64,7 +69,7 @@ impl RunEngines {
             mysql: None,
             env: vec![("TIDEMARK_CHAT__MODE", mode.as_str().to_owned())],
         };
-        if engines == Engines::Embedded {
+        if engines != Engines::Production {
             return Ok(run);
         }
         let redis = RedisServer::start().context("starting a private redis-server")?;
@@ -76,6 +81,8 @@ impl RunEngines {
             let broker = KafkaBroker::start().context("starting a private tansu broker")?;
             run.env
                 .push(("TIDEMARK_CHAT__OUTBOX", broker.url("tidemark.chat.outbox")));
+            run.env
+                .push(("TIDEMARK_CHAT__OUTBOX_PARTITIONS", partitions.to_string()));
             run._broker = Some(broker);
             let url = scratch_database(mysql_server, "tm_bench_chat")
                 .await
