@@ -42,9 +42,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::client::ClientContext;
 use rdkafka::client::DefaultClientContext;
 use rdkafka::config::ClientConfig;
-use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer, ConsumerContext};
 use rdkafka::error::{KafkaError, RDKafkaErrorCode};
 use rdkafka::message::Message;
 use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
@@ -183,7 +184,7 @@ pub fn parse_url(url: &str) -> Result<KafkaUrl> {
 
 /// The reader's state: the consumer and the offset its assignment will deliver next.
 struct Reader {
-    consumer: BaseConsumer,
+    consumer: OutboxConsumer,
     next: Option<i64>,
 }
 
@@ -202,7 +203,7 @@ pub struct KafkaOutbox {
     producer: RwLock<FutureProducer>,
     /// One reader per partition: each keeps its fetch position between calls.
     readers: Vec<Arc<Mutex<Reader>>>,
-    groups: Mutex<HashMap<String, Arc<BaseConsumer>>>,
+    groups: Mutex<HashMap<String, Arc<OutboxConsumer>>>,
     admin: AdminClient<DefaultClientContext>,
     /// Per partition, the retention floor: offsets below it are truncated (see the module
     /// docs).
@@ -223,7 +224,27 @@ impl std::fmt::Debug for KafkaOutbox {
     }
 }
 
-fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer> {
+/// The context of the outbox's consumers: the end of a partition, which the reader asks to be
+/// told of (`enable.partition.eof`: a fetch that reached it has everything there is), is not
+/// logged as an error when librdkafka reports it outside a poll; every other client error is.
+struct OutboxContext;
+
+impl ClientContext for OutboxContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if matches!(error, KafkaError::PartitionEOF(_)) {
+            tracing::debug!("librdkafka: {error}: {reason}");
+        } else {
+            tracing::error!("librdkafka: {error}: {reason}");
+        }
+    }
+}
+
+impl ConsumerContext for OutboxContext {}
+
+/// A consumer of the outbox's topic (the reader, or a named group's positions).
+type OutboxConsumer = BaseConsumer<OutboxContext>;
+
+fn consumer(brokers: &str, group: &str) -> Result<OutboxConsumer> {
     ClientConfig::new()
         .set("bootstrap.servers", brokers)
         .set("group.id", group)
@@ -231,7 +252,7 @@ fn consumer(brokers: &str, group: &str) -> Result<BaseConsumer> {
         .set("enable.auto.offset.store", "false")
         .set("auto.offset.reset", "earliest")
         .set("enable.partition.eof", "true")
-        .create()
+        .create_with_context(OutboxContext)
         .map_err(|e| unavailable("consumer", e))
 }
 
@@ -365,7 +386,7 @@ impl KafkaOutbox {
     }
 
     /// The consumer of group `tidemark.<name>`, created on first use.
-    fn group(&self, name: &str) -> Result<Arc<BaseConsumer>> {
+    fn group(&self, name: &str) -> Result<Arc<OutboxConsumer>> {
         let mut groups = self
             .groups
             .lock()
@@ -760,6 +781,43 @@ mod tests {
         );
         assert!(!e.is_retryable());
         assert!(e.to_string().starts_with("kafka: produce: "), "{e}");
+    }
+
+    /// What the subscriber wrote, shared with the test.
+    #[derive(Clone, Default)]
+    struct Captured(Arc<Mutex<Vec<u8>>>);
+
+    impl std::io::Write for Captured {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0.lock().unwrap().extend_from_slice(buf);
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn the_end_of_a_partition_is_not_logged_as_an_error() {
+        let captured = Captured::default();
+        let writer = captured.clone();
+        let subscriber = tracing_subscriber::fmt()
+            .with_max_level(tracing::Level::INFO)
+            .with_ansi(false)
+            .with_writer(move || writer.clone())
+            .finish();
+        tracing::subscriber::with_default(subscriber, || {
+            OutboxContext.error(KafkaError::PartitionEOF(3), "reached the end at offset 347");
+            OutboxContext.error(
+                KafkaError::Global(RDKafkaErrorCode::AllBrokersDown),
+                "all brokers are down",
+            );
+        });
+        let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
+        assert!(!logged.contains("offset 347"), "{logged}");
+        assert_eq!(logged.matches("ERROR").count(), 1, "{logged}");
+        assert!(logged.contains("all brokers are down"), "{logged}");
     }
 
     #[test]

@@ -8,7 +8,7 @@ use redis::Value;
 
 use super::RedisHot;
 use super::hot::{RecordState, decode_record, int, seq_of, shard_index};
-use super::keys::{CLOCK_FLOOR, ConvKeys, FENCE, LEASE, SHARDS, shard_prefix, split_member};
+use super::keys::{CLOCK_FLOOR, FENCE, LEASE, SHARDS, shard_prefix, split_member};
 use crate::error::{ChatError, Result};
 use crate::model::{MessageRecord, RecordKey};
 use crate::ports::ShardLease;
@@ -18,7 +18,7 @@ impl RedisHot {
     /// `HKEYS`). With the `testing` feature only: tests look behind the store's back with it.
     #[cfg(feature = "testing")]
     pub async fn held_seqs(&self, tenant: &str, conversation_id: &str) -> Result<Vec<u64>> {
-        let k = ConvKeys::new(tenant, conversation_id);
+        let k = super::keys::ConvKeys::new(tenant, conversation_id);
         let mut seqs: Vec<u64> = redis::cmd("HKEYS")
             .arg(k.messages())
             .query_async(&mut self.conn())
