@@ -128,6 +128,10 @@ pub struct Config {
     /// A connection must send its request headers within this time (default 30 s).
     #[serde(with = "humantime_serde")]
     pub header_read_timeout: std::time::Duration,
+    /// A request's body must arrive whole within this time of its headers (default 30 s):
+    /// later, 408 `request_timeout` and the connection is closed.
+    #[serde(with = "humantime_serde")]
+    pub body_read_timeout: std::time::Duration,
     /// The tenant that owns the analytics (events, listings, reports, dashboard) of this
     /// deployment — one marketplace per server; default: the first of `tenants`. Other tenants
     /// get 403 on those routes, and only this tenant's chat contacts become events.
@@ -151,6 +155,7 @@ impl Default for Config {
                 key: DEFAULT_DEV_KEY.into(),
             }],
             header_read_timeout: std::time::Duration::from_secs(30),
+            body_read_timeout: std::time::Duration::from_secs(30),
             analytics_tenant: None,
             chat: ChatConfig::default(),
             links: LinksConfig::default(),

@@ -24,6 +24,7 @@
 //! events: SQLite, InfluxDB, MariaDB, object_store.
 //!
 //! Modules:
+//! - `body_deadline`: a request body must arrive whole within `body_read_timeout`.
 //! - `chat_cmd`: `tidemark chat backfill`, seed 000's backfill tool, offline.
 //! - `config`: the configuration, its env overrides and its checks.
 //! - `demo`: `tidemark demo`, one marketplace day through the public API, with a summary.
@@ -34,6 +35,7 @@
 //! - `server`: `tidemark serve`: stores, workers, routes, ordered shutdown.
 //! - `wiring`: how the subsystems feed each other, and the analytics owner check.
 
+pub mod body_deadline;
 pub mod chat_cmd;
 pub mod config;
 pub mod demo;

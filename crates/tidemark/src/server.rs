@@ -236,6 +236,7 @@ pub async fn run(
     });
     let app = router(
         api,
+        config.body_read_timeout,
         Ops {
             responses: crate::http_metrics::register(&registry)?,
             registry,
@@ -292,7 +293,7 @@ pub fn lock_data_dir(dir: &std::path::Path) -> anyhow::Result<std::fs::File> {
 /// The node's routes: `api` (on `all` and `api` nodes) and the operational endpoints
 /// `/healthz`, `/readyz` and `/metrics` (every node); any other path is 404 `not_found` in the
 /// JSON error shape. Every answer is counted ([`crate::http_metrics`]).
-fn router(api: Option<Api>, ops: Ops) -> Router {
+fn router(api: Option<Api>, body_read_timeout: Duration, ops: Ops) -> Router {
     let responses = ops.responses.clone();
     let ops_routes = Router::new()
         .route("/healthz", get(|| async { "ok\n" }))
@@ -303,8 +304,9 @@ fn router(api: Option<Api>, ops: Ops) -> Router {
         .unwrap_or_default()
         .merge(ops_routes)
         .fallback(|| async { ApiError::not_found("no such route") })
-        .layer(tower_http::timeout::RequestBodyTimeoutLayer::new(
-            BODY_READ_TIMEOUT,
+        .layer(axum::middleware::from_fn_with_state(
+            body_read_timeout,
+            crate::body_deadline::body_deadline,
         ))
         .layer(axum::middleware::from_fn(json_errors))
         .layer(axum::middleware::from_fn_with_state(
@@ -344,8 +346,6 @@ fn api_routes(api: Api) -> Router {
         .merge(tidemark_events::dashboard::public_router())
 }
 
-/// A request body must arrive within this time.
-pub const BODY_READ_TIMEOUT: Duration = Duration::from_secs(60);
 /// How long a graceful stop waits for in-flight requests: SENDs finish in milliseconds, so a
 /// request still running after this is a client that stopped sending (half its headers, a body
 /// short of its `Content-Length`), and it is cut. Then the workers stop and the stores close,

@@ -155,6 +155,76 @@ async fn a_client_that_never_finishes_its_headers_is_cut_off() {
     assert_eq!(r.status().as_u16(), 200);
 }
 
+/// Clients that send complete headers and then trickle their body (one byte every 200 ms)
+/// are answered 408 `request_timeout` in JSON and cut off at the body read deadline, all of
+/// them, while a SEND on another connection answers at once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_that_trickle_their_bodies_are_cut_off_at_the_body_deadline() {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let server = TestServer::start(&[("TIDEMARK_BODY_READ_TIMEOUT", "2s")]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    let path = format!("/v1/conversations/{cid}/messages");
+    let started = std::time::Instant::now();
+    let mut slow = Vec::new();
+    for i in 0..50 {
+        let (addr, path) = (addr.clone(), path.clone());
+        slow.push(tokio::spawn(async move {
+            let mut conn = tokio::net::TcpStream::connect(&addr).await.unwrap();
+            let body = format!(r#"{{"client_msg_id":"slow-{i}","sender":"u1","body":"hi"}}"#);
+            let head = format!(
+                "POST {path} HTTP/1.1\r\nHost: x\r\nAuthorization: Bearer dev-key\r\n\
+                 Content-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            );
+            conn.write_all(head.as_bytes()).await.unwrap();
+            let (mut read, mut write) = conn.into_split();
+            let trickle = tokio::spawn(async move {
+                for byte in body.as_bytes() {
+                    if write.write_all(&[*byte]).await.is_err() {
+                        return;
+                    }
+                    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                }
+            });
+            let mut answer = Vec::new();
+            let closed = tokio::time::timeout(
+                std::time::Duration::from_secs(10),
+                read.read_to_end(&mut answer),
+            )
+            .await;
+            trickle.abort();
+            (
+                closed.is_ok(),
+                String::from_utf8_lossy(&answer).into_owned(),
+            )
+        }));
+    }
+    // Meanwhile a SEND answers.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    let sent = std::time::Instant::now();
+    let (st, v) = send(&c, &server, &cid, "u2", "fast", "hello").await;
+    assert_eq!(st, 201, "{v}");
+    assert!(sent.elapsed() < std::time::Duration::from_secs(1));
+    for conn in slow {
+        let (closed, answer) = conn.await.unwrap();
+        assert!(closed, "a trickling connection was still open after 10 s");
+        assert!(answer.starts_with("HTTP/1.1 408"), "{answer}");
+        assert!(
+            answer.contains(
+                r#"{"error":{"code":"request_timeout","message":"the request body did not arrive within 2s"}}"#
+            ),
+            "{answer}"
+        );
+    }
+    // Cut at the deadline (2 s), not after the whole body (over 10 s at this pace).
+    assert!(started.elapsed() < std::time::Duration::from_secs(8));
+    // None of the trickled messages was committed.
+    let (latest, all) = all_messages(&c, &server, &cid).await;
+    assert_eq!((latest, all.len()), (1, 1));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     let server = TestServer::start(&[]).await;
