@@ -132,6 +132,10 @@ pub struct Config {
     /// later, 408 `request_timeout` and the connection is closed.
     #[serde(with = "humantime_serde")]
     pub body_read_timeout: std::time::Duration,
+    /// Most connections open at once (default 4,096): beyond it, new connections wait in the
+    /// listen backlog until one closes, so a flood of idle or slow clients cannot take every
+    /// file descriptor. At least 1.
+    pub max_connections: usize,
     /// The tenant that owns the analytics (events, listings, reports, dashboard) of this
     /// deployment — one marketplace per server; default: the first of `tenants`. Other tenants
     /// get 403 on those routes, and only this tenant's chat contacts become events.
@@ -156,6 +160,7 @@ impl Default for Config {
             }],
             header_read_timeout: std::time::Duration::from_secs(30),
             body_read_timeout: std::time::Duration::from_secs(30),
+            max_connections: 4096,
             analytics_tenant: None,
             chat: ChatConfig::default(),
             links: LinksConfig::default(),
@@ -293,6 +298,11 @@ impl Config {
         }
         if self.tenants.is_empty() {
             return Err(ConfigError::Tenants("at least one tenant is needed".into()));
+        }
+        if self.max_connections == 0 {
+            return Err(ConfigError::Value(
+                "configuration: max_connections must be at least 1".into(),
+            ));
         }
         self.chat.validate().map_err(ConfigError::Value)?;
         if self.role != Role::All {

@@ -245,7 +245,11 @@ pub async fn run(
         },
     );
     tracing::info!(role = %config.role, listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
-    serve_http(listener, app, config.header_read_timeout, shutdown).await;
+    let limits = ConnectionLimits {
+        header_read_timeout: config.header_read_timeout,
+        max_connections: config.max_connections,
+    };
+    serve_http(listener, app, limits, shutdown).await;
     tracing::info!("stopped accepting; stopping workers");
     cancel.cancel();
     while workers.join_next().await.is_some() {}
@@ -354,18 +358,37 @@ fn api_routes(api: Api) -> Router {
 /// instead of closing its stores.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
 
+/// What bounds the connections of [`serve_http`].
+#[derive(Debug, Clone, Copy)]
+struct ConnectionLimits {
+    /// A connection must send its request headers within this time.
+    header_read_timeout: Duration,
+    /// Most connections open at once; further ones wait in the listen backlog.
+    max_connections: usize,
+}
+
 /// The HTTP/1.1 accept loop: like `axum::serve`, plus a header read timeout (slow-loris
-/// defence); on `shutdown` it stops accepting and waits (up to [`DRAIN_TIMEOUT`], or until a
-/// second SIGINT / SIGTERM) for in-flight requests.
+/// defence) and a bound on open connections (a connection is accepted once a permit is free);
+/// on `shutdown` it stops accepting and waits (up to [`DRAIN_TIMEOUT`], or until a second
+/// SIGINT / SIGTERM) for in-flight requests.
 async fn serve_http(
     listener: TcpListener,
     app: Router,
-    header_read_timeout: Duration,
+    limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     tokio::pin!(shutdown);
     loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&permits).acquire_owned() => match permit {
+                Ok(permit) => permit,
+                // The semaphore is never closed.
+                Err(_) => break,
+            },
+            () = &mut shutdown => break,
+        };
         let stream = tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => stream,
@@ -382,13 +405,14 @@ async fn serve_http(
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
-            .header_read_timeout(header_read_timeout)
+            .header_read_timeout(limits.header_read_timeout)
             .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {
             if let Err(error) = conn.await {
                 tracing::debug!(%error, "connection ended with an error");
             }
+            drop(permit);
         });
     }
     drop(listener);

@@ -225,6 +225,51 @@ async fn clients_that_trickle_their_bodies_are_cut_off_at_the_body_deadline() {
     assert_eq!((latest, all.len()), (1, 1));
 }
 
+/// With `max_connections` open (idle clients that never send a request), a further
+/// connection waits in the listen backlog, unanswered; it is served as soon as one closes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn connections_beyond_max_connections_wait_until_one_closes() {
+    let server = TestServer::start(&[("TIDEMARK_MAX_CONNECTIONS", "3")]).await;
+    let addr = server.base.trim_start_matches("http://").to_owned();
+    // The test harness's readiness probe has closed its connection by now; give the server a
+    // moment to see it go.
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let mut idle = Vec::new();
+    for _ in 0..3 {
+        idle.push(tokio::net::TcpStream::connect(&addr).await.unwrap());
+    }
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    let c = reqwest::Client::builder()
+        .timeout(std::time::Duration::from_secs(1))
+        .build()
+        .unwrap();
+    let waited = c.get(server.url("/healthz")).send().await;
+    assert!(
+        waited.is_err(),
+        "a fourth connection was served: {waited:?}"
+    );
+    drop(idle.pop());
+    let r = c.get(server.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
+/// `max_connections = 0` is refused at start, naming the key.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn max_connections_of_zero_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("TIDEMARK_MAX_CONNECTIONS".to_owned(), "0".to_owned())];
+    let out = TestServer::command(dir.path(), free_port(), &env)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("max_connections must be at least 1"),
+        "{stderr}"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     let server = TestServer::start(&[]).await;
