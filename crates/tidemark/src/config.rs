@@ -136,6 +136,10 @@ pub struct Config {
     /// listen backlog until one closes, so a flood of idle or slow clients cannot take every
     /// file descriptor. At least 1.
     pub max_connections: usize,
+    /// When set, `GET /metrics` needs `Authorization: Bearer <metrics_key>` (401 otherwise);
+    /// unset (the default), it is open to whoever reaches the port, as Prometheus scrapes
+    /// usually are. Not one of the tenants' keys: a scraper sees no tenant's data.
+    pub metrics_key: Option<String>,
     /// The tenant that owns the analytics (events, listings, reports, dashboard) of this
     /// deployment — one marketplace per server; default: the first of `tenants`. Other tenants
     /// get 403 on those routes, and only this tenant's chat contacts become events.
@@ -161,6 +165,7 @@ impl Default for Config {
             header_read_timeout: std::time::Duration::from_secs(30),
             body_read_timeout: std::time::Duration::from_secs(30),
             max_connections: 4096,
+            metrics_key: None,
             analytics_tenant: None,
             chat: ChatConfig::default(),
             links: LinksConfig::default(),
@@ -298,6 +303,16 @@ impl Config {
         }
         if self.tenants.is_empty() {
             return Err(ConfigError::Tenants("at least one tenant is needed".into()));
+        }
+        if self
+            .metrics_key
+            .as_ref()
+            .is_some_and(|k| k.trim().is_empty())
+        {
+            return Err(ConfigError::Value(
+                "configuration: metrics_key must not be empty (leave it unset for an open /metrics)"
+                    .into(),
+            ));
         }
         if self.max_connections == 0 {
             return Err(ConfigError::Value(

@@ -19,6 +19,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   header_read_timeout          TIDEMARK_HEADER_READ_TIMEOUT    default 30s
   body_read_timeout            TIDEMARK_BODY_READ_TIMEOUT      default 30s
   max_connections              TIDEMARK_MAX_CONNECTIONS        default 4096
+  metrics_key                  TIDEMARK_METRICS_KEY            default none: /metrics open
   tenants = [{name, key}]      TIDEMARK_TENANTS='[{name=\"demo\",key=\"...\"}]'
                                                                default demo / dev-key (loopback only)
   analytics_tenant             TIDEMARK_ANALYTICS_TENANT       default: the first tenant

@@ -44,6 +44,8 @@ struct Ops {
     health: StoreHealth,
     /// [`crate::http_metrics`].
     responses: prometheus::IntCounterVec,
+    /// `metrics_key`: the key `/metrics` asks for, if any.
+    metrics_key: Option<ApiKeys>,
 }
 
 /// What the HTTP API answers with: every subsystem's `/v1` routes and public pages.
@@ -239,6 +241,10 @@ pub async fn run(
         config.body_read_timeout,
         Ops {
             responses: crate::http_metrics::register(&registry)?,
+            metrics_key: config
+                .metrics_key
+                .clone()
+                .map(|key| ApiKeys::new([("metrics".to_owned(), key)])),
             registry,
             chat,
             health,
@@ -450,7 +456,19 @@ async fn readyz(State(ops): State<Ops>) -> Result<&'static str, ApiError> {
     Ok("ready\n")
 }
 
-async fn metrics(State(ops): State<Ops>) -> Response {
+async fn metrics(State(ops): State<Ops>, headers: header::HeaderMap) -> Response {
+    if let Some(keys) = &ops.metrics_key {
+        let given = headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default();
+        if keys.tenant_for(given).is_none() {
+            return ApiError::unauthorized(
+                "GET /metrics needs `Authorization: Bearer <metrics_key>`",
+            )
+            .into_response();
+        }
+    }
     if let Err(error) = ops.chat.refresh_archive_gauges().await {
         // The gauges keep the last pass's figures; the scrape still answers.
         tracing::debug!(%error, "archive gauges not refreshed");

@@ -270,6 +270,43 @@ async fn max_connections_of_zero_is_refused() {
     );
 }
 
+/// With `metrics_key` set, `/metrics` answers only that key: no key or a tenant's key is 401
+/// in JSON; `/healthz` stays open.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn metrics_ask_for_the_metrics_key_when_one_is_set() {
+    let server = TestServer::start(&[("TIDEMARK_METRICS_KEY", "scrape-s3cret")]).await;
+    let c = client();
+    for auth in [None, Some("Bearer dev-key"), Some("Bearer scrape-s3cre")] {
+        let mut req = c.get(server.url("/metrics"));
+        if let Some(auth) = auth {
+            req = req.header("authorization", auth);
+        }
+        let r = req.send().await.unwrap();
+        assert_eq!(r.status().as_u16(), 401, "{auth:?}");
+        let v: Value = r.json().await.unwrap();
+        assert_eq!(
+            v,
+            serde_json::json!({"error": {"code": "unauthorized",
+                "message": "GET /metrics needs `Authorization: Bearer <metrics_key>`"}})
+        );
+    }
+    let r = c
+        .get(server.url("/metrics"))
+        .header("authorization", "Bearer scrape-s3cret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert!(
+        r.text()
+            .await
+            .unwrap()
+            .contains("tidemark_chat_sends_total")
+    );
+    let r = c.get(server.url("/healthz")).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     let server = TestServer::start(&[]).await;
