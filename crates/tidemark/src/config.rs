@@ -140,6 +140,10 @@ pub struct Config {
     /// unset (the default), it is open to whoever reaches the port, as Prometheus scrapes
     /// usually are. Not one of the tenants' keys: a scraper sees no tenant's data.
     pub metrics_key: Option<String>,
+    /// Below this much free space (MiB) on the data directory's file system, `/readyz`
+    /// answers 503 `storage_full` (checked at start and every 5 s), before the first write
+    /// fails (default 64; 0 turns the check off).
+    pub min_free_disk_mb: u64,
     /// The tenant that owns the analytics (events, listings, reports, dashboard) of this
     /// deployment — one marketplace per server; default: the first of `tenants`. Other tenants
     /// get 403 on those routes, and only this tenant's chat contacts become events.
@@ -166,6 +170,7 @@ impl Default for Config {
             body_read_timeout: std::time::Duration::from_secs(30),
             max_connections: 4096,
             metrics_key: None,
+            min_free_disk_mb: 64,
             analytics_tenant: None,
             chat: ChatConfig::default(),
             links: LinksConfig::default(),

@@ -20,6 +20,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   body_read_timeout            TIDEMARK_BODY_READ_TIMEOUT      default 30s
   max_connections              TIDEMARK_MAX_CONNECTIONS        default 4096
   metrics_key                  TIDEMARK_METRICS_KEY            default none: /metrics open
+  min_free_disk_mb             TIDEMARK_MIN_FREE_DISK_MB       default 64 (/readyz 503 below)
   tenants = [{name, key}]      TIDEMARK_TENANTS='[{name=\"demo\",key=\"...\"}]'
                                                                default demo / dev-key (loopback only)
   analytics_tenant             TIDEMARK_ANALYTICS_TENANT       default: the first tenant

@@ -219,6 +219,12 @@ pub async fn run(
     if config.role.runs_workers() {
         background.spawn(&chat, &mut workers, &cancel).await?;
     }
+    workers.spawn(watch_free_space(
+        health.clone(),
+        config.data_dir.clone(),
+        config.min_free_disk_mb << 20,
+        cancel.clone(),
+    ));
 
     let pool = Arc::clone(links.pool());
     let links_for_shutdown = links.clone();
@@ -363,6 +369,29 @@ fn api_routes(api: Api) -> Router {
 /// would let a single stalled client outlast that grace period, and the server would be killed
 /// instead of closing its stores.
 pub const DRAIN_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// How often the data directory's free space is checked.
+const FREE_SPACE_EVERY: Duration = Duration::from_secs(5);
+
+/// Checks the data directory's free space now and every [`FREE_SPACE_EVERY`] until `cancel`
+/// ([`StoreHealth::check_free_space`]): below `min_free` bytes, `/readyz` answers 503
+/// `storage_full` before any write fails — also right after a start on a full disk.
+async fn watch_free_space(
+    health: StoreHealth,
+    dir: std::path::PathBuf,
+    min_free: u64,
+    cancel: CancellationToken,
+) {
+    loop {
+        if let Err(error) = health.check_free_space(&dir, min_free) {
+            tracing::warn!(%error, dir = %dir.display(), "checking the data directory's free space");
+        }
+        tokio::select! {
+            () = cancel.cancelled() => return,
+            () = tokio::time::sleep(FREE_SPACE_EVERY) => {}
+        }
+    }
+}
 
 /// What bounds the connections of [`serve_http`].
 #[derive(Debug, Clone, Copy)]

@@ -338,6 +338,57 @@ async fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     assert_eq!(st, 200);
 }
 
+/// The data directory's free space is watched: filled from outside to under
+/// `min_free_disk_mb` (1 MiB here), `/readyz` answers 503 `storage_full` naming the data disk
+/// within seconds, with no write having failed; freed, it is ready again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readyz_reports_a_data_disk_below_its_free_space_floor_before_any_write_fails() {
+    let server = TestServer::start_on_small_disk(24 << 20).await;
+    let c = client();
+    // Filled to the last byte, then 512 KiB given back: writes still succeed, but the free
+    // space is under the floor.
+    let filler = server.inside("filler");
+    let mut f = std::fs::File::create(&filler).unwrap();
+    let chunk = vec![0x5A_u8; 64 << 10];
+    while f.write(&chunk).is_ok_and(|n| n > 0) {}
+    let len = f.metadata().unwrap().len();
+    f.set_len(len - (512 << 10)).unwrap();
+    drop(f);
+    let readyz = || async {
+        let (st, v) = call(&c, reqwest::Method::GET, &server.url("/readyz"), None).await;
+        (
+            st,
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .to_owned(),
+        )
+    };
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    let (st, why) = loop {
+        let (st, why) = readyz().await;
+        if st == 503 || std::time::Instant::now() > deadline {
+            break (st, why);
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    };
+    assert_eq!(st, 503, "{why}");
+    assert!(
+        why.starts_with("storage full, no write has succeeded since: data disk: ")
+            && why.contains("MiB free, below min_free_disk_mb (1 MiB)"),
+        "{why}"
+    );
+    std::fs::remove_file(&filler).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(15);
+    while readyz().await.0 != 200 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "not ready after space came back"
+        );
+        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    }
+}
+
 /// A real full disk (a 24 MiB tmpfs, filled from outside): a SEND answers 503
 /// `storage_full` naming `hot.db`, with `Retry-After`; `/readyz` answers 503 `storage_full`
 /// while the disk is full, though reads still work; once space is freed the next SEND

@@ -11,10 +11,16 @@
 //! space is back clears the mark without any request.
 
 use std::collections::BTreeMap;
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use crate::store::{AsStoreError, ErrorKind};
+
+/// The name under which [`StoreHealth::check_free_space`] marks a data directory low on space.
+pub const DATA_DISK: &str = "data disk";
+
+const MIB: f64 = 1024.0 * 1024.0;
 
 /// The stores marked full, shared by every writer of a node and `/readyz`; clones share it.
 #[derive(Debug, Clone, Default)]
@@ -67,6 +73,28 @@ impl StoreHealth {
             .store(!full.is_empty(), Ordering::Relaxed);
     }
 
+    /// Checks the space left on the file system that holds `dir`: less than `min_free` bytes
+    /// available marks [`DATA_DISK`] full (so `/readyz` says so before any write fails, also
+    /// right after a start on a full disk), `min_free` or more clears that mark. Returns the
+    /// bytes available to the server (`statvfs`: `f_bavail × f_frsize`). Errors: `statvfs`
+    /// failed (the mark is left as it was).
+    pub fn check_free_space(&self, dir: &Path, min_free: u64) -> std::io::Result<u64> {
+        let fs = rustix::fs::statvfs(dir)?;
+        let free = fs.f_bavail.saturating_mul(fs.f_frsize);
+        if free < min_free {
+            let why = format!(
+                "{} has {:.1} MiB free, below min_free_disk_mb ({} MiB)",
+                dir.display(),
+                free as f64 / MIB,
+                min_free as f64 / MIB
+            );
+            self.mark_full(DATA_DISK, &why);
+        } else {
+            self.wrote(DATA_DISK);
+        }
+        Ok(free)
+    }
+
     fn mark_full(&self, store: &'static str, error: &dyn std::fmt::Display) {
         let mut full = self.lock();
         if full.insert(store, error.to_string()).is_none() {
@@ -103,6 +131,32 @@ impl StoreHealth {
 mod tests {
     use super::*;
     use crate::store::StoreError;
+
+    #[test]
+    fn a_data_dir_below_its_free_space_floor_is_reported_until_it_is_above() {
+        let dir = tempfile::tempdir().unwrap();
+        let health = StoreHealth::default();
+        let free = health.check_free_space(dir.path(), 0).unwrap();
+        assert!(free > 0);
+        assert_eq!(health.check(), Ok(()));
+        // A floor above what the disk has: marked, naming the directory and both figures.
+        health.check_free_space(dir.path(), u64::MAX).unwrap();
+        let why = health.check().unwrap_err();
+        assert!(
+            why.starts_with(&format!(
+                "storage full, no write has succeeded since: data disk: {} has ",
+                dir.path().display()
+            )) && why.contains(" MiB free, below min_free_disk_mb ("),
+            "{why}"
+        );
+        health.check_free_space(dir.path(), free / 2).unwrap();
+        assert_eq!(health.check(), Ok(()));
+        assert!(
+            health
+                .check_free_space(&dir.path().join("gone"), 0)
+                .is_err()
+        );
+    }
 
     #[test]
     fn a_full_store_is_reported_until_a_write_to_it_succeeds() {

@@ -182,14 +182,14 @@ impl TestServer {
     /// Starts a server (embedded mode) whose data directory is a tmpfs of `bytes`, mounted
     /// in a mount namespace of the server's own (`unshare --mount`; needs root), so that a
     /// test can fill its disk without touching the machine's. The directory is reached from
-    /// outside through [`TestServer::inside`].
+    /// outside through [`TestServer::inside`]. Its `min_free_disk_mb` is 1.
     pub async fn start_on_small_disk(bytes: u64) -> Self {
         let tmp = tempfile::tempdir().unwrap();
         let mut s = Self {
             child: None,
             base: String::new(),
             dir: tmp.path().to_path_buf(),
-            env: Vec::new(),
+            env: vec![("TIDEMARK_MIN_FREE_DISK_MB".into(), "1".into())],
             _tmp: Some(tmp),
             engines: None,
         };
