@@ -128,6 +128,51 @@ async fn templates_and_messages_are_bounded() {
     );
 }
 
+/// A render whose recipients × the template's links exceed `max_links_per_call` is refused
+/// with 400 naming the figures and the key; one at the cap renders.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_render_over_the_links_per_call_cap_is_refused_whole() {
+    let server = TestServer::start(&[("TIDEMARK_LINKS__MAX_LINKS_PER_CALL", "10")]).await;
+    let c = client();
+    let html = r#"<a href="https://ex.com/a">a</a> <a href="https://ex.com/b">b</a>"#;
+    let (st, v) = call(
+        &c,
+        reqwest::Method::POST,
+        &server.url("/v1/mailings"),
+        Some(serde_json::json!({"subject": "s", "from": "a@b.example", "html": html})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let mid = v["mailing_id"].as_str().unwrap().to_owned();
+    let recipients = |n: usize| {
+        (0..n)
+            .map(|i| serde_json::json!({"email": format!("r{i}@x.com"), "fields": {}}))
+            .collect::<Vec<_>>()
+    };
+    let render = |n: usize| {
+        let (c, url) = (&c, server.url(&format!("/v1/mailings/{mid}/render")));
+        async move {
+            call(
+                c,
+                reqwest::Method::POST,
+                &url,
+                Some(serde_json::json!({"recipients": recipients(n)})),
+            )
+            .await
+        }
+    };
+    let (st, v) = render(6).await;
+    assert_eq!(st, 400, "{v}");
+    assert_eq!(
+        v["error"]["message"],
+        "6 recipients × 2 trackable links = 12 tracked links; at most 10 per call \
+         (links.max_links_per_call): split the recipients over several calls"
+    );
+    let (st, v) = render(5).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["messages"].as_array().unwrap().len(), 5);
+}
+
 /// A client that never finishes its headers (slow loris) is cut off after the header read
 /// timeout, and the server keeps answering others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

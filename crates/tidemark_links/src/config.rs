@@ -27,6 +27,10 @@ pub struct LinksConfig {
     /// Most tracked links in one message (default 500); a recipient whose message would have
     /// more is skipped with a reason, a template that has more is refused.
     pub max_links_per_message: usize,
+    /// Most tracked links one render or send call may create: its recipients × the
+    /// template's trackable links (default 100,000). A call over it is refused with 400
+    /// before anything is rendered; split the recipients over several calls.
+    pub max_links_per_call: usize,
     /// 128-bit secret of the id check, 32 hex digits. Default: generated once and kept in
     /// `<data_dir>/links/id.key`. Ids made with another secret are rejected.
     pub id_secret: Option<String>,
@@ -54,6 +58,7 @@ impl Default for LinksConfig {
             max_recipients: 10_000,
             max_template_bytes: 1024 * 1024,
             max_links_per_message: 500,
+            max_links_per_call: 100_000,
             id_secret: None,
             listing_path_prefix: "/item/".into(),
             unsubscribe_markers: crate::rules::RuleConfig::default().unsubscribe_markers,

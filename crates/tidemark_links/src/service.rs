@@ -371,6 +371,24 @@ impl LinksService {
         Ok(())
     }
 
+    /// Refuses a call whose recipients × the template's trackable links exceed
+    /// `links.max_links_per_call`: the links it would store, and the size of its answer, grow
+    /// with that product.
+    fn check_links_per_call(&self, mailing: &Mailing, recipients: usize) -> Result<()> {
+        let links = crate::rewrite::find_links(&mailing.html, &self.rewrite)
+            .map_err(|e| LinksError::Invalid(e.to_string()))?
+            .len();
+        let total = links.saturating_mul(recipients);
+        if total > self.cfg.max_links_per_call {
+            return Err(LinksError::Invalid(format!(
+                "{recipients} recipients × {links} trackable links = {total} tracked links; at most \
+                 {} per call (links.max_links_per_call): split the recipients over several calls",
+                self.cfg.max_links_per_call
+            )));
+        }
+        Ok(())
+    }
+
     /// Renders the mailing for every recipient and stores all their link records in one batch
     /// before returning. Nothing is stored if anything is invalid.
     pub async fn render(
@@ -381,6 +399,7 @@ impl LinksService {
     ) -> Result<(Mailing, Build)> {
         self.check_recipients(&recipients)?;
         let mailing = self.mailing(tenant, mailing_id).await?;
+        self.check_links_per_call(&mailing, recipients.len())?;
         let emails: Vec<String> = recipients
             .iter()
             .map(|r| r.email.trim().to_lowercase())
