@@ -173,6 +173,74 @@ async fn a_render_over_the_links_per_call_cap_is_refused_whole() {
     assert_eq!(v["messages"].as_array().unwrap().len(), 5);
 }
 
+/// A JSON object that repeats a key is refused with 400 naming the key, on a typed body (a
+/// SEND), inside a map (a recipient's fields) and in an event, in an array or one per line;
+/// nothing is stored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_json_keys_are_refused_on_every_route() {
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    let cid = create_conversation(&c, &server, &["u1", "u2"]).await;
+    let (st, v) = call(
+        &c,
+        reqwest::Method::POST,
+        &server.url("/v1/mailings"),
+        Some(
+            serde_json::json!({"subject": "s", "from": "a@b.example", "html": "<p>{{ name }}</p>"}),
+        ),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let mid = v["mailing_id"].as_str().unwrap().to_owned();
+    let now = now_ms();
+    let cases = [
+        (
+            format!("/v1/conversations/{cid}/messages"),
+            r#"{"client_msg_id": "d1", "sender": "u1", "body": "a", "body": "b"}"#.to_owned(),
+            "duplicate key \"body\"",
+        ),
+        (
+            format!("/v1/mailings/{mid}/render"),
+            r#"{"recipients": [{"email": "r@x.com", "fields": {"name": "A", "name": "B"}}]}"#
+                .to_owned(),
+            "duplicate key \"name\"",
+        ),
+        (
+            "/v1/events".to_owned(),
+            format!(r#"[{{"time": {now}, "kind": "view", "kind": "click", "listing_id": 1}}]"#),
+            "duplicate key \"kind\"",
+        ),
+        (
+            "/v1/events".to_owned(),
+            format!(r#"{{"time": {now}, "kind": "view", "listing_id": 1, "listing_id": 2}}"#),
+            "duplicate key \"listing_id\"",
+        ),
+    ];
+    for (path, body, named) in cases {
+        let r = c
+            .post(server.url(&path))
+            .bearer_auth(KEY)
+            .header("content-type", "application/json")
+            .body(body.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 400, "{path} {body}");
+        let v: Value = r.json().await.unwrap();
+        let message = v["error"]["message"].as_str().unwrap_or_default();
+        assert!(message.contains(named), "{path}: {v}");
+    }
+    let (latest, _) = all_messages(&c, &server, &cid).await;
+    assert_eq!(latest, 0);
+}
+
+fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 /// A client that never finishes its headers (slow loris) is cut off after the header read
 /// timeout, and the server keeps answering others.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -302,6 +302,9 @@ async fn json_of_kind<T: DeserializeOwned, S: Send + Sync>(
         ));
     }
     let Json(raw) = Json::<Box<serde_json::value::RawValue>>::from_request(req, state).await?;
+    crate::json::check_no_duplicate_keys(raw.get()).map_err(|e| {
+        ApiError::bad_request(format!("Failed to parse the request body as JSON: {e}"))
+    })?;
     if !raw.get().starts_with(open) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,

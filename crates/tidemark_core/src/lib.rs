@@ -44,6 +44,7 @@
 //! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, body and query
 //!   extractors that turn every bad request into such a 4xx, the request size limit, and
 //!   per-tenant API-key auth.
+//! - [`json`]: duplicate keys in a JSON object refused, at any depth.
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
 //!   the bearer security scheme, for the document each subsystem contributes to.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
@@ -58,6 +59,7 @@ pub mod engine;
 pub mod health;
 pub mod hlc;
 pub mod http;
+pub mod json;
 pub mod mysql;
 pub mod openapi;
 pub mod retry;

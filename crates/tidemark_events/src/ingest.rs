@@ -136,6 +136,10 @@ fn json_event(schema: &Schema, v: Value) -> Result<Event, String> {
 /// Decodes a JSON array or NDJSON body. Every bad line is reported.
 pub fn decode_json(schema: &Schema, body: &str) -> Result<Vec<Event>, IngestError> {
     let trimmed = body.trim_start();
+    if trimmed.starts_with('[') {
+        tidemark_core::json::check_no_duplicate_keys(trimmed)
+            .map_err(|e| IngestError::Request(format!("body is not a JSON array: {e}")))?;
+    }
     let mut events = Vec::new();
     let mut bad = Vec::new();
     if trimmed.starts_with('[') {
@@ -152,7 +156,9 @@ pub fn decode_json(schema: &Schema, body: &str) -> Result<Vec<Event>, IngestErro
             if line.trim().is_empty() {
                 continue;
             }
-            let parsed = serde_json::from_str::<Value>(line).map_err(|e| format!("not JSON: {e}"));
+            let parsed = tidemark_core::json::check_no_duplicate_keys(line)
+                .and_then(|()| serde_json::from_str::<Value>(line))
+                .map_err(|e| format!("not JSON: {e}"));
             match parsed.and_then(|v| json_event(schema, v)) {
                 Ok(e) => events.push(e),
                 Err(error) => bad.push(BadLine { line: i + 1, error }),
