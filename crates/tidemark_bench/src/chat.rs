@@ -552,33 +552,11 @@ async fn run_mode(
             timeline: args.timeline.is_some(),
         };
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0x7117_e3a4 ^ rate ^ ((ri as u64) << 40));
-        let auth = HeaderValue::from_static(BEARER);
-        let json = HeaderValue::from_static("application/json");
         let client_ref = &client;
         let result = load::run(cfg, |i| {
-            let k = zipf.sample(&mut rng);
-            let side = if rng.random::<bool>() { 'b' } else { 's' };
-            let mut body = Vec::with_capacity(body_tail.len() + 64);
-            let _ = write!(
-                body,
-                r#"{{"client_msg_id":"r{ri}-{i}","sender":"{side}{k}""#
-            );
-            body.extend_from_slice(body_tail);
-            let req = Request::post(uris[k].clone())
-                .header(AUTHORIZATION, auth.clone())
-                .header(CONTENT_TYPE, json.clone())
-                .body(Full::new(Bytes::from(body)))
-                .expect("a valid request");
-            async move {
-                match call(client_ref, req).await {
-                    Ok((StatusCode::CREATED, _)) => Ok(()),
-                    Ok((s, b)) => Err(Failure::Status(
-                        s.as_u16(),
-                        String::from_utf8_lossy(&b[..b.len().min(300)]).into_owned(),
-                    )),
-                    Err(f) => Err(f),
-                }
-            }
+            let (k, b_side) = (zipf.sample(&mut rng), rng.random::<bool>());
+            let req = send_request(uris[k].clone(), ('r', ri, i), (b_side, k), body_tail);
+            created(client_ref, req)
         })
         .await?;
         let wall = wall.elapsed().as_secs_f64();
@@ -666,6 +644,41 @@ async fn run_mode(
     let _ = std::fs::remove_dir_all(&data_dir);
     settle_disk().await;
     Ok((rows, st))
+}
+
+/// One SEND of the load to `uri`: `client_msg_id` `<tag><round>-<i>` from `key`, the sender
+/// `b<k>` (buyer) or `s<k>` (seller) of conversation `k` from `sender`, then `body_tail`.
+fn send_request(
+    uri: Uri,
+    key: (char, usize, u64),
+    sender: (bool, usize),
+    body_tail: &[u8],
+) -> Request<Full<Bytes>> {
+    let ((tag, round, i), (buyer, k)) = (key, sender);
+    let side = if buyer { 'b' } else { 's' };
+    let mut body = Vec::with_capacity(body_tail.len() + 64);
+    let _ = write!(
+        body,
+        r#"{{"client_msg_id":"{tag}{round}-{i}","sender":"{side}{k}""#
+    );
+    body.extend_from_slice(body_tail);
+    Request::post(uri)
+        .header(AUTHORIZATION, HeaderValue::from_static(BEARER))
+        .header(CONTENT_TYPE, HeaderValue::from_static("application/json"))
+        .body(Full::new(Bytes::from(body)))
+        .expect("a valid request")
+}
+
+/// Sends `req`: 201 is a success, any other answer a failure with (the start of) its body.
+async fn created(client: &HttpClient, req: Request<Full<Bytes>>) -> Result<(), Failure> {
+    match call(client, req).await {
+        Ok((StatusCode::CREATED, _)) => Ok(()),
+        Ok((s, b)) => Err(Failure::Status(
+            s.as_u16(),
+            String::from_utf8_lossy(&b[..b.len().min(300)]).into_owned(),
+        )),
+        Err(f) => Err(f),
+    }
 }
 
 /// Flushes every file system (`sync(2)`, on a blocking thread), so that what one run left

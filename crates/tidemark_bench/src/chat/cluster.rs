@@ -24,16 +24,15 @@ use std::fmt::Write as _;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
-use http_body_util::Full;
-use hyper::body::Bytes;
-use hyper::header::{AUTHORIZATION, CONTENT_TYPE, HeaderValue};
-use hyper::{Request, StatusCode, Uri};
+use hyper::Uri;
 use rand::{Rng, SeedableRng};
 use tidemark_chat::testing::{KafkaBroker, RedisCluster};
 use tidemark_core::mysql::{drop_database, scratch_database};
 
-use super::{BEARER, RunInputs, create_conversations, median, opt, print_now, quantile_ms};
-use crate::load::{self, Failure, HttpClient, OpenLoop, call};
+use super::{
+    RunInputs, create_conversations, created, median, opt, print_now, quantile_ms, send_request,
+};
+use crate::load::{self, HttpClient, OpenLoop};
 use crate::process::{
     ServerProcess, clock_ticks_per_sec, cpu_ticks, machine_busy_ticks, scrape_metrics,
 };
@@ -267,34 +266,17 @@ async fn run_rate(
         timeline: false,
     };
     let mut rng = rand::rngs::SmallRng::seed_from_u64(0xc105_7e12 ^ rate ^ ((ri as u64) << 40));
-    let auth = HeaderValue::from_static(BEARER);
-    let json = HeaderValue::from_static("application/json");
-    let (zipf, body_tail) = (inputs.zipf, inputs.body_tail);
+    let zipf = inputs.zipf;
     let result = load::run(cfg, |i| {
-        let k = zipf.sample(&mut rng);
-        let side = if rng.random::<bool>() { 'b' } else { 's' };
-        let mut body = Vec::with_capacity(body_tail.len() + 64);
-        let _ = std::io::Write::write_fmt(
-            &mut body,
-            format_args!(r#"{{"client_msg_id":"c{ri}-{i}","sender":"{side}{k}""#),
-        );
-        body.extend_from_slice(body_tail);
+        let (k, b_side) = (zipf.sample(&mut rng), rng.random::<bool>());
         let node = (i as usize) % uris.len();
-        let req = Request::post(uris[node][k].clone())
-            .header(AUTHORIZATION, auth.clone())
-            .header(CONTENT_TYPE, json.clone())
-            .body(Full::new(Bytes::from(body)))
-            .expect("a valid request");
-        async move {
-            match call(client, req).await {
-                Ok((StatusCode::CREATED, _)) => Ok(()),
-                Ok((s, b)) => Err(Failure::Status(
-                    s.as_u16(),
-                    String::from_utf8_lossy(&b[..b.len().min(300)]).into_owned(),
-                )),
-                Err(f) => Err(f),
-            }
-        }
+        let req = send_request(
+            uris[node][k].clone(),
+            ('c', ri, i),
+            (b_side, k),
+            inputs.body_tail,
+        );
+        created(client, req)
     })
     .await?;
     let wall = wall.elapsed().as_secs_f64();
