@@ -526,3 +526,46 @@ async fn a_line_protocol_line_the_parser_refuses_is_a_400_naming_it() {
     assert_eq!(listings, vec![7]);
     server.cleanup().await;
 }
+
+/// An unknown query parameter is refused with 400 naming it on every analytics route that
+/// takes a query; the InfluxDB write endpoint accepts what InfluxDB clients send besides
+/// `precision` and refuses anything else.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unknown_query_parameters_are_refused() {
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    let today = UtcDay::of_ms(SystemClock.now_ms()).to_string();
+    for path in [
+        format!("/v1/accounts/7/report?from={today}&to={today}&kinds=view"),
+        "/v1/events/top?day=today&limit=3&sort=asc".to_owned(),
+        "/v1/events/recent?minutes=5&window=5".to_owned(),
+    ] {
+        let (st, v) = call(&c, Method::GET, &server.url(&path), None).await;
+        assert_eq!(st, 400, "{path}: {v}");
+        assert!(
+            v["error"]["message"]
+                .as_str()
+                .unwrap_or_default()
+                .contains("unknown field"),
+            "{path}: {v}"
+        );
+    }
+    let line = format!(
+        "listing_event,event=view listing_id=\"1\" {}",
+        SystemClock.now_ms()
+    );
+    for (query, status) in [
+        ("org=o&orgID=1&bucket=b&precision=ms&consistency=one", 204),
+        ("db=d&rp=r&u=x&p=y&precision=ms", 204),
+        ("precision=ms&shard=2", 400),
+    ] {
+        let r = c
+            .post(server.url(&format!("/api/v2/write?{query}")))
+            .header("authorization", "Token dev-key")
+            .body(line.clone())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "{query}");
+    }
+}

@@ -12,6 +12,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use tidemark_core::clock::SharedClock;
 use tidemark_core::http::{ApiError, ApiQuery, ErrorBody, Tenant, body_limit};
@@ -166,11 +167,29 @@ async fn post_events(
     Ok((StatusCode::ACCEPTED, axum::Json(Accepted { accepted })).into_response())
 }
 
-/// Query of the write endpoints; `org`, `bucket`, `db`, `rp` are accepted and ignored (the
-/// measurement and schema decide where events go).
+/// Query of the write endpoints: `precision`, and what InfluxDB clients send besides
+/// (`org`, `orgID`, `bucket`, `db`, `rp`, `consistency`, `u`, `p`), accepted and ignored (the
+/// measurement and schema decide where events go); any other parameter is refused.
 #[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
 struct WriteParams {
     precision: Option<String>,
+    #[serde(rename = "org")]
+    _org: Option<IgnoredAny>,
+    #[serde(rename = "orgID")]
+    _org_id: Option<IgnoredAny>,
+    #[serde(rename = "bucket")]
+    _bucket: Option<IgnoredAny>,
+    #[serde(rename = "db")]
+    _db: Option<IgnoredAny>,
+    #[serde(rename = "rp")]
+    _rp: Option<IgnoredAny>,
+    #[serde(rename = "consistency")]
+    _consistency: Option<IgnoredAny>,
+    #[serde(rename = "u")]
+    _u: Option<IgnoredAny>,
+    #[serde(rename = "p")]
+    _p: Option<IgnoredAny>,
 }
 
 async fn write(

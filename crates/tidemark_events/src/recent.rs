@@ -131,6 +131,7 @@ pub fn fill(since: i64, until: i64, declared: &[String], counts: &[MinuteCount])
 
 /// Query of `recent`; strings so that a bad value gets a message naming it.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct RecentParams {
     /// The window: the last this many whole UTC minutes, the current one last (default 60).
@@ -181,6 +182,7 @@ async fn recent(
 
 /// Query of `top`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct TopParams {
     /// The UTC day, `YYYY-MM-DD`, or `today` (the default).

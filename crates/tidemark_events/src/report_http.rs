@@ -193,6 +193,7 @@ async fn post_listings(
 
 /// The period (at most 366 days) and an optional kind of a report.
 #[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct ReportParams {
     /// First UTC day, `YYYY-MM-DD`.
