@@ -8,6 +8,7 @@ use std::sync::Arc;
 use serde::Serialize;
 use serde_json::Value;
 use tidemark_core::health::StoreHealth;
+use tidemark_core::json::UniqueKeys;
 use tidemark_core::store::StoreError;
 use time::OffsetDateTime;
 use time::format_description::well_known::Rfc3339;
@@ -136,16 +137,12 @@ fn json_event(schema: &Schema, v: Value) -> Result<Event, String> {
 /// Decodes a JSON array or NDJSON body. Every bad line is reported.
 pub fn decode_json(schema: &Schema, body: &str) -> Result<Vec<Event>, IngestError> {
     let trimmed = body.trim_start();
-    if trimmed.starts_with('[') {
-        tidemark_core::json::check_no_duplicate_keys(trimmed)
-            .map_err(|e| IngestError::Request(format!("body is not a JSON array: {e}")))?;
-    }
     let mut events = Vec::new();
     let mut bad = Vec::new();
     if trimmed.starts_with('[') {
-        let items: Vec<Value> = serde_json::from_str(trimmed)
+        let items: Vec<UniqueKeys> = serde_json::from_str(trimmed)
             .map_err(|e| IngestError::Request(format!("body is not a JSON array: {e}")))?;
-        for (i, v) in items.into_iter().enumerate() {
+        for (i, UniqueKeys(v)) in items.into_iter().enumerate() {
             match json_event(schema, v) {
                 Ok(e) => events.push(e),
                 Err(error) => bad.push(BadLine { line: i + 1, error }),
@@ -156,8 +153,8 @@ pub fn decode_json(schema: &Schema, body: &str) -> Result<Vec<Event>, IngestErro
             if line.trim().is_empty() {
                 continue;
             }
-            let parsed = tidemark_core::json::check_no_duplicate_keys(line)
-                .and_then(|()| serde_json::from_str::<Value>(line))
+            let parsed = serde_json::from_str::<UniqueKeys>(line)
+                .map(|UniqueKeys(v)| v)
                 .map_err(|e| format!("not JSON: {e}"));
             match parsed.and_then(|v| json_event(schema, v)) {
                 Ok(e) => events.push(e),
