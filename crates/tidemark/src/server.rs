@@ -219,12 +219,14 @@ pub async fn run(
     if config.role.runs_workers() {
         background.spawn(&chat, &mut workers, &cancel).await?;
     }
-    workers.spawn(watch_free_space(
-        health.clone(),
-        config.data_dir.clone(),
-        config.min_free_disk_mb << 20,
-        cancel.clone(),
-    ));
+    if config.min_free_disk_mb > 0 {
+        workers.spawn(watch_free_space(
+            health.clone(),
+            config.data_dir.clone(),
+            config.min_free_disk_mb.saturating_mul(1 << 20),
+            cancel.clone(),
+        ));
+    }
 
     let pool = Arc::clone(links.pool());
     let links_for_shutdown = links.clone();

@@ -504,13 +504,8 @@ async fn run_mode(
     )
     .await?;
     let mut env = engines.env();
-    let log = match &args.server_logs {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating the server log dir {}", dir.display()))?;
-            env.push(("RUST_LOG", Some("info")));
-            dir.join(format!("round{round}-{dir_name}.log"))
-        }
+    let log = match server_log_dir(args, &mut env)? {
+        Some(dir) => dir.join(format!("round{round}-{dir_name}.log")),
         None => root.join(format!("{dir_name}-server.log")),
     };
     let server = ServerProcess::start(server_bin, &client, &data_dir, &log, &env).await?;
@@ -543,14 +538,7 @@ async fn run_mode(
         );
         let disk_before = disk_written_bytes(&data_dir);
         let wall = Instant::now();
-        let cfg = OpenLoop {
-            rate,
-            warmup: Duration::from_secs_f64(args.warmup),
-            duration: Duration::from_secs_f64(args.duration),
-            max_in_flight: args.max_in_flight,
-            drain: Duration::from_secs(10),
-            timeline: args.timeline.is_some(),
-        };
+        let cfg = open_loop(args, rate, args.timeline.is_some());
         let mut rng = rand::rngs::SmallRng::seed_from_u64(0x7117_e3a4 ^ rate ^ ((ri as u64) << 40));
         let client_ref = &client;
         let result = load::run(cfg, |i| {
@@ -644,6 +632,34 @@ async fn run_mode(
     let _ = std::fs::remove_dir_all(&data_dir);
     settle_disk().await;
     Ok((rows, st))
+}
+
+/// The open loop of one measured rate: `--warmup`, `--duration` and `--max-in-flight`, 10 s
+/// for the stragglers; `timeline` records every request.
+fn open_loop(args: &ChatBenchArgs, rate: u64, timeline: bool) -> OpenLoop {
+    OpenLoop {
+        rate,
+        warmup: Duration::from_secs_f64(args.warmup),
+        duration: Duration::from_secs_f64(args.duration),
+        max_in_flight: args.max_in_flight,
+        drain: Duration::from_secs(10),
+        timeline,
+    }
+}
+
+/// `--server-logs`: the directory (created) where the servers' logs are kept, with `RUST_LOG`
+/// set to `info` in `env`; `None` without it.
+fn server_log_dir<'a>(
+    args: &'a ChatBenchArgs,
+    env: &mut Vec<(&'a str, Option<&'a str>)>,
+) -> anyhow::Result<Option<&'a Path>> {
+    let Some(dir) = &args.server_logs else {
+        return Ok(None);
+    };
+    std::fs::create_dir_all(dir)
+        .with_context(|| format!("creating the server log dir {}", dir.display()))?;
+    env.push(("RUST_LOG", Some("info")));
+    Ok(Some(dir))
 }
 
 /// One SEND of the load to `uri`: `client_msg_id` `<tag><round>-<i>` from `key`, the sender

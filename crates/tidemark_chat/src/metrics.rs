@@ -60,11 +60,6 @@ impl ChatMetrics {
         sum(&self.archived_records)
     }
 
-    /// Records trimmed by this node, over all shards.
-    pub fn trimmed_total(&self) -> u64 {
-        sum(&self.trimmed_records)
-    }
-
     /// Creates the metrics and registers them in `registry`.
     pub fn register(registry: &Registry) -> prometheus::Result<Self> {
         let m = Self::unregistered();

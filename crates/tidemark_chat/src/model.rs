@@ -7,6 +7,11 @@ use serde::{Deserialize, Serialize};
 /// `seq_bucket = conversation_seq / SEQ_BUCKET_SIZE` (seed 000: bounded partitions).
 pub const SEQ_BUCKET_SIZE: u64 = 1000;
 
+/// The archive bucket of `conversation_seq` (see [`SEQ_BUCKET_SIZE`]).
+pub fn seq_bucket(conversation_seq: u64) -> u64 {
+    conversation_seq / SEQ_BUCKET_SIZE
+}
+
 /// Lifetime of an `ephemeral24h` message: 24 h in ms.
 pub const EPHEMERAL_TTL_MS: i64 = 24 * 3600 * 1000;
 
@@ -130,7 +135,7 @@ impl MessageRecord {
     }
     /// The archive bucket of this record.
     pub fn seq_bucket(&self) -> u64 {
-        self.conversation_seq / SEQ_BUCKET_SIZE
+        seq_bucket(self.conversation_seq)
     }
     /// The history-index entry pointing at this record.
     pub fn index_entry(&self) -> IndexEntry {

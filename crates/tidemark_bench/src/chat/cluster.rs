@@ -30,9 +30,10 @@ use tidemark_chat::testing::{KafkaBroker, RedisCluster};
 use tidemark_core::mysql::{drop_database, scratch_database};
 
 use super::{
-    RunInputs, create_conversations, created, median, opt, print_now, quantile_ms, send_request,
+    RunInputs, create_conversations, created, median, open_loop, opt, print_now, quantile_ms,
+    send_request, server_log_dir,
 };
-use crate::load::{self, HttpClient, OpenLoop};
+use crate::load::{self, HttpClient};
 use crate::process::{
     ServerProcess, clock_ticks_per_sec, cpu_ticks, machine_busy_ticks, scrape_metrics,
 };
@@ -77,6 +78,18 @@ async fn sample(client: &HttpClient, node: &ServerProcess) -> anyhow::Result<Nod
     Ok(s)
 }
 
+/// Every node's sample, in node order.
+async fn sample_all(
+    client: &HttpClient,
+    nodes: &[ServerProcess],
+) -> anyhow::Result<Vec<NodeSample>> {
+    let mut samples = Vec::with_capacity(nodes.len());
+    for node in nodes {
+        samples.push(sample(client, node).await?);
+    }
+    Ok(samples)
+}
+
 /// `after − before` per key, summed over nodes, per second of `wall`.
 fn rates_per_key(
     before: &[NodeSample],
@@ -116,7 +129,7 @@ async fn start_cluster(
     let outbox = broker.url("tidemark.chat.outbox");
     let partitions = args.partitions.to_string();
     let hot = redis.url();
-    let env: Vec<(&str, Option<&str>)> = vec![
+    let mut env: Vec<(&str, Option<&str>)> = vec![
         ("TIDEMARK_ROLE", Some("all")),
         ("TIDEMARK_CHAT__MODE", Some("tiered")),
         ("TIDEMARK_CHAT__HOT", Some(&hot)),
@@ -128,17 +141,7 @@ async fn start_cluster(
         ("TIDEMARK_CHAT__SAFETY_MARGIN", Some("200ms")),
         ("TIDEMARK_CHAT__TRIM_INTERVAL", Some("200ms")),
     ];
-    let mut env = env;
-    // `--server-logs`: every node's log kept there, at `info`.
-    let log_dir = match &args.server_logs {
-        Some(dir) => {
-            std::fs::create_dir_all(dir)
-                .with_context(|| format!("creating the server log dir {}", dir.display()))?;
-            env.push(("RUST_LOG", Some("info")));
-            dir.clone()
-        }
-        None => inputs.root.to_owned(),
-    };
+    let log_dir = server_log_dir(args, &mut env)?.unwrap_or(inputs.root);
     let mut nodes = Vec::with_capacity(n);
     for i in 0..n {
         let dir = inputs.root.join(format!("cluster{n}-node{i}"));
@@ -251,20 +254,10 @@ async fn run_rate(
         args.warmup,
         args.duration
     );
-    let mut before = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        before.push(sample(client, node).await?);
-    }
+    let before = sample_all(client, nodes).await?;
     let machine_before = (machine_busy_ticks(), cpu_ticks(std::process::id()));
     let wall = Instant::now();
-    let cfg = OpenLoop {
-        rate,
-        warmup: Duration::from_secs_f64(args.warmup),
-        duration: Duration::from_secs_f64(args.duration),
-        max_in_flight: args.max_in_flight,
-        drain: Duration::from_secs(10),
-        timeline: false,
-    };
+    let cfg = open_loop(args, rate, false);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(0xc105_7e12 ^ rate ^ ((ri as u64) << 40));
     let zipf = inputs.zipf;
     let result = load::run(cfg, |i| {
@@ -281,10 +274,7 @@ async fn run_rate(
     .await?;
     let wall = wall.elapsed().as_secs_f64();
     let machine_after = (machine_busy_ticks(), cpu_ticks(std::process::id()));
-    let mut after = Vec::with_capacity(nodes.len());
-    for node in nodes {
-        after.push(sample(client, node).await?);
-    }
+    let after = sample_all(client, nodes).await?;
     let cores = |b: Option<u64>, a: Option<u64>| -> Option<f64> {
         Some(a?.checked_sub(b?)? as f64 / clock_ticks_per_sec() / wall)
     };

@@ -20,7 +20,7 @@ use sqlx::{QueryBuilder, Row};
 use tidemark_core::schema::migrate_mysql;
 
 use crate::error::{ChatError, Result};
-use crate::model::{IndexEntry, MessageClass, MessageRecord, SEQ_BUCKET_SIZE};
+use crate::model::{IndexEntry, MessageClass, MessageRecord, seq_bucket};
 use crate::ports::{ARCHIVED_THROUGH, Archive, partition_key};
 
 /// Rows per multi-row insert (11 placeholders each, well under the 65,535 limit).
@@ -59,10 +59,6 @@ impl MysqlArchive {
     pub fn pool(&self) -> &MySqlPool {
         &self.pool
     }
-}
-
-fn bucket(seq: u64) -> u64 {
-    seq / SEQ_BUCKET_SIZE
 }
 
 /// A text column. With the `utf8mb4_bin` collation the server reports text as binary, which
@@ -119,7 +115,7 @@ impl MysqlArchive {
         q.push_values(chunk, |mut b, e| {
             b.push_bind(&e.tenant)
                 .push_bind(&e.conversation_id)
-                .push_bind(bucket(e.conversation_seq))
+                .push_bind(seq_bucket(e.conversation_seq))
                 .push_bind(e.conversation_seq)
                 .push_bind(&e.message_id)
                 .push_bind(e.expires_at_ms);
@@ -178,8 +174,8 @@ impl Archive for MysqlArchive {
         )
         .bind(tenant)
         .bind(conversation_id)
-        .bind(bucket(lo))
-        .bind(bucket(hi))
+        .bind(seq_bucket(lo))
+        .bind(seq_bucket(hi))
         .bind(lo)
         .bind(hi)
         .fetch_all(&self.pool)
@@ -206,7 +202,7 @@ impl Archive for MysqlArchive {
         if seqs.is_empty() {
             return Ok(Vec::new());
         }
-        let mut buckets: Vec<u64> = seqs.iter().map(|&s| bucket(s)).collect();
+        let mut buckets: Vec<u64> = seqs.iter().map(|&s| seq_bucket(s)).collect();
         buckets.sort_unstable();
         buckets.dedup();
         // The bucket is a function of the seq, so `bucket IN … AND seq IN …` selects exactly

@@ -29,7 +29,7 @@ use tidemark_core::sqlite::{GroupWriter, Priority, ReadPool, open_rw};
 use super::migrations;
 use super::{RECORD_COLUMNS, record_from_row};
 use crate::error::Result;
-use crate::model::{IndexEntry, MessageRecord, SEQ_BUCKET_SIZE};
+use crate::model::{IndexEntry, MessageRecord, seq_bucket};
 use crate::ports::{ARCHIVED_THROUGH, Archive, partition_key};
 
 /// The embedded archive (see the module docs).
@@ -60,9 +60,9 @@ impl SqliteArchive {
     }
 }
 
-/// The seq bucket of the keyed tables (`history_index`, `message_record`).
+/// The seq bucket of the keyed tables (`history_index`, `message_record`), as SQLite stores it.
 fn bucket(seq: u64) -> i64 {
-    (seq / SEQ_BUCKET_SIZE) as i64
+    seq_bucket(seq) as i64
 }
 
 /// Inserts `entries` into `history_index` in key order (neighbouring entries of one
