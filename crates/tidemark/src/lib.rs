@@ -31,6 +31,7 @@
 //! - `http_metrics`: `tidemark_http_responses_total` by method, route template and status.
 //! - `mail`: `tidemark mail render`, the mail builder offline.
 //! - `openapi`: the merged OpenAPI document of every `/v1` route.
+//! - `request_limits`: URI length and header count, refused in the JSON error shape.
 //! - `rollup_cmd`: `tidemark rollup --day`, the daily rollup on demand, offline.
 //! - `server`: `tidemark serve`: stores, workers, routes, ordered shutdown.
 //! - `wiring`: how the subsystems feed each other, and the analytics owner check.
@@ -42,6 +43,7 @@ pub mod demo;
 pub mod http_metrics;
 pub mod mail;
 pub mod openapi;
+pub mod request_limits;
 pub mod rollup_cmd;
 pub mod server;
 pub mod wiring;

@@ -19,6 +19,7 @@ use prometheus::{Encoder, Registry, TextEncoder};
 use tidemark_chat::metrics::ChatMetrics;
 use tidemark_chat::{ChatService, ChatStores};
 use tidemark_core::clock::{SharedClock, SystemClock};
+use tidemark_core::cpu::CpuPool;
 use tidemark_core::health::StoreHealth;
 use tidemark_core::http::{ApiError, ApiKeys, json_errors, require_tenant};
 use tidemark_core::store::ErrorKind;
@@ -104,9 +105,13 @@ impl Node {
         // `events.rollups`.
         let raw = tidemark_events::stores::open_raw(&config.events, &events_dir).await?;
         let ingest = Ingest::new(raw, config.events.clone()).with_store_health(health.clone());
+        // Large ingest bodies are inflated and parsed here, and mailings rendered, off the
+        // runtime's workers.
+        let cpu = CpuPool::per_core();
         let events = EventsHttp {
             ingest: ingest.clone(),
             clock: Arc::clone(&clock),
+            pool: cpu.clone(),
         };
         // The summary tier (listing_daily, listings): reports, rollups on demand.
         let analytics = AnalyticsHttp {
@@ -135,7 +140,8 @@ impl Node {
             LinksMetrics::register(&registry)?,
         )
         .await?
-        .with_store_health(health.clone());
+        .with_store_health(health.clone())
+        .with_cpu_pool(cpu);
 
         let partitions = PartitionManager::new(
             links.link_store(),
@@ -327,6 +333,9 @@ fn router(api: Option<Api>, body_read_timeout: Duration, ops: Ops) -> Router {
             crate::body_deadline::body_deadline,
         ))
         .layer(axum::middleware::from_fn(json_errors))
+        .layer(axum::middleware::from_fn(
+            crate::request_limits::request_limits,
+        ))
         .layer(axum::middleware::from_fn_with_state(
             responses,
             crate::http_metrics::count_responses,
@@ -443,6 +452,7 @@ async fn serve_http(
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())
             .header_read_timeout(limits.header_read_timeout)
+            .max_headers(crate::request_limits::PARSER_MAX_HEADERS)
             .serve_connection(hyper_util::rt::TokioIo::new(stream), service);
         let conn = graceful.watch(conn);
         tokio::spawn(async move {

@@ -482,8 +482,12 @@ async fn ingest_answers_503_while_influxdb_is_down_and_acknowledges_nothing_unst
 async fn a_line_protocol_line_the_parser_refuses_is_a_400_naming_it() {
     let server = TestServer::start(&[]).await;
     let c = client();
-    let good = "listing_event,event=view listing_id=\"7\",count=1i 1717430400000";
-    let bad = "listing_event,event=view listing_id=\"8\",count=1i 1717430400000x";
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64;
+    let good = format!("listing_event,event=view listing_id=\"7\",count=1i {now}");
+    let bad = format!("listing_event,event=view listing_id=\"8\",count=1i {now}x");
     for route in [
         "/api/v2/write?org=o&bucket=b&precision=ms",
         "/write?db=d&precision=ms",
@@ -501,7 +505,7 @@ async fn a_line_protocol_line_the_parser_refuses_is_a_400_naming_it() {
         let msg = v["error"]["message"].as_str().unwrap();
         assert!(
             msg.ends_with(&format!(
-                "nothing stored: line 3: unable to parse '{bad}': invalid timestamp \"1717430400000x\""
+                "nothing stored: line 3: unable to parse '{bad}': invalid timestamp \"{now}x\""
             )),
             "{msg}"
         );
@@ -510,14 +514,19 @@ async fn a_line_protocol_line_the_parser_refuses_is_a_400_naming_it() {
     let r = c
         .post(server.url("/api/v2/write?org=o&bucket=b&precision=ms"))
         .header("authorization", format!("Token {KEY}"))
-        .body(good)
+        .body(good.clone())
         .send()
         .await
         .unwrap();
     assert_eq!(r.status().as_u16(), 204);
     let conn = rusqlite::Connection::open(server.dir.join("events/raw.db")).unwrap();
     let listings: Vec<i64> = conn
-        .prepare("SELECT listing_id FROM raw_20240603")
+        .prepare(&format!(
+            "SELECT listing_id FROM raw_{}",
+            tidemark_core::day::UtcDay::of_ms(now)
+                .to_string()
+                .replace('-', "")
+        ))
         .unwrap()
         .query_map([], |r| r.get(0))
         .unwrap()

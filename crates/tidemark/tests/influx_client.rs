@@ -53,14 +53,16 @@ async fn official_python_client_writes_line_protocol_through_to_influxdb() {
 }
 
 async fn official_python_client_writes_line_protocol_in(mode: Mode) {
-    // The events are of 2024-06-03: a retention policy long enough to keep them.
-    let server = TestServer::start_in_with(mode, &[], |e| {
-        vec![(
-            "TIDEMARK_EVENTS__RAW".into(),
-            format!("{}?retention=3650d", e.influx.url("tidemark")),
-        )]
-    })
-    .await;
+    // The events are of 2024-06-03: a raw window and a retention policy long enough to take
+    // and keep them.
+    let server =
+        TestServer::start_in_with(mode, &[("TIDEMARK_EVENTS__RAW_RETENTION", "3650d")], |e| {
+            vec![(
+                "TIDEMARK_EVENTS__RAW".into(),
+                format!("{}?retention=3650d", e.influx.url("tidemark")),
+            )]
+        })
+        .await;
     let out = std::process::Command::new("python3")
         .args(["-c", SCRIPT, &server.base, KEY])
         .output()

@@ -16,7 +16,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
-use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, Tenant, body_limit};
+use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, NoQuery, Tenant, body_limit};
 use tidemark_core::openapi::JsonBodyErrors;
 use tidemark_core::timefmt::rfc3339_ms;
 use utoipa::{IntoParams, ToSchema};
@@ -127,6 +127,7 @@ struct ConversationCreated {
 )]
 async fn create_conversation(
     State(svc): State<Arc<ChatService>>,
+    _: NoQuery,
     tenant: Tenant,
     ApiJson(req): ApiJson<CreateConversation>,
 ) -> Result<Response, ApiError> {
@@ -210,6 +211,7 @@ impl From<SendAck> for AckBody {
 )]
 async fn send_message(
     State(svc): State<Arc<ChatService>>,
+    _: NoQuery,
     tenant: Tenant,
     Path(cid): Path<String>,
     ApiJson(req): ApiJson<SendMessage>,
@@ -381,6 +383,7 @@ struct MarkRead {
 )]
 async fn mark_read(
     State(svc): State<Arc<ChatService>>,
+    _: NoQuery,
     tenant: Tenant,
     Path(cid): Path<String>,
     ApiJson(req): ApiJson<MarkRead>,

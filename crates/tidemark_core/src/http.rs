@@ -335,6 +335,31 @@ where
     }
 }
 
+/// The empty query string of a route that takes no parameters: a request with any is
+/// refused with 400 naming them, as routes with parameters refuse unknown ones, instead of
+/// silently ignoring what the client meant (a misspelt route, a filter that does nothing).
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoQuery;
+
+impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        match parts.uri.query() {
+            None | Some("") => Ok(NoQuery),
+            Some(q) => {
+                let names: Vec<String> = url::form_urlencoded::parse(q.as_bytes())
+                    .map(|(k, _)| k.into_owned())
+                    .collect();
+                Err(ApiError::bad_request(format!(
+                    "this route takes no query parameters; got: {}",
+                    quoted(&names.join(", "), 200)
+                )))
+            }
+        }
+    }
+}
+
 /// The tenant an authenticated request acts for.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub String);

@@ -44,6 +44,9 @@
 //! - [`http`]: the JSON error shape `{"error": {"code", "message"}}`, body and query
 //!   extractors that turn every bad request into such a 4xx, the request size limit, and
 //!   per-tenant API-key auth.
+//! - [`body`]: request bodies as sent (gzip or not), inflated up to a limit.
+//! - [`cpu`]: the bounded pool that decodes large bodies and renders mailings off the
+//!   runtime's worker threads.
 //! - [`json`]: duplicate keys in a JSON object refused, at any depth.
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
 //!   the bearer security scheme, for the document each subsystem contributes to.
@@ -53,7 +56,9 @@
 //! The `testing` feature adds what only tests and benchmarks use (scratch databases, the test
 //! MariaDB's URL, shared assertions); the product is built without it.
 
+pub mod body;
 pub mod clock;
+pub mod cpu;
 pub mod day;
 pub mod engine;
 pub mod health;

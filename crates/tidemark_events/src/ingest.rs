@@ -1,23 +1,22 @@
 //! Ingest (DESIGN.md part C): JSON (an array or NDJSON) and InfluxDB line protocol are decoded
-//! against the [`Schema`], every line is checked, and only a batch without a single bad line
+//! against the [`crate::schema::Schema`] (`decode`), every line is checked, and only a batch without a single bad line
 //! is appended to the raw tier, durably (all or nothing). Two events with the same timestamp
 //! are two rows: nothing is merged.
 
 use std::sync::Arc;
 
 use serde::Serialize;
-use serde_json::Value;
 use tidemark_core::health::StoreHealth;
-use tidemark_core::json::UniqueKeys;
 use tidemark_core::store::StoreError;
-use time::OffsetDateTime;
-use time::format_description::well_known::Rfc3339;
+use tidemark_core::timefmt;
 
 use crate::config::EventsConfig;
-use crate::lineproto::{Point, Precision, points};
 use crate::model::Event;
 use crate::raw::{RawError, RawStore};
-use crate::schema::{FieldValue, Schema};
+
+mod decode;
+
+pub use decode::{decode_json, decode_line_protocol, event_from_parts};
 
 /// One bad line of a batch.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -34,9 +33,12 @@ pub enum IngestError {
     /// The batch has bad lines; nothing of it was stored.
     #[error("{} invalid event(s), nothing stored: {}", .0.len(), summarize(.0))]
     Invalid(Vec<BadLine>),
-    /// The request as a whole is unusable (empty, too large, bad precision).
+    /// The request as a whole is unusable (empty, bad precision).
     #[error("{0}")]
     Request(String),
+    /// The request holds more events than one request may (`events.max_batch`).
+    #[error("{0}")]
+    TooLarge(String),
     /// The raw tier could not store the batch; nothing was acknowledged.
     #[error("raw tier: {0}")]
     Store(#[from] StoreError),
@@ -57,174 +59,13 @@ fn summarize(bad: &[BadLine]) -> String {
     s.join("; ")
 }
 
-/// Builds an event from a kind, a time and declared fields (checked against `schema`).
-pub fn event_from_parts(
-    schema: &Schema,
-    kind: &str,
-    time_ms: i64,
-    fields: impl IntoIterator<Item = (String, FieldValue)>,
-) -> Result<Event, String> {
-    schema.check_kind(kind)?;
-    let mut e = Event::new(kind, time_ms);
-    for (name, value) in fields {
-        let v = schema.check_field(&name, value)?;
-        match (name.as_str(), v) {
-            ("listing_id", FieldValue::Int(i)) => e.listing_id = Some(i),
-            ("user_id", FieldValue::Str(s)) => e.user_id = Some(s),
-            ("device_id", FieldValue::Str(s)) => e.device_id = Some(s),
-            ("session_id", FieldValue::Str(s)) => e.session_id = Some(s),
-            ("page_url", FieldValue::Str(s)) => e.page_url = Some(s),
-            ("count", FieldValue::Int(i)) => e.count = i,
-            (_, v) => {
-                let json = match v {
-                    FieldValue::Str(s) => Value::String(s),
-                    FieldValue::Int(i) => Value::from(i),
-                    FieldValue::Float(f) => Value::from(f),
-                    FieldValue::Bool(b) => Value::Bool(b),
-                };
-                e.fields.insert(name, json);
-            }
-        }
-    }
-    Ok(e)
+pub(crate) fn too_many(max: usize) -> IngestError {
+    IngestError::TooLarge(format!(
+        "more than {max} events in one request (events.max_batch): split the batch"
+    ))
 }
 
-/// Parses a JSON `time`: RFC 3339 string or Unix milliseconds.
-fn json_time(v: &Value) -> Result<i64, String> {
-    match v {
-        Value::Number(n) => n
-            .as_i64()
-            .ok_or_else(|| format!("time {n} is not whole Unix milliseconds")),
-        Value::String(s) => OffsetDateTime::parse(s, &Rfc3339)
-            .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
-            .map_err(|e| format!("time {s:?} is not RFC 3339: {e}")),
-        other => Err(format!("time must be RFC 3339 or Unix ms, got {other}")),
-    }
-}
-
-fn json_event(schema: &Schema, v: Value) -> Result<Event, String> {
-    let Value::Object(mut map) = v else {
-        return Err("an event must be a JSON object".into());
-    };
-    let time = map.remove("time").ok_or("missing `time`")?;
-    let time = json_time(&time)?;
-    let kind = match map.remove("kind") {
-        Some(Value::String(k)) => k,
-        Some(other) => return Err(format!("`kind` must be a string, got {other}")),
-        None => return Err("missing `kind`".into()),
-    };
-    let mut fields = Vec::with_capacity(map.len());
-    for (k, v) in map {
-        let fv = match v {
-            Value::Null => continue,
-            Value::String(s) => FieldValue::Str(s),
-            Value::Bool(b) => FieldValue::Bool(b),
-            Value::Number(n) => match n.as_i64() {
-                Some(i) => FieldValue::Int(i),
-                None => FieldValue::Float(n.as_f64().unwrap_or(f64::NAN)),
-            },
-            other => {
-                return Err(format!(
-                    "field `{k}` must be a string, number or boolean, got {other}"
-                ));
-            }
-        };
-        fields.push((k, fv));
-    }
-    event_from_parts(schema, &kind, time, fields)
-}
-
-/// Decodes a JSON array or NDJSON body. Every bad line is reported.
-pub fn decode_json(schema: &Schema, body: &str) -> Result<Vec<Event>, IngestError> {
-    let trimmed = body.trim_start();
-    let mut events = Vec::new();
-    let mut bad = Vec::new();
-    if trimmed.starts_with('[') {
-        let items: Vec<UniqueKeys> = serde_json::from_str(trimmed)
-            .map_err(|e| IngestError::Request(format!("body is not a JSON array: {e}")))?;
-        for (i, UniqueKeys(v)) in items.into_iter().enumerate() {
-            match json_event(schema, v) {
-                Ok(e) => events.push(e),
-                Err(error) => bad.push(BadLine { line: i + 1, error }),
-            }
-        }
-    } else {
-        for (i, line) in body.lines().enumerate() {
-            if line.trim().is_empty() {
-                continue;
-            }
-            let parsed = serde_json::from_str::<UniqueKeys>(line)
-                .map(|UniqueKeys(v)| v)
-                .map_err(|e| format!("not JSON: {e}"));
-            match parsed.and_then(|v| json_event(schema, v)) {
-                Ok(e) => events.push(e),
-                Err(error) => bad.push(BadLine { line: i + 1, error }),
-            }
-        }
-    }
-    finish(events, bad)
-}
-
-/// Decodes a line-protocol body with the request's precision; points without a timestamp get
-/// `now_ms`.
-pub fn decode_line_protocol(
-    schema: &Schema,
-    body: &str,
-    precision: Precision,
-    now_ms: i64,
-) -> Result<Vec<Event>, IngestError> {
-    let mut events = Vec::new();
-    let mut bad = Vec::new();
-    for (line, point) in points(body) {
-        match point.and_then(|p| point_event(schema, p, precision, now_ms)) {
-            Ok(e) => events.push(e),
-            Err(error) => bad.push(BadLine { line, error }),
-        }
-    }
-    finish(events, bad)
-}
-
-fn point_event(
-    schema: &Schema,
-    p: Point,
-    precision: Precision,
-    now_ms: i64,
-) -> Result<Event, String> {
-    if p.measurement != schema.measurement {
-        return Err(format!(
-            "undeclared measurement {:?} (declared: {})",
-            p.measurement, schema.measurement
-        ));
-    }
-    let mut kind = None;
-    for (k, v) in p.tags {
-        if k == schema.tag {
-            if kind.is_some() {
-                return Err(format!("tag `{k}` given twice"));
-            }
-            kind = Some(v);
-        } else if schema.fields.contains_key(&k) {
-            return Err(format!(
-                "`{k}` is a field, never a tag: identifiers must not become series keys"
-            ));
-        } else {
-            return Err(format!(
-                "undeclared tag key `{k}` (the only tag is `{}`)",
-                schema.tag
-            ));
-        }
-    }
-    let kind = kind.ok_or_else(|| format!("missing tag `{}`", schema.tag))?;
-    let time = match p.timestamp {
-        Some(t) => precision
-            .to_ms(t)
-            .ok_or_else(|| format!("timestamp {t} out of range"))?,
-        None => now_ms,
-    };
-    event_from_parts(schema, &kind, time, p.fields)
-}
-
-fn finish(events: Vec<Event>, bad: Vec<BadLine>) -> Result<Vec<Event>, IngestError> {
+pub(crate) fn finish(events: Vec<Event>, bad: Vec<BadLine>) -> Result<Vec<Event>, IngestError> {
     if !bad.is_empty() {
         return Err(IngestError::Invalid(bad));
     }
@@ -237,16 +78,52 @@ fn finish(events: Vec<Event>, bad: Vec<BadLine>) -> Result<Vec<Event>, IngestErr
 /// How far in the future an event may be stamped (clock skew of producers): one day.
 pub const MAX_FUTURE_MS: i64 = 86_400_000;
 
-/// Event times must lie in `[1970-01-01, now + 1 day]`: any age of history is accepted, but
-/// not times before the Unix epoch or far in the future (whose day would never close).
-fn check_time(time_ms: i64, now_ms: i64) -> Result<(), String> {
-    if (0..=now_ms.saturating_add(MAX_FUTURE_MS)).contains(&time_ms) {
-        Ok(())
-    } else {
-        Err(format!(
-            "time {time_ms} (Unix ms) is outside the accepted range: from 1970-01-01 to one day after now"
-        ))
+/// Event times must lie in the raw window: from `now - (raw_retention + lateness)` (the
+/// oldest day the raw tier still takes in: older ones are rolled up, archived and may be gone)
+/// to `now + 1 day` (producers' clock skew; a day further ahead would never close).
+fn check_time(time_ms: i64, now_ms: i64, window_ms: i64) -> Result<(), String> {
+    let floor = now_ms.saturating_sub(window_ms).max(0);
+    if time_ms > now_ms.saturating_add(MAX_FUTURE_MS) {
+        return Err(format!(
+            "time {time_ms} (Unix ms, {}) is more than one day after now",
+            timefmt::rfc3339_ms(time_ms)
+        ));
     }
+    if time_ms >= floor {
+        return Ok(());
+    }
+    let mut error = format!(
+        "time {time_ms} (Unix ms, {}) is before the raw window: events older than \
+         raw_retention + lateness ({}) are refused",
+        timefmt::rfc3339_ms(time_ms),
+        humantime::format_duration(std::time::Duration::from_millis(window_ms.max(0) as u64)),
+    );
+    // A timestamp read in too fine a unit lands near 1970: say which unit would place it now.
+    for (factor, guess) in [
+        (
+            1_000_000,
+            "Unix milliseconds sent without precision=ms (line protocol's default unit is ns)?",
+        ),
+        (
+            1_000_000_000,
+            "Unix seconds sent without precision=s (line protocol's default unit is ns)?",
+        ),
+        (
+            1_000,
+            "seconds where milliseconds are expected (JSON `time`, precision=ms), or \
+             microseconds sent without precision=us?",
+        ),
+    ] {
+        let scaled = time_ms.saturating_mul(factor);
+        if (floor..=now_ms.saturating_add(MAX_FUTURE_MS)).contains(&scaled) {
+            error.push_str(&format!(
+                "; ×{factor} it would be {}: {guess}",
+                timefmt::rfc3339_ms(scaled)
+            ));
+            break;
+        }
+    }
+    Err(error)
 }
 
 /// Checks events and appends them to the raw tier.
@@ -293,12 +170,10 @@ impl Ingest {
     /// `now_ms` is the arrival time.
     pub async fn record(&self, events: Vec<Event>, now_ms: i64) -> Result<usize, IngestError> {
         if events.len() > self.cfg.max_batch {
-            return Err(IngestError::Request(format!(
-                "{} events in one request; at most {}",
-                events.len(),
-                self.cfg.max_batch
-            )));
+            return Err(too_many(self.cfg.max_batch));
         }
+        let window = self.cfg.raw_retention.saturating_add(self.cfg.lateness);
+        let window_ms = i64::try_from(window.as_millis()).unwrap_or(i64::MAX);
         let bad: Vec<BadLine> = events
             .iter()
             .enumerate()
@@ -306,7 +181,7 @@ impl Ingest {
                 self.cfg
                     .schema
                     .check_kind(&e.kind)
-                    .and_then(|()| check_time(e.time_ms, now_ms))
+                    .and_then(|()| check_time(e.time_ms, now_ms, window_ms))
                     .err()
                     .map(|error| BadLine { line: i + 1, error })
             })
@@ -326,7 +201,9 @@ impl Ingest {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::lineproto::Precision;
     use crate::raw::SqliteRaw;
+    use crate::schema::Schema;
     use tidemark_core::day::UtcDay;
 
     #[tokio::test]
@@ -357,15 +234,17 @@ mod tests {
         a.listing_id = Some(7);
         let b = a.clone();
         assert_eq!(ingest.record(vec![a.clone(), b], t).await.unwrap(), 2);
-        for wild in [-1, i64::MAX, t + MAX_FUTURE_MS + 1] {
+        for (wild, refusal) in [
+            (-1, "is before the raw window"),
+            (t - 7 * 86_400_000 - 3_600_001, "is before the raw window"),
+            (i64::MAX, "more than one day after now"),
+            (t + MAX_FUTURE_MS + 1, "more than one day after now"),
+        ] {
             let err = ingest
                 .record(vec![Event::new("view", wild)], t)
                 .await
                 .unwrap_err();
-            assert!(
-                err.to_string().contains("outside the accepted range"),
-                "{err}"
-            );
+            assert!(err.to_string().contains(refusal), "{wild}: {err}");
         }
         let bad = Event::new("purchase", t);
         let err = ingest.record(vec![a.clone(), bad], t).await.unwrap_err();
@@ -389,7 +268,7 @@ mod tests {
         let arr = r#"[{"time": "2024-06-03T16:00:00.123Z", "kind": "view", "listing_id": 48213, "user_id": "u1",
                       "session_id": "s1", "page_url": "/item/48213"},
                      {"time": 1717430400000, "kind": "click", "listing_id": "7", "device_id": "d"}]"#;
-        let ev = decode_json(&s, arr).unwrap();
+        let ev = decode_json(&s, arr, 100).unwrap();
         assert_eq!(ev.len(), 2);
         assert_eq!(
             (ev[0].time_ms, ev[0].listing_id, ev[0].page_url.as_deref()),
@@ -400,7 +279,7 @@ mod tests {
             (1_717_430_400_000, Some(7), "click")
         );
         let nd = "{\"time\": 1, \"kind\": \"view\"}\n\n{\"time\": 2, \"kind\": \"nope\"}\n{\"kind\": \"view\"}\nnot json\n{\"time\": 3, \"kind\": \"view\", \"colour\": \"red\"}\n";
-        match decode_json(&s, nd) {
+        match decode_json(&s, nd, 100) {
             Err(IngestError::Invalid(bad)) => {
                 let lines: Vec<usize> = bad.iter().map(|b| b.line).collect();
                 assert_eq!(lines, vec![3, 4, 5, 6]);
@@ -418,7 +297,7 @@ mod tests {
     fn line_protocol_refusals_name_the_body_line() {
         let s = Schema::default();
         let spanning = "listing_event,event=view session_id=\"a\nb\",count=1i 5\n";
-        let ev = decode_line_protocol(&s, spanning, Precision::Ms, 0).unwrap();
+        let ev = decode_line_protocol(&s, spanning, Precision::Ms, 0, 100).unwrap();
         assert_eq!(
             (ev[0].session_id.as_deref(), ev[0].time_ms),
             (Some("a\nb"), 5)
@@ -426,7 +305,7 @@ mod tests {
         let body = format!(
             "{spanning}listing_event,event=view count=1i 17x\n\nlisting_event,event=view a,b=1i\n"
         );
-        match decode_line_protocol(&s, &body, Precision::Ms, 0) {
+        match decode_line_protocol(&s, &body, Precision::Ms, 0, 100) {
             Err(IngestError::Invalid(b)) => assert_eq!(
                 b,
                 vec![
@@ -450,16 +329,16 @@ mod tests {
     fn line_protocol_against_the_schema() {
         let s = Schema::default();
         let body = "# comment\nlisting_event,event=view listing_id=\"48213\",user_id=\"u_9f2c\",count=1i 1717430400000\n";
-        let ev = decode_line_protocol(&s, body, Precision::Ms, 0).unwrap();
+        let ev = decode_line_protocol(&s, body, Precision::Ms, 0, 100).unwrap();
         assert_eq!(
             (ev[0].time_ms, ev[0].listing_id, ev[0].count),
             (1_717_430_400_000, Some(48213), 1)
         );
         // The same timestamp without precision=ms is nanoseconds: a different instant.
-        let ev = decode_line_protocol(&s, body, Precision::Ns, 0).unwrap();
+        let ev = decode_line_protocol(&s, body, Precision::Ns, 0, 100).unwrap();
         assert_eq!(ev[0].time_ms, 1_717_430);
         let bad = "listing_event,event=view,user_id=u1 count=1i\nlisting_event,event=buy count=1i\nother,event=view count=1i\nlisting_event,event=view count=\"1\"\nlisting_event,event=view,region=eu count=1i\nlisting_event,event=view,event=click count=1i\n";
-        match decode_line_protocol(&s, bad, Precision::Ns, 0) {
+        match decode_line_protocol(&s, bad, Precision::Ns, 0, 100) {
             Err(IngestError::Invalid(b)) => {
                 assert_eq!(b.len(), 6);
                 assert!(b[5].error.contains("given twice"), "{}", b[5].error);
@@ -475,5 +354,65 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
+    }
+
+    /// Decoding stops at the first line past the limit, whatever follows.
+    #[test]
+    fn decoding_stops_past_the_event_limit() {
+        let s = Schema::default();
+        let line = "listing_event,event=view count=1i 5\n";
+        assert_eq!(
+            decode_line_protocol(&s, &line.repeat(3), Precision::Ms, 0, 3)
+                .unwrap()
+                .len(),
+            3
+        );
+        let over = format!("{}not even a point\n", line.repeat(4));
+        let json = "{\"time\": 1, \"kind\": \"view\"}";
+        let array = format!("[{json},{json},{json},{json}, this is not JSON");
+        let ndjson = format!("{json}\n{json}\n{json}\n{json}\n");
+        for refused in [
+            decode_line_protocol(&s, &over, Precision::Ms, 0, 3),
+            decode_json(&s, &array, 3),
+            decode_json(&s, &ndjson, 3),
+        ] {
+            match refused {
+                Err(IngestError::TooLarge(m)) => assert_eq!(
+                    m,
+                    "more than 3 events in one request (events.max_batch): split the batch"
+                ),
+                other => panic!("{other:?}"),
+            }
+        }
+        assert_eq!(
+            decode_json(&s, &format!("[{json},{json},{json}]"), 3)
+                .unwrap()
+                .len(),
+            3
+        );
+    }
+
+    /// A millisecond timestamp read as nanoseconds lands in 1970: the refusal says so.
+    #[test]
+    fn times_before_the_raw_window_are_refused_with_a_unit_hint() {
+        let now = 1_795_999_534_123; // 2026-11-30
+        let window = 7 * 86_400_000 + 3_600_000;
+        let e = check_time(now / 1_000_000, now, window).unwrap_err();
+        assert_eq!(
+            e,
+            "time 1795999 (Unix ms, 1970-01-01T00:29:55.999Z) is before the raw window: events \
+             older than raw_retention + lateness (7days 1h) are refused; ×1000000 it would be \
+             2026-11-30T00:36:40.000Z: Unix milliseconds sent without precision=ms (line \
+             protocol's default unit is ns)?"
+        );
+        let e = check_time(now / 1000, now, window).unwrap_err();
+        assert!(
+            e.contains("×1000 it would be 2026-11-30T00:45:34.000Z: seconds where"),
+            "{e}"
+        );
+        let e = check_time(now - window - 1, now, window).unwrap_err();
+        assert!(e.ends_with("are refused"), "{e}");
+        assert_eq!(check_time(now - window, now, window), Ok(()));
+        assert_eq!(check_time(now + MAX_FUTURE_MS, now, window), Ok(()));
     }
 }

@@ -17,7 +17,7 @@ use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 use tidemark_core::day::UtcDay;
 use tidemark_core::http::{
-    ApiError, ApiJson, ApiJsonArray, ApiQuery, ErrorBody, Tenant, body_limit,
+    ApiError, ApiJson, ApiJsonArray, ApiQuery, ErrorBody, NoQuery, Tenant, body_limit,
 };
 use tidemark_core::openapi::JsonBodyErrors;
 use tidemark_core::store::StoreError;
@@ -118,6 +118,7 @@ struct AccountBody {
 )]
 async fn put_listing(
     State(s): State<AnalyticsHttp>,
+    _: NoQuery,
     Tenant(tenant): Tenant,
     Path(lid): Path<String>,
     ApiJson(body): ApiJson<AccountBody>,
@@ -164,6 +165,7 @@ struct Upserted {
 )]
 async fn post_listings(
     State(s): State<AnalyticsHttp>,
+    _: NoQuery,
     Tenant(tenant): Tenant,
     ApiJsonArray(items): ApiJsonArray<ListingBody>,
 ) -> Result<axum::Json<Upserted>, ApiError> {
@@ -284,6 +286,7 @@ async fn report(
 )]
 async fn roll_up(
     State(s): State<AnalyticsHttp>,
+    _: NoQuery,
     _t: Tenant,
     Path(d): Path<String>,
 ) -> Result<axum::Json<RollupOutcome>, ApiError> {

@@ -4,7 +4,7 @@
 //! | route | answer |
 //! |---|---|
 //! | `POST /v1/mailings` `{"subject","html","from"}` | 201 `{"mailing_id"}` |
-//! | `POST /v1/mailings/{mid}/render` `{"recipients": [{"email","fields"}]}` | 200 `{"messages": [{"email","subject","html"}], "skipped": [{"email","reason"}]}` |
+//! | `POST /v1/mailings/{mid}/render` `{"recipients": [{"email","fields"}]}` | 200 `{"messages": [{"email","subject","html"}], "skipped": [{"email","reason"}]}`; NDJSON with `Accept: application/x-ndjson` ([`crate::ndjson`]) |
 //! | `POST /v1/mailings/{mid}/send` (same body) | 202 `{"queued", "skipped"}` |
 //! | `POST /v1/suppressions` `{"emails": [..]}` | 200 `{"suppressed": n}` |
 //! | `DELETE /v1/suppressions/{email}` | 204 (404 if it was not listed) |
@@ -18,11 +18,12 @@ use axum::http::{HeaderMap, HeaderValue, Method, StatusCode, header};
 use axum::response::{Html, IntoResponse, Response};
 use axum::routing::{delete, get, post};
 use serde::{Deserialize, Serialize};
-use tidemark_core::http::{ApiError, ApiJson, ErrorBody, Tenant, body_limit};
+use tidemark_core::http::{ApiError, ApiJson, ErrorBody, NoQuery, Tenant, body_limit};
 use tidemark_core::openapi::JsonBodyErrors;
 use utoipa::ToSchema;
 
 use crate::builder::{Recipient, Skipped};
+use crate::ndjson;
 use crate::redirect::PIXEL_GIF;
 use crate::service::{Hit, LinksService, Route};
 
@@ -94,6 +95,7 @@ struct MailingCreated {
 )]
 async fn create_mailing(
     State(svc): State<LinksService>,
+    _: NoQuery,
     tenant: Tenant,
     ApiJson(m): ApiJson<NewMailing>,
 ) -> Result<Response, ApiError> {
@@ -133,17 +135,25 @@ struct Rendered {
     params(("mid" = String, Path, description = "Mailing id")),
     request_body = Recipients,
     responses(
-        (status = 200, description = "Rendered; every link record is stored", body = Rendered),
+        (status = 200, description = "Rendered; every link record is stored. With `Accept: application/x-ndjson` the answer streams, a part of the recipients at a time: one object per line, `{\"message\": …}`, `{\"skipped\": …}`, and last `{\"done\": {\"messages\", \"skipped\"}}` or `{\"error\": {\"code\", \"message\"}}`", content(
+            (Rendered = "application/json"),
+            (String = "application/x-ndjson"),
+        )),
         (status = 404, description = "No such mailing (`not_found`)", body = ErrorBody),
         JsonBodyErrors,
     )
 )]
 async fn render(
     State(svc): State<LinksService>,
+    _: NoQuery,
     tenant: Tenant,
     Path(mid): Path<String>,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<Recipients>,
 ) -> Result<Response, ApiError> {
+    if ndjson::wants_ndjson(&headers) {
+        return Ok(ndjson::render(svc, tenant.0, &mid, body.recipients).await?);
+    }
     let (_, build) = svc.render(&tenant.0, &mid, body.recipients).await?;
     Ok(axum::Json(Rendered {
         messages: build.messages,
@@ -176,6 +186,7 @@ struct Queued {
 )]
 async fn send(
     State(svc): State<LinksService>,
+    _: NoQuery,
     tenant: Tenant,
     Path(mid): Path<String>,
     ApiJson(body): ApiJson<Recipients>,
@@ -226,6 +237,7 @@ struct Suppressed {
 )]
 async fn suppress(
     State(svc): State<LinksService>,
+    _: NoQuery,
     tenant: Tenant,
     ApiJson(body): ApiJson<Emails>,
 ) -> Result<Response, ApiError> {
@@ -246,6 +258,7 @@ async fn suppress(
 )]
 async fn unsuppress(
     State(svc): State<LinksService>,
+    _: NoQuery,
     tenant: Tenant,
     Path(email): Path<String>,
 ) -> Result<StatusCode, ApiError> {

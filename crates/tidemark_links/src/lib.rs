@@ -8,7 +8,9 @@
 //!    `<track base>/c/<id>` with a fresh [`id::LinkId`], and an open pixel `/o/<id>` is added;
 //!    nothing else in the HTML changes.
 //! 3. **Store** ([`store`]): all link records of one call go to the day partition their ids
-//!    carry, in one batch, before the call returns.
+//!    carry, in one batch, before the call returns; a streamed render ([`ndjson`]) stores
+//!    and answers a part of the recipients at a time. Rendering runs on the node's bounded
+//!    CPU pool, off the runtime's workers.
 //! 4. **Send** ([`send`]): rendered messages go to the sending pool (SMTP relays, or `.eml`
 //!    files on the embedded default).
 //! 5. **Redirect** ([`redirect`]): `/c/<id>` → 302 to the stored URL, `/o/<id>` → 1×1 GIF; the
@@ -38,6 +40,7 @@
 //! - `id`: 32-character tracking ids carrying their creation time, unguessable and checked.
 //! - `metrics`: links' Prometheus metrics.
 //! - `model`: link records, mailings and lookups.
+//! - `ndjson`: the streamed render, a part of the recipients at a time.
 //! - `mysql`: the MariaDB / MySQL link store.
 //! - `partitions`: the partition manager (create ahead, drop past retention).
 //! - `redirect`: the hit → event rule, the pixel, listing ids of `/item/<id>` targets.
@@ -64,6 +67,7 @@ pub mod metrics;
 mod migrations;
 pub mod model;
 pub mod mysql;
+pub mod ndjson;
 pub mod partitions;
 pub mod redirect;
 pub mod render;

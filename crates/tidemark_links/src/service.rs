@@ -8,6 +8,7 @@ use std::str::FromStr;
 use std::sync::Arc;
 
 use tidemark_core::clock::SharedClock;
+use tidemark_core::cpu::CpuPool;
 use tidemark_core::day::UtcDay;
 use tidemark_core::health::StoreHealth;
 use tidemark_core::store::StoreError;
@@ -79,6 +80,26 @@ pub struct LinksService {
     event_permits: Arc<Semaphore>,
     /// Where its writes are reported ([`LinksService::with_store_health`]).
     health: StoreHealth,
+    /// Where mailings are rendered, off the runtime's workers.
+    cpu: CpuPool,
+}
+
+/// Largest answer a render or send builds whole in memory (bytes, estimated as recipients ×
+/// the template's size): past it the call is refused, and a render can be streamed instead.
+pub const MAX_ANSWER_BYTES: usize = 64 * 1024 * 1024;
+
+/// Refuses a call whose messages would together exceed [`MAX_ANSWER_BYTES`].
+fn check_answer_size(mailing: &Mailing, recipients: usize) -> Result<()> {
+    let each = mailing.html.len() + mailing.subject.len();
+    let total = each.saturating_mul(recipients);
+    if total > MAX_ANSWER_BYTES {
+        return Err(LinksError::Invalid(format!(
+            "{recipients} recipients × a {each}-byte template ≈ {total} bytes of messages; at most \
+             {MAX_ANSWER_BYTES} in one answer: stream the render (Accept: application/x-ndjson) \
+             or split the recipients over several calls"
+        )));
+    }
+    Ok(())
 }
 
 /// The link and mailing stores' name in the node's [`StoreHealth`].
@@ -254,6 +275,7 @@ impl LinksService {
             metrics,
             event_permits: Arc::new(Semaphore::new(MAX_PENDING_HIT_EVENTS as usize)),
             health: StoreHealth::default(),
+            cpu: CpuPool::per_core(),
         }
     }
 
@@ -263,6 +285,13 @@ impl LinksService {
     #[must_use]
     pub fn with_store_health(mut self, health: StoreHealth) -> Self {
         self.health = health;
+        self
+    }
+
+    /// Renders on `cpu`, the node's shared pool, instead of a pool of its own.
+    #[must_use]
+    pub fn with_cpu_pool(mut self, cpu: CpuPool) -> Self {
+        self.cpu = cpu;
         self
     }
 
@@ -390,16 +419,46 @@ impl LinksService {
     }
 
     /// Renders the mailing for every recipient and stores all their link records in one batch
-    /// before returning. Nothing is stored if anything is invalid.
+    /// before returning. Nothing is stored if anything is invalid. The whole answer is built
+    /// in memory, so its estimated size is capped ([`MAX_ANSWER_BYTES`]); a larger render
+    /// goes through [`LinksService::prepare_render`] and [`LinksService::render_part`] a
+    /// part at a time, as the streamed (NDJSON) render route does.
     pub async fn render(
         &self,
         tenant: &str,
         mailing_id: &str,
         recipients: Vec<Recipient>,
     ) -> Result<(Mailing, Build)> {
-        self.check_recipients(&recipients)?;
+        let mailing = self.prepare_render(tenant, mailing_id, &recipients).await?;
+        check_answer_size(&mailing, recipients.len())?;
+        let build = self.render_part(tenant, &mailing, recipients).await?;
+        Ok((mailing, build))
+    }
+
+    /// Checks a render before any of it is built: the recipients (1 to
+    /// `links.max_recipients`, each an address) and recipients × links against
+    /// `links.max_links_per_call`; returns the mailing. Errors: invalid input, no such
+    /// mailing, the store.
+    pub async fn prepare_render(
+        &self,
+        tenant: &str,
+        mailing_id: &str,
+        recipients: &[Recipient],
+    ) -> Result<Mailing> {
+        self.check_recipients(recipients)?;
         let mailing = self.mailing(tenant, mailing_id).await?;
         self.check_links_per_call(&mailing, recipients.len())?;
+        Ok(mailing)
+    }
+
+    /// Renders `mailing` (from [`LinksService::prepare_render`]) for `recipients` on the CPU
+    /// pool and stores their link records in one batch before returning.
+    pub async fn render_part(
+        &self,
+        tenant: &str,
+        mailing: &Mailing,
+        recipients: Vec<Recipient>,
+    ) -> Result<Build> {
         let emails: Vec<String> = recipients
             .iter()
             .map(|r| r.email.trim().to_lowercase())
@@ -409,20 +468,21 @@ impl LinksService {
         let base = self.cfg.track_base.trim_end_matches('/').to_owned();
         let now = self.clock.now_ms();
         let max_links = self.cfg.max_links_per_message;
-        let build = tokio::task::spawn_blocking(move || -> Result<Build> {
-            let template = MailTemplate::compile(&m.html, &m.subject)?;
-            let builder = Builder {
-                template: &template,
-                rewrite: &rewrite,
-                codec: &codec,
-                track_base: &base,
-                mailing_id: &m.mailing_id,
-                max_links,
-            };
-            Ok(builder.build(&recipients, &suppressed, now))
-        })
-        .await
-        .map_err(|e| LinksError::Unavailable(format!("render task: {e}")))??;
+        let build = self
+            .cpu
+            .run(move || -> Result<Build> {
+                let template = MailTemplate::compile(&m.html, &m.subject)?;
+                let builder = Builder {
+                    template: &template,
+                    rewrite: &rewrite,
+                    codec: &codec,
+                    track_base: &base,
+                    mailing_id: &m.mailing_id,
+                    max_links,
+                };
+                Ok(builder.build(&recipients, &suppressed, now))
+            })
+            .await?;
         let records = build.records.clone();
         let n = records.len() as u64;
         let inserted = self.links.insert(records).await;
@@ -431,7 +491,7 @@ impl LinksService {
         self.metrics.records_stored.inc_by(n);
         self.metrics.rendered.inc_by(build.messages.len() as u64);
         self.metrics.skipped.inc_by(build.skipped.len() as u64);
-        Ok((mailing, build))
+        Ok(build)
     }
 
     /// Renders, stores, and hands every message to the sending pool.

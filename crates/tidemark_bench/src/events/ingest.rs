@@ -143,8 +143,10 @@ impl Format {
     fn decode(self, schema: &Schema, body: &[u8]) -> anyhow::Result<Vec<Event>> {
         let text = std::str::from_utf8(body)?;
         Ok(match self {
-            Format::Json => decode_json(schema, text)?,
-            Format::LineProtocol => decode_line_protocol(schema, text, Precision::Ms, 0)?,
+            Format::Json => decode_json(schema, text, usize::MAX)?,
+            Format::LineProtocol => {
+                decode_line_protocol(schema, text, Precision::Ms, 0, usize::MAX)?
+            }
         })
     }
 }
