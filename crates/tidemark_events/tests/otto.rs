@@ -153,7 +153,12 @@ async fn otto_roundtrip(raw: Arc<dyn RawStore>, rollups: &dyn RollupStore) {
         "the file has same-kind events sharing a millisecond"
     );
 
-    let ingest = Ingest::new(Arc::clone(&raw), EventsConfig::default());
+    // The file's events are of 2022: a raw window long enough to take them in.
+    let cfg = EventsConfig {
+        raw_retention: std::time::Duration::from_secs(3650 * 86_400),
+        ..EventsConfig::default()
+    };
+    let ingest = Ingest::new(Arc::clone(&raw), cfg);
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
