@@ -333,6 +333,16 @@ impl Config {
                     keys,
                 });
             }
+            // Each node would otherwise make its own secret in its data directory, and the
+            // ids one node makes would be refused by the others.
+            if self.links.id_secret.is_none() {
+                return Err(ConfigError::Value(format!(
+                    "refusing to start: role \"{}\" shares its link store with other nodes, which \
+                     must all check ids with one secret: set links.id_secret (32 hex digits, the \
+                     same on every node; e.g. `openssl rand -hex 16`)",
+                    self.role
+                )));
+            }
         }
         Ok(())
     }
@@ -461,6 +471,14 @@ mod tests {
             "refusing to start: role \"workers\" shares its stores with other nodes, but the embedded SQLite store, which only one process can use, is named by links.store; set links.store = \"mysql://user:password@host:port/database\" (see docs/configuration.md, \"Roles\"), or run one process with role \"all\""
         );
         cfg.links.store = "mysql://root@127.0.0.1/links".into();
+        let err = cfg.validate().expect_err("no id secret");
+        assert_eq!(
+            err.to_string(),
+            "configuration: refusing to start: role \"workers\" shares its link store with other \
+             nodes, which must all check ids with one secret: set links.id_secret (32 hex digits, \
+             the same on every node; e.g. `openssl rand -hex 16`)"
+        );
+        cfg.links.id_secret = Some("00112233445566778899aabbccddeeff".into());
         assert!(cfg.validate().is_ok());
         cfg.chat.mode = tidemark_chat::ChatMode::HotOnly;
         cfg.chat.outbox = "sqlite".into();

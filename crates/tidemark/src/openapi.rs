@@ -7,6 +7,7 @@ use axum::Router;
 use axum::http::header;
 use axum::response::IntoResponse;
 use axum::routing::get;
+use tidemark_core::http::NoQuery;
 use tidemark_core::openapi::V1Conventions;
 use utoipa::{Modify, OpenApi};
 
@@ -128,7 +129,7 @@ pub fn router(kinds: &[String]) -> Router {
         .expect("the OpenAPI document serializes");
     Router::new().route(
         OPENAPI_PATH,
-        get(move || {
+        get(move |_: NoQuery| {
             let body = body.clone();
             async move { ([(header::CONTENT_TYPE, "application/json")], body).into_response() }
         }),

@@ -121,6 +121,46 @@ pub async fn connect(url: &str, max_connections: u32) -> Result<MySqlPool, Mysql
     Ok(pool)
 }
 
+/// Text column `i` of `row`. Tables in the `utf8mb4_bin` collation (exact comparison, which
+/// ids and addresses need) are reported by the server as binary, which sqlx will not decode
+/// as `String`; the bytes are checked as UTF-8 here instead. Errors: the column is missing or
+/// not UTF-8 (a decode error, which stores sort as corrupt data).
+pub fn text_column(row: &sqlx::mysql::MySqlRow, i: usize) -> Result<String, sqlx::Error> {
+    use sqlx::Row;
+    String::from_utf8(row.try_get::<Vec<u8>, _>(i)?).map_err(|e| sqlx::Error::ColumnDecode {
+        index: i.to_string(),
+        source: Box::new(e),
+    })
+}
+
+/// A connection of its own, taken out of `pool`, that holds the named lock `name` of this
+/// database (`GET_LOCK`; lock names are server-wide, so the database's hash is added), or
+/// `None` when another session kept it for `wait`. Statements that must not run on two nodes
+/// at once (partition DDL) run on it; closing it releases the lock, and so does the session's
+/// end when its node dies, at once and without a lease to expire. `name` is at most 23
+/// characters.
+pub async fn lock_session(
+    pool: &MySqlPool,
+    name: &str,
+    wait: Duration,
+) -> Result<Option<sqlx::MySqlConnection>, sqlx::Error> {
+    debug_assert!(name.len() <= 23, "GET_LOCK names are at most 64 characters");
+    // Detached: the lock belongs to this connection, which must never go back to the pool.
+    let mut conn = pool.acquire().await?.detach();
+    let (got,): (Option<i64>,) =
+        sqlx::query_as("SELECT CAST(GET_LOCK(CONCAT(?, '.', SHA1(DATABASE())), ?) AS SIGNED)")
+            .bind(name)
+            .bind(wait.as_secs())
+            .fetch_one(&mut conn)
+            .await?;
+    if got == Some(1) {
+        Ok(Some(conn))
+    } else {
+        let _ = conn.close().await;
+        Ok(None)
+    }
+}
+
 /// Creates a new, empty database named `<prefix>_<pid>_<n>_<ms>` on the server of `server_url`
 /// (`mysql://user@host:port`, any path ignored) and returns its URL. For tests and benchmarks;
 /// drop it with [`drop_database`]. With the `testing` feature only.

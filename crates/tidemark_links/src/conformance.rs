@@ -1,5 +1,6 @@
-//! The link-store conformance suite (STYLE.md, object_store's `integration.rs`): one function
-//! that takes a fresh, empty [`LinkStore`] and checks the port's contract with exact values.
+//! The link-store conformance suite (STYLE.md, object_store's `integration.rs`): a function
+//! per port that takes a fresh, empty [`LinkStore`] or [`MailingStore`] and checks the
+//! port's contract with exact values.
 //! Every backend's tests call it unchanged — SQLite (`tests/conformance_sqlite.rs`) and
 //! MariaDB (`tests/conformance_mysql.rs`). It panics (asserts) on a violation.
 
@@ -8,9 +9,9 @@ use std::sync::Arc;
 use tidemark_core::day::UtcDay;
 
 use crate::id::{IdCodec, LinkId};
-use crate::model::{LinkRecord, Lookup};
+use crate::model::{LinkRecord, Lookup, Mailing};
 use crate::rewrite::LinkKind;
-use crate::store::LinkStore;
+use crate::store::{LinkStore, MailingStore};
 
 fn record(id: &LinkId, url: &str, position: Option<u32>, kind: LinkKind) -> LinkRecord {
     LinkRecord {
@@ -147,4 +148,46 @@ pub async fn link_store(store: Arc<dyn LinkStore>) {
         Lookup::Found(later)
     );
     assert!(store.drop_partitions_before(d1).await.unwrap().is_empty());
+}
+
+/// The mailing-store contract: a mailing reads back exactly (a template of 1 MiB, any
+/// characters), per tenant; the suppression list is per tenant, lower case, idempotent, and a
+/// lookup of many addresses returns exactly the suppressed ones.
+pub async fn mailing_store(store: Arc<dyn MailingStore>) {
+    let html = format!("<p>Zdravo {{{{ name }}}} — ✓ 😀</p>{}", "x".repeat(1 << 20));
+    let m = Mailing {
+        mailing_id: "0193a1b2-c3d4-7e5f-8a9b-0c1d2e3f4a5b".into(),
+        tenant: "acme".into(),
+        subject: "Novo: {{ title }}".into(),
+        from: "Oglasi <news@oglasi.example>".into(),
+        html,
+        created_ms: 1_795_999_534_123,
+    };
+    store.create_mailing(m.clone()).await.unwrap();
+    assert_eq!(
+        store.mailing("acme", &m.mailing_id).await.unwrap(),
+        Some(m.clone())
+    );
+    assert_eq!(store.mailing("other", &m.mailing_id).await.unwrap(), None);
+    assert_eq!(store.mailing("acme", "no-such").await.unwrap(), None);
+
+    let emails: Vec<String> = (0..2500).map(|i| format!("r{i}@x.example")).collect();
+    store
+        .suppress("acme", &["R7@X.example".into(), "r2400@x.example".into()])
+        .await
+        .unwrap();
+    // Again: idempotent.
+    store
+        .suppress("acme", &["r7@x.example".into()])
+        .await
+        .unwrap();
+    let hit = store.suppressed("acme", &emails).await.unwrap();
+    let mut hit: Vec<String> = hit.into_iter().collect();
+    hit.sort();
+    assert_eq!(hit, vec!["r2400@x.example", "r7@x.example"]);
+    assert!(store.suppressed("other", &emails).await.unwrap().is_empty());
+    assert!(store.unsuppress("acme", "R7@x.example").await.unwrap());
+    assert!(!store.unsuppress("acme", "r7@x.example").await.unwrap());
+    let hit = store.suppressed("acme", &emails).await.unwrap();
+    assert_eq!(hit.into_iter().collect::<Vec<_>>(), vec!["r2400@x.example"]);
 }

@@ -96,6 +96,16 @@ impl IdCodec {
         Self { key }
     }
 
+    /// A value that tells two secrets apart without revealing either: SipHash-2-4 keyed by the
+    /// secret over a fixed label, 16 hex digits. Nodes sharing a link store compare it, so a
+    /// node with another `links.id_secret` is refused instead of rejecting every id the
+    /// others made.
+    pub fn fingerprint(&self) -> String {
+        let mut h = SipHasher24::new_with_key(&self.key);
+        h.write(b"tidemark links id secret fingerprint");
+        format!("{:016x}", h.finish())
+    }
+
     fn check(&self, body: &[u8]) -> [u8; CHECK_CHARS] {
         let mut h = SipHasher24::new_with_key(&self.key);
         h.write(body);

@@ -24,9 +24,11 @@
 //!
 //! Backends:
 //! - **SQLite link store**, the embedded default ([`sqlite`], `links.db`): a table per UTC day;
-//!   the same file holds the mailings and the suppression list, whichever link store is used.
+//!   the same file holds the mailings and the suppression list.
 //! - **MariaDB / MySQL link store** ([`mysql`]): one table `PARTITION BY RANGE` per day,
-//!   compressed rows, a sequential clustered key.
+//!   compressed rows, a sequential clustered key; the mailings, the suppression list and the
+//!   id secret's check value in the same database, so nothing of links is local to a node, and
+//!   partition DDL under a lock of the database, so nodes take turns.
 //! - **Sending pool** ([`send`]): SMTP relays over pooled connections (lettre), or `.eml` files
 //!   under the data dir on the embedded default.
 //!
@@ -41,14 +43,15 @@
 //! - `metrics`: links' Prometheus metrics.
 //! - `model`: link records, mailings and lookups.
 //! - `ndjson`: the streamed render, a part of the recipients at a time.
-//! - `mysql`: the MariaDB / MySQL link store.
+//! - `mysql`: the MariaDB / MySQL link store and mailing store.
 //! - `partitions`: the partition manager (create ahead, drop past retention).
 //! - `redirect`: the hit → event rule, the pixel, listing ids of `/item/<id>` targets.
 //! - `render`: merge fields through Handlebars, HTML-escaped, strict.
 //! - `rewrite`: finds trackable attributes in the HTML and splices in tracking URLs.
 //! - `rules`: which links are tracked and which are not.
 //! - `send`: the sending pool and its `.eml` and SMTP transports.
-//! - `service`: the links API the routes call (mailings, render/send, suppressions, lookups).
+//! - `service`: the links API the routes call (mailings, render/send, suppressions, lookups),
+//!   and opening it on its stores.
 //! - `sqlite`: the embedded link store and mailing store.
 //! - `store`: the link-store and mailing-store ports.
 //! - `user_agent`: bot, scanner, previewer and image-proxy classes of a `User-Agent`.

@@ -8,6 +8,8 @@
 //! [`MYSQL`], the MariaDB / MySQL store (its row in `tidemark_schema_version` is `links`):
 //! - version 1: the table `links`, partitioned by day, made with its first partitions by the
 //!   first insert ([`crate::mysql`]); nothing to create before.
+//! - version 2: `mailing`, `suppression` (the mailing store, shared by every node) and
+//!   `links_meta` (the id secret's check value, so nodes with different secrets are refused).
 //!
 //! Neither has had a layout before version 1: nothing to adopt.
 
@@ -45,9 +47,39 @@ CREATE TABLE IF NOT EXISTS suppression (
 pub(crate) static MYSQL: Versions<MysqlUp> = Versions {
     store: "links",
     marks: &["links"],
-    migrations: &[Step {
-        what: "links, partitioned by day (made by the first insert)",
-        up: MysqlUp::Sql(&[]),
-    }],
+    migrations: &[
+        Step {
+            what: "links, partitioned by day (made by the first insert)",
+            up: MysqlUp::Sql(&[]),
+        },
+        Step {
+            what: "mailing, suppression and links_meta tables",
+            up: MysqlUp::Sql(MYSQL_V2),
+        },
+    ],
     adopt: &[],
 };
+
+/// Version 2 of the MariaDB store. Addresses are stored lower case (the service normalises
+/// them) and compared byte for byte; a template is at most `links.max_template_bytes` (1 MiB
+/// by default), well inside `MEDIUMTEXT`.
+const MYSQL_V2: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS mailing (
+        tenant VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        mailing_id VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL,
+        subject TEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        sender VARCHAR(320) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        html MEDIUMTEXT CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        created_ms BIGINT NOT NULL,
+        PRIMARY KEY (tenant, mailing_id)
+    ) ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS suppression (
+        tenant VARCHAR(191) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        email VARCHAR(320) CHARACTER SET utf8mb4 COLLATE utf8mb4_bin NOT NULL,
+        PRIMARY KEY (tenant, email)
+    ) ENGINE=InnoDB",
+    "CREATE TABLE IF NOT EXISTS links_meta (
+        name VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NOT NULL PRIMARY KEY,
+        value VARCHAR(255) CHARACTER SET ascii COLLATE ascii_bin NOT NULL
+    ) ENGINE=InnoDB",
+];

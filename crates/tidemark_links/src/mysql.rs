@@ -10,6 +10,9 @@
 //!   partitioning column);
 //! - `ROW_FORMAT=COMPRESSED KEY_BLOCK_SIZE=8`.
 //!
+//! The same database holds the mailings and the suppression list (`mailings`), so nothing of
+//! links is local to a node.
+//!
 //! Data flow:
 //! - [`LinkStore::insert`]: the partitions of the batch's days are made sure of first (see
 //!   below), then multi-row `INSERT`s of up to [`ROWS_PER_INSERT`] rows, all in one
@@ -25,26 +28,42 @@
 //!   (`DROP PARTITION`); when every partition is expired the table itself is dropped and is
 //!   created again by the next insert or create.
 //!
-//! Partition DDL of this process is serialised by a mutex, and the set of existing days is
-//! cached between DDL statements. Run one partition manager per database: two processes
-//! changing partitions at once may fail a statement (it is retried by the next pass).
+//! Partition DDL runs under a lock of the database (`GET_LOCK`, [`DDL_LOCK`]) held by the
+//! session that runs it: nodes take turns, and each reads the partitions afresh once it holds
+//! the lock, so two nodes never race on `ALTER TABLE`, and a node that dies mid-change frees
+//! the lock with its session. Within a process a mutex serialises the callers, and the set of
+//! existing days is cached between DDL passes (an insert that meets a partition another node
+//! dropped reads it again).
 
 use std::collections::BTreeMap;
 use std::collections::BTreeSet;
 
 use async_trait::async_trait;
+use sqlx::MySqlConnection;
 use sqlx::mysql::MySqlPool;
-use sqlx::{QueryBuilder, Row};
+use sqlx::{Connection, QueryBuilder, Row};
 use tidemark_core::day::UtcDay;
-use tidemark_core::mysql::{MysqlError, connect};
+use tidemark_core::mysql::{MysqlError, connect, lock_session};
 use tidemark_core::schema::migrate_mysql;
+use tidemark_core::store::StoreError;
 use tokio::sync::Mutex;
+
+mod mailings;
+
+pub use mailings::TakenIn;
 
 use crate::error::{LinksError, Result};
 use crate::id::LinkId;
 use crate::model::{LinkRecord, Lookup};
 use crate::rewrite::LinkKind;
 use crate::store::LinkStore;
+
+/// The named lock every node takes before it reads and changes partitions.
+const DDL_LOCK: &str = "tidemark_links_ddl";
+
+/// Longest wait for [`DDL_LOCK`]: a partition change takes well under a second, a
+/// `REORGANIZE` of a big partition longer.
+const DDL_LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(30);
 
 /// Rows per multi-row `INSERT` (8 placeholders each, far below the 65,535 limit).
 pub const ROWS_PER_INSERT: usize = 500;
@@ -208,25 +227,19 @@ impl MysqlLinks {
         &self.pool
     }
 
-    async fn read_partitions(&self) -> Result<BTreeSet<UtcDay>> {
-        let rows = sqlx::query(
-            "SELECT PARTITION_NAME FROM information_schema.PARTITIONS
-             WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'links'
-               AND PARTITION_NAME IS NOT NULL",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        let mut days = BTreeSet::new();
-        for r in rows {
-            let name: String = r.try_get(0)?;
-            let c = name.trim_start_matches('p');
-            if c.len() == 8
-                && let Ok(d) = UtcDay::parse(&format!("{}-{}-{}", &c[..4], &c[4..6], &c[6..]))
-            {
-                days.insert(d);
-            }
-        }
-        Ok(days)
+    /// A session holding this database's partition lock (see the module docs).
+    async fn ddl_session(&self) -> Result<MySqlConnection> {
+        lock_session(&self.pool, DDL_LOCK, DDL_LOCK_WAIT)
+            .await?
+            .ok_or_else(|| {
+                LinksError::Store(StoreError::unavailable(
+                    "mysql",
+                    format!(
+                        "another node held the link partition lock for {} s",
+                        DDL_LOCK_WAIT.as_secs()
+                    ),
+                ))
+            })
     }
 
     /// Gives every day of `days` its own partition (DDL only for the missing ones).
@@ -237,18 +250,12 @@ impl MysqlLinks {
         {
             return Ok(());
         }
-        let existing = self.read_partitions().await?;
-        let existing: Vec<UtcDay> = existing.into_iter().collect();
-        let steps = plan(&existing, days);
         // Forget the cache first: if a statement fails, the next call reads the truth.
         *known = None;
-        for step in &steps {
-            sqlx::query(&step.sql()).execute(&self.pool).await?;
-        }
-        if !steps.is_empty() {
-            tracing::info!(?days, "created link partitions");
-        }
-        *known = Some(self.read_partitions().await?);
+        let mut conn = self.ddl_session().await?;
+        let changed = ensure_locked(&mut conn, days).await;
+        let _ = conn.close().await;
+        *known = Some(changed?);
         Ok(())
     }
 
@@ -318,33 +325,18 @@ impl LinkStore for MysqlLinks {
 
     async fn drop_partitions_before(&self, oldest_kept: UtcDay) -> Result<Vec<UtcDay>> {
         let mut known = self.known.lock().await;
-        let existing = self.read_partitions().await?;
-        let old: Vec<UtcDay> = existing.range(..oldest_kept).copied().collect();
-        if old.is_empty() {
-            *known = Some(existing);
-            return Ok(old);
-        }
         *known = None;
-        if old.len() == existing.len() {
-            // A partitioned table cannot lose its last partition: drop the table whole.
-            sqlx::query("DROP TABLE IF EXISTS links")
-                .execute(&self.pool)
-                .await?;
-        } else {
-            let names: Vec<String> = old.iter().map(|d| partition_name(*d)).collect();
-            sqlx::query(&format!(
-                "ALTER TABLE links DROP PARTITION {}",
-                names.join(", ")
-            ))
-            .execute(&self.pool)
-            .await?;
-        }
-        *known = Some(self.read_partitions().await?);
+        let mut conn = self.ddl_session().await?;
+        let dropped = drop_locked(&mut conn, oldest_kept).await;
+        let _ = conn.close().await;
+        let (old, left) = dropped?;
+        *known = Some(left);
         Ok(old)
     }
 
     async fn partitions(&self) -> Result<Vec<UtcDay>> {
-        Ok(self.read_partitions().await?.into_iter().collect())
+        let mut conn = self.pool.acquire().await?;
+        Ok(read_partitions(&mut conn).await?.into_iter().collect())
     }
 
     async fn count(&self, day: UtcDay) -> Result<u64> {
@@ -358,6 +350,71 @@ impl LinkStore for MysqlLinks {
             Err(e) => Err(e.into()),
         }
     }
+}
+
+/// The days that have a partition, read from the server.
+async fn read_partitions(conn: &mut MySqlConnection) -> Result<BTreeSet<UtcDay>> {
+    let rows = sqlx::query(
+        "SELECT PARTITION_NAME FROM information_schema.PARTITIONS
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'links'
+           AND PARTITION_NAME IS NOT NULL",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut days = BTreeSet::new();
+    for r in rows {
+        let name: String = r.try_get(0)?;
+        let c = name.trim_start_matches('p');
+        if c.len() == 8
+            && let Ok(d) = UtcDay::parse(&format!("{}-{}-{}", &c[..4], &c[4..6], &c[6..]))
+        {
+            days.insert(d);
+        }
+    }
+    Ok(days)
+}
+
+/// On a session holding the partition lock: reads the partitions another node may just have
+/// changed, makes the missing ones of `days`, and returns the partitions now there.
+async fn ensure_locked(conn: &mut MySqlConnection, days: &[UtcDay]) -> Result<BTreeSet<UtcDay>> {
+    let existing: Vec<UtcDay> = read_partitions(conn).await?.into_iter().collect();
+    let steps = plan(&existing, days);
+    for step in &steps {
+        sqlx::query(&step.sql()).execute(&mut *conn).await?;
+    }
+    if !steps.is_empty() {
+        tracing::info!(?days, "created link partitions");
+    }
+    read_partitions(conn).await
+}
+
+/// On a session holding the partition lock: drops the partitions of days before
+/// `oldest_kept` (the table, when that is every one); returns the days dropped and the
+/// partitions left.
+async fn drop_locked(
+    conn: &mut MySqlConnection,
+    oldest_kept: UtcDay,
+) -> Result<(Vec<UtcDay>, BTreeSet<UtcDay>)> {
+    let existing = read_partitions(conn).await?;
+    let old: Vec<UtcDay> = existing.range(..oldest_kept).copied().collect();
+    if old.is_empty() {
+        return Ok((old, existing));
+    }
+    if old.len() == existing.len() {
+        // A partitioned table cannot lose its last partition: drop the table whole.
+        sqlx::query("DROP TABLE IF EXISTS links")
+            .execute(&mut *conn)
+            .await?;
+    } else {
+        let names: Vec<String> = old.iter().map(|d| partition_name(*d)).collect();
+        sqlx::query(&format!(
+            "ALTER TABLE links DROP PARTITION {}",
+            names.join(", ")
+        ))
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok((old, read_partitions(conn).await?))
 }
 
 /// Inserts `records` into `links` in one transaction of multi-row statements of at most

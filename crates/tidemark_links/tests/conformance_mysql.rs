@@ -1,6 +1,7 @@
 //! The link-store conformance suite on MariaDB (the machine's server, `TEST_MYSQL_URL`;
-//! a scratch database per test), and the MariaDB-only promises: a lookup touches exactly one
-//! partition, rows are compressed.
+//! a scratch database per test), the mailing-store suite, and the MariaDB-only promises: a
+//! lookup touches exactly one partition, rows are compressed, nodes take turns changing
+//! partitions, share one id secret, and move their local mailings in.
 
 use std::sync::Arc;
 
@@ -9,10 +10,11 @@ use tidemark_core::day::UtcDay;
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_links::conformance;
 use tidemark_links::id::IdCodec;
-use tidemark_links::model::{LinkRecord, Lookup};
+use tidemark_links::model::{LinkRecord, Lookup, Mailing};
 use tidemark_links::mysql::{LOOKUP_SQL, MysqlLinks};
 use tidemark_links::rewrite::LinkKind;
-use tidemark_links::store::LinkStore;
+use tidemark_links::sqlite::SqliteLinks;
+use tidemark_links::store::{LinkStore, MailingStore};
 
 async fn scratch(prefix: &str) -> (String, MysqlLinks) {
     let url = scratch_database(&test_server_url(), prefix).await.unwrap();
@@ -26,6 +28,129 @@ async fn mysql_link_store() {
     let store = Arc::new(store);
     conformance::link_store(Arc::clone(&store) as Arc<dyn LinkStore>).await;
     store.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_mailing_store() {
+    let (url, store) = scratch("tm_mailings").await;
+    let store = Arc::new(store);
+    conformance::mailing_store(Arc::clone(&store) as Arc<dyn MailingStore>).await;
+    store.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
+/// Two nodes (two pools on one database) changing partitions at once take turns under the
+/// database's partition lock: every statement succeeds and the partitions come out exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_nodes_changing_partitions_at_once_take_turns() {
+    let (url, a) = scratch("tm_links_ddl").await;
+    let b = MysqlLinks::connect(&url, 4).await.unwrap();
+    let first = UtcDay::parse("2026-11-01").unwrap();
+    let (a, b) = (Arc::new(a), Arc::new(b));
+    let mut jobs = Vec::new();
+    for round in 0..6 {
+        for (node, store) in [(0, Arc::clone(&a)), (1, Arc::clone(&b))] {
+            jobs.push(tokio::spawn(async move {
+                // Both nodes add the same days, above and below what exists (backfill), and
+                // one drops the oldest.
+                let days: Vec<UtcDay> = (0..4).map(|i| first.plus(20 - 3 * round + i)).collect();
+                store.create_partitions(&days).await?;
+                if node == 1 && round == 5 {
+                    store.drop_partitions_before(first.plus(6)).await?;
+                }
+                Ok::<_, tidemark_links::error::LinksError>(())
+            }));
+        }
+    }
+    for j in jobs {
+        j.await.unwrap().unwrap();
+    }
+    let left = a.partitions().await.unwrap();
+    assert!(left.iter().all(|d| *d >= first.plus(6)), "{left:?}");
+    assert_eq!(left.last(), Some(&first.plus(23)));
+    // Every day from the lowest kept to the highest has its own partition.
+    let lowest = *left.first().unwrap();
+    let expected: Vec<UtcDay> = (0..)
+        .map(|i| lowest.plus(i))
+        .take_while(|d| *d <= first.plus(23))
+        .collect();
+    assert_eq!(left, expected);
+    a.pool().close().await;
+    b.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
+/// The first node records its id secret's check value; a node with another secret is
+/// refused, naming `links.id_secret`; the same secret passes on any node.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_another_id_secret_is_refused() {
+    let (url, a) = scratch("tm_links_secret").await;
+    let b = MysqlLinks::connect(&url, 2).await.unwrap();
+    let ours = IdCodec::new([7; 16]).fingerprint();
+    a.check_id_secret(&ours).await.unwrap();
+    b.check_id_secret(&ours).await.unwrap();
+    let theirs = IdCodec::new([8; 16]).fingerprint();
+    assert_ne!(ours, theirs);
+    let err = b.check_id_secret(&theirs).await.unwrap_err().to_string();
+    assert!(
+        err.starts_with("links.id_secret differs from the secret this MariaDB link store"),
+        "{err}"
+    );
+    a.pool().close().await;
+    b.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
+/// A node's local mailings and suppression list move into the MariaDB store once: the file
+/// is renamed, and what it held reads back through the shared store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn local_mailings_move_into_the_shared_store_once() {
+    let (url, shared) = scratch("tm_links_take_in").await;
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("links.db");
+    let mailing = Mailing {
+        mailing_id: "m-local".into(),
+        tenant: "acme".into(),
+        subject: "s".into(),
+        from: "a@b.example".into(),
+        html: "<p>local</p>".into(),
+        created_ms: 1_795_999_534_123,
+    };
+    {
+        let local = SqliteLinks::open(&path).unwrap();
+        local.create_mailing(mailing.clone()).await.unwrap();
+        local
+            .suppress("acme", &["gone@x.example".into()])
+            .await
+            .unwrap();
+    }
+    let taken = shared.take_in_local(&path).await.unwrap();
+    assert_eq!((taken.mailings, taken.suppressions), (1, 1));
+    assert!(!path.exists() && dir.path().join("links.db.moved").exists());
+    assert_eq!(
+        shared.mailing("acme", "m-local").await.unwrap(),
+        Some(mailing)
+    );
+    let hit = shared
+        .suppressed("acme", &["gone@x.example".into()])
+        .await
+        .unwrap();
+    assert_eq!(hit.len(), 1);
+    // Unsuppressed on the shared store, it stays so: nothing is taken in a second time.
+    assert!(shared.unsuppress("acme", "gone@x.example").await.unwrap());
+    assert_eq!(
+        shared.take_in_local(&path).await.unwrap(),
+        Default::default()
+    );
+    assert!(
+        shared
+            .suppressed("acme", &["gone@x.example".into()])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    shared.pool().close().await;
     drop_database(&url).await.unwrap();
 }
 
@@ -100,7 +225,7 @@ async fn schema_version(store: &MysqlLinks) -> Option<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_of_a_newer_build_is_refused() {
     let (url, store) = scratch("tm_links_schema").await;
-    assert_eq!(schema_version(&store).await, Some(1));
+    assert_eq!(schema_version(&store).await, Some(2));
     sqlx::query("UPDATE tidemark_schema_version SET version = 4 WHERE store = 'links'")
         .execute(store.pool())
         .await
@@ -110,7 +235,7 @@ async fn a_store_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "mysql: database {database} has links schema version 4, this build knows up to 1: use a newer tidemark"
+            "mysql: database {database} has links schema version 4, this build knows up to 2: use a newer tidemark"
         )
     );
     store.pool().close().await;

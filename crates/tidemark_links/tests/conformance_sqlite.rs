@@ -14,3 +14,12 @@ async fn sqlite_link_store() {
     ))
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_mailing_store() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::mailing_store(Arc::new(
+        SqliteLinks::open(&dir.path().join("links.db")).unwrap(),
+    ))
+    .await;
+}

@@ -90,6 +90,11 @@ impl Engines {
     pub fn env(&self) -> Vec<(String, String)> {
         vec![
             ("TIDEMARK_LINKS__STORE".into(), self.links_db.clone()),
+            // One id secret for every node on these engines, as a multi-node role requires.
+            (
+                "TIDEMARK_LINKS__ID_SECRET".into(),
+                "5eed0001c0ffee00d15ea5e0ba5eba11".into(),
+            ),
             ("TIDEMARK_EVENTS__RAW".into(), self.influx.url("tidemark")),
             ("TIDEMARK_EVENTS__ROLLUPS".into(), self.rollups_db.clone()),
         ]

@@ -16,6 +16,7 @@ use async_trait::async_trait;
 use futures::future::try_join_all;
 use sqlx::mysql::{MySqlPool, MySqlRow};
 use sqlx::{QueryBuilder, Row};
+use tidemark_core::mysql::text_column;
 
 use tidemark_core::schema::migrate_mysql;
 
@@ -61,22 +62,15 @@ impl MysqlArchive {
     }
 }
 
-/// A text column. With the `utf8mb4_bin` collation the server reports text as binary, which
-/// sqlx will not decode as `String`; the bytes are checked as UTF-8 here instead.
-fn text(row: &MySqlRow, i: usize) -> Result<String> {
-    String::from_utf8(row.try_get::<Vec<u8>, _>(i)?)
-        .map_err(|e| ChatError::Corrupt(format!("archive column {i} is not UTF-8: {e}")))
-}
-
 fn record_from_row(row: &MySqlRow) -> Result<MessageRecord> {
     Ok(MessageRecord {
-        tenant: text(row, 0)?,
-        conversation_id: text(row, 1)?,
+        tenant: text_column(row, 0)?,
+        conversation_id: text_column(row, 1)?,
         conversation_seq: row.try_get(2)?,
-        message_id: text(row, 3)?,
-        sender: text(row, 4)?,
-        client_msg_id: text(row, 5)?,
-        body: text(row, 6)?,
+        message_id: text_column(row, 3)?,
+        sender: text_column(row, 4)?,
+        client_msg_id: text_column(row, 5)?,
+        body: text_column(row, 6)?,
         class: MessageClass::from_code(i64::from(row.try_get::<i8, _>(7)?)),
         committed_at_ms: row.try_get(8)?,
         expires_at_ms: row.try_get(9)?,
@@ -186,7 +180,7 @@ impl Archive for MysqlArchive {
                     tenant: tenant.to_owned(),
                     conversation_id: conversation_id.to_owned(),
                     conversation_seq: r.try_get(0)?,
-                    message_id: text(r, 1)?,
+                    message_id: text_column(r, 1)?,
                     expires_at_ms: r.try_get(2)?,
                 })
             })
