@@ -1,12 +1,17 @@
 //! Test support: a real InfluxDB 1.x server (`influxd`, Debian's `influxdb` package, installed
 //! by `scripts/test`) started on a free loopback port with its data in a temporary directory,
-//! stopped and removed on drop. Used by this crate's tests and the server's end-to-end tests.
+//! stopped and removed on drop, and an S3-compatible server ([`S3Server`]) for the archive.
+//! Used by this crate's tests and the server's end-to-end tests.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
+
+mod s3;
+
+pub use s3::S3Server;
 
 /// A running `influxd` (see the module docs).
 #[derive(Debug)]

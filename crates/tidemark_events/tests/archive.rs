@@ -10,14 +10,14 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, TimeUnit};
 use common::{Fault, FaultyStore, full, read_parquet_file};
-use object_store::ObjectStore;
+use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use parquet::basic::Compression;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use tidemark_core::day::UtcDay;
 use tidemark_events::archive::{ArchiveError, RawArchive};
-use tidemark_events::testing::InfluxServer;
+use tidemark_events::testing::{InfluxServer, S3Server};
 use tidemark_events::{DayState, Event, InfluxRaw, RawStore, SqliteRaw};
 
 const DAY: &str = "2026-03-10";
@@ -407,72 +407,87 @@ async fn a_larger_day_streams_over_many_chunks_and_batches_in(mode: Mode) {
     assert_eq!(a, b);
 }
 
-/// An S3 endpoint on loopback that answers every request with 403: the S3 client is built
-/// (TLS provider, request signing) and its refusal is an error that marks nothing.
+/// The archive on a real S3-compatible server, through the `s3://bucket/prefix` URL and the
+/// options a user sets (`AWS_ENDPOINT`, keys, region): the day's Parquet object reads back
+/// through S3 with every event, under the partitioned key, and the day is marked archived.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_s3_store_that_refuses_is_an_error_not_an_archive() {
-    an_s3_store_that_refuses_is_an_error_not_an_archive_in(Mode::Embedded).await;
+async fn an_s3_archive_round_trips_parquet() {
+    an_s3_archive_round_trips_parquet_in(Mode::Embedded).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_s3_store_that_refuses_is_an_error_not_an_archive_on_influxdb() {
-    an_s3_store_that_refuses_is_an_error_not_an_archive_in(Mode::Production).await;
+async fn an_s3_archive_round_trips_parquet_on_influxdb() {
+    an_s3_archive_round_trips_parquet_in(Mode::Production).await;
 }
 
-async fn an_s3_store_that_refuses_is_an_error_not_an_archive_in(mode: Mode) {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
-    let requests = Arc::new(std::sync::atomic::AtomicUsize::new(0));
-    let seen = Arc::clone(&requests);
-    let server = tokio::spawn(async move {
-        loop {
-            let Ok((mut conn, _)) = listener.accept().await else {
-                return;
-            };
-            let seen = Arc::clone(&seen);
-            tokio::spawn(async move {
-                let mut buf = vec![0u8; 64 * 1024];
-                let mut got = Vec::new();
-                // Read the request head (bodies are ignored; the connection is closed).
-                while !got.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match conn.read(&mut buf).await {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => got.extend_from_slice(&buf[..n]),
-                    }
-                }
-                seen.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
-                let body = "<Error><Code>AccessDenied</Code><Message>no</Message></Error>";
-                let reply = format!(
-                    "HTTP/1.1 403 Forbidden\r\nContent-Type: application/xml\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-                let _ = conn.write_all(reply.as_bytes()).await;
-            });
-        }
-    });
-
+async fn an_s3_archive_round_trips_parquet_in(mode: Mode) {
+    let s3 = S3Server::start().unwrap();
+    s3.create_bucket("tidemark-archive").unwrap();
     let s = setup(mode).await;
     s.raw.append(tricky_events(), ARRIVAL).await.unwrap();
-    let options = [
-        ("aws_endpoint", format!("http://{addr}")),
-        ("aws_allow_http", "true".into()),
-        ("aws_access_key_id", "AKIDTEST".into()),
-        ("aws_secret_access_key", "secret".into()),
-        ("aws_region", "us-east-1".into()),
-        ("aws_virtual_hosted_style_request", "false".into()),
-    ]
-    .map(|(k, v)| (k.to_owned(), v));
-    let archive =
-        RawArchive::open_with_options(Some("s3://bucket/tidemark"), &s.archive_dir, options)
-            .unwrap();
-    let err = archive.archive_day(&*s.raw, day()).await.unwrap_err();
-    assert!(
-        matches!(err, ArchiveError::Store(_) | ArchiveError::Parquet(_)),
-        "{err:?}"
+    let archive = RawArchive::open_with_options(
+        Some("s3://tidemark-archive/raw"),
+        &s.archive_dir,
+        s3.options(),
+    )
+    .unwrap();
+    let outcome = archive.archive_day(&*s.raw, day()).await.unwrap();
+    assert_eq!(outcome.rows, 5);
+    let key = archive.day_path(day());
+    assert_eq!(key.as_ref(), "raw/events/day=2026-03-10/events.parquet");
+    let bytes = archive
+        .store()
+        .get(&key)
+        .await
+        .unwrap()
+        .bytes()
+        .await
+        .unwrap();
+    let copy = s.archive_dir.join("from-s3.parquet");
+    std::fs::write(&copy, &bytes).unwrap();
+    assert_eq!(
+        read_parquet_file(&copy),
+        s.raw.day_events(day()).await.unwrap()
     );
-    assert!(err.to_string().contains("403"), "{err}");
-    assert!(requests.load(std::sync::atomic::Ordering::SeqCst) >= 1);
-    assert_eq!(s.state().await.archived_arrival_ms, None);
-    server.abort();
+    assert_eq!(s.state().await.archived_arrival_ms, Some(ARRIVAL));
+}
+
+/// An upload the S3 server refuses (no such bucket) or never takes (the server is down) is
+/// an error: nothing is marked archived, so the day may not be dropped, and every event is
+/// still in the raw tier.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refused_or_interrupted_s3_upload_marks_nothing_and_drops_nothing() {
+    let mut s3 = S3Server::start().unwrap();
+    let s = setup(Mode::Embedded).await;
+    s.raw.append(tricky_events(), ARRIVAL).await.unwrap();
+    let open = |bucket: &str| {
+        RawArchive::open_with_options(
+            Some(&format!("s3://{bucket}/raw")),
+            &s.archive_dir,
+            s3.options(),
+        )
+        .unwrap()
+    };
+    let refused = open("no-such-bucket")
+        .archive_day(&*s.raw, day())
+        .await
+        .unwrap_err();
+    assert!(refused.to_string().contains("NoSuchBucket"), "{refused}");
+    s3.create_bucket("tidemark-archive").unwrap();
+    let archive = open("tidemark-archive");
+    s3.stop();
+    let down = archive.archive_day(&*s.raw, day()).await.unwrap_err();
+    assert!(
+        matches!(down, ArchiveError::Store(_) | ArchiveError::Parquet(_)),
+        "{down:?}"
+    );
+    let state = s.state().await;
+    assert_eq!(state.archived_arrival_ms, None);
+    let windows =
+        tidemark_events::lifecycle::Windows::of(&tidemark_events::EventsConfig::default());
+    assert!(
+        !windows.may_drop(&state, i64::MAX / 2),
+        "a day not archived is never dropped"
+    );
+    assert_eq!(s.raw.day_events(day()).await.unwrap().len(), 5);
 }
