@@ -31,7 +31,8 @@ pub struct EventsConfig {
     pub lifecycle_interval: Duration,
     /// The raw tier: `"sqlite"` (default: `<data_dir>/events/raw.db`, a table per day) or an
     /// InfluxDB 1.x URL `influxdb://host:port/database[?retention=7d]` (seed 002's production
-    /// shape; its day catalog is `<data_dir>/events/influx-catalog.db`, see
+    /// shape; its day catalog is the table `raw_day` of the `rollups` MariaDB database, shared
+    /// by every node, or `<data_dir>/events/influx-catalog.db` beside SQLite rollups; see
     /// [`crate::raw::influx`]).
     pub raw: String,
     /// The summary tier (`listing_daily`, `listings`): `"sqlite"` (default:

@@ -10,7 +10,8 @@ use serde_json::json;
 use tidemark_core::day::UtcDay;
 
 use crate::model::Event;
-use crate::raw::{MinuteCount, RawError, RawStore};
+use crate::raw::catalog::{Mark, PENDING_EXPIRES_MS};
+use crate::raw::{DayCatalog, MinuteCount, RawError, RawStore};
 use crate::rollups::{DailyRow, ReportRow, RollupStore};
 
 fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
@@ -444,4 +445,73 @@ pub async fn raw_store(raw: Arc<dyn RawStore>) {
         "nothing of the refused batch was stored"
     );
     assert_eq!(raw.days().await.unwrap()[1].events, 1);
+}
+
+/// The day-catalog contract of a raw tier without transactions ([`DayCatalog`]; DESIGN
+/// principle 2): sequence numbers of a day go on across appends; an append in flight holds its
+/// day until it ends or is taken for dead; a finished or failed append makes the day dirty; a
+/// batch with a dropped day is refused whole, holding none of its other days; marks never
+/// move back; a day is dropped only when rolled up and archived up to its last arrival.
+pub async fn day_catalog(cat: Arc<dyn DayCatalog>) {
+    let (d1, d2, d3) = (UtcDay(20_000), UtcDay(20_001), UtcDay(20_002));
+    let first = cat.begin_appends(&[(d2, 2), (d1, 3)], 1_000).await.unwrap();
+    assert_eq!((first[&d1], first[&d2]), (0, 0));
+    cat.end_appends(&[(d1, 3), (d2, 2)], true, 1_000)
+        .await
+        .unwrap();
+    let first = cat.begin_appends(&[(d1, 2)], 2_000).await.unwrap();
+    assert_eq!(first[&d1], 3, "numbers go on");
+    cat.set_mark(Mark::RolledUp, d1, 5_000).await.unwrap();
+    cat.set_mark(Mark::Archived, d1, 5_000).await.unwrap();
+    cat.set_mark(Mark::RolledUp, d1, 100).await.unwrap();
+    assert!(
+        !cat.mark_dropped_if_current(d1, 6_000).await.unwrap(),
+        "an append in flight holds the day"
+    );
+    // Its process died: after the expiry the day may go.
+    let later = 2_001 + PENDING_EXPIRES_MS;
+    assert!(cat.mark_dropped_if_current(d1, later).await.unwrap());
+    assert!(cat.is_dropped(d1).await.unwrap());
+    assert!(!cat.is_dropped(d2).await.unwrap());
+    assert!(!cat.is_dropped(d3).await.unwrap(), "a day never seen");
+
+    // A batch with the dropped day is refused whole: d2 is not held, d3 not made.
+    match cat.begin_appends(&[(d2, 1), (d1, 1), (d3, 1)], later).await {
+        Err(RawError::DayDropped(d)) => assert_eq!(d, d1),
+        other => panic!("{other:?}"),
+    }
+    let days = cat.days().await.unwrap();
+    assert_eq!(days.iter().map(|s| s.day).collect::<Vec<_>>(), vec![d1, d2]);
+    let s1 = days[0];
+    assert_eq!(
+        (
+            s1.events,
+            s1.last_arrival_ms,
+            s1.rolled_up_arrival_ms,
+            s1.dropped_ms
+        ),
+        (3, 1_000, Some(5_000), Some(later)),
+        "marks never move back"
+    );
+    cat.set_mark(Mark::RolledUp, d2, 1_000).await.unwrap();
+    assert!(
+        !cat.mark_dropped_if_current(d2, later).await.unwrap(),
+        "not archived"
+    );
+    cat.set_mark(Mark::Archived, d2, 1_000).await.unwrap();
+
+    // A failed append makes the day dirty: its last arrival moves past the marks.
+    cat.begin_appends(&[(d2, 1)], 1_000).await.unwrap();
+    cat.end_appends(&[(d2, 1)], false, 1_000).await.unwrap();
+    let s2 = cat.days().await.unwrap()[1];
+    assert_eq!((s2.events, s2.last_arrival_ms), (2, 1_001));
+    assert!(!s2.rollup_current());
+    assert!(!cat.mark_dropped_if_current(d2, later).await.unwrap());
+    cat.set_mark(Mark::RolledUp, d2, 1_001).await.unwrap();
+    cat.set_mark(Mark::Archived, d2, 1_001).await.unwrap();
+    assert!(cat.mark_dropped_if_current(d2, later).await.unwrap());
+    assert!(
+        !cat.mark_dropped_if_current(d2, later + 1).await.unwrap(),
+        "dropped once"
+    );
 }

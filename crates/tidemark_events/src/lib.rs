@@ -97,4 +97,7 @@ impl utoipa::OpenApi for EventsApi {
 pub use config::EventsConfig;
 pub use ingest::{Ingest, IngestError};
 pub use model::Event;
-pub use raw::{DayState, InfluxRaw, MinuteCount, RawError, RawStore, SqliteRaw};
+pub use raw::{
+    DayCatalog, DayState, InfluxRaw, MinuteCount, MysqlCatalog, RawError, RawStore, SqliteCatalog,
+    SqliteRaw,
+};

@@ -2,7 +2,8 @@
 //!
 //! Embedded default: `raw.db` with one table `raw_YYYYMMDD` per day, created on first use, and
 //! a `raw_day` catalog (events per day, last arrival) that the rollup scheduler reads. Their
-//! versions: `migrations`.
+//! versions: `migrations`. The InfluxDB tier ([`influx`]) keeps the same catalog behind the
+//! [`DayCatalog`] port: a local file, or a MariaDB table every node shares ([`catalog`]).
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -17,11 +18,13 @@ use tidemark_core::store::{AsStoreError, StoreError};
 
 use crate::model::Event;
 
-mod catalog;
+pub mod catalog;
 pub mod influx;
 mod migrations;
 
 use catalog::Mark;
+pub use catalog::mysql::MysqlCatalog;
+pub use catalog::{DayCatalog, SqliteCatalog};
 pub use influx::{InfluxRaw, InfluxTarget};
 
 /// The catalog entry of one UTC day of the raw tier: how many events it holds, when the last

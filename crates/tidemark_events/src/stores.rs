@@ -9,7 +9,7 @@ use tidemark_core::engine::is_embedded;
 use tidemark_core::store::StoreError;
 
 use crate::config::EventsConfig;
-use crate::raw::{InfluxRaw, RawStore, SqliteRaw};
+use crate::raw::{DayCatalog, InfluxRaw, MysqlCatalog, RawStore, SqliteCatalog, SqliteRaw};
 use crate::rollups::{MysqlRollups, RollupStore, SqliteRollups};
 
 fn unknown(key: &str, value: &str, expected: &str) -> StoreError {
@@ -40,7 +40,23 @@ pub async fn open_raw(
             let hours = cfg.raw_retention.as_secs().div_ceil(3600).max(1);
             format!("{url}{sep}retention={hours}h")
         };
-        let raw = InfluxRaw::connect(&url, &events_dir.join("influx-catalog.db")).await?;
+        // The day catalog beside InfluxDB: in the summary tier's MariaDB database when there
+        // is one, shared by every node (a local catalog of this node's is merged in once);
+        // otherwise this node's own file.
+        let local = events_dir.join("influx-catalog.db");
+        let rollups = cfg.rollups.trim();
+        let catalog: Arc<dyn DayCatalog> = if !is_mysql(rollups) {
+            Arc::new(SqliteCatalog::open(&local)?)
+        } else {
+            let shared = MysqlCatalog::connect(rollups, 8).await?;
+            let merged = shared.take_in_local(&local).await?;
+            if merged > 0 {
+                tracing::info!(days = merged, file = %local.display(),
+                    "merged this node's local day catalog into the MariaDB one");
+            }
+            Arc::new(shared)
+        };
+        let raw = InfluxRaw::connect_with_catalog(&url, catalog).await?;
         return Ok(Arc::new(raw));
     }
     Err(unknown("raw", url, "an influxdb:// URL"))
@@ -57,10 +73,15 @@ pub async fn open_rollups(
             &events_dir.join("rollups.db"),
         )?));
     }
-    if url.starts_with("mysql://") || url.starts_with("mariadb://") {
+    if is_mysql(url) {
         return Ok(Arc::new(MysqlRollups::connect(url, 16).await?));
     }
     Err(unknown("rollups", url, "a mysql:// URL"))
+}
+
+/// Whether `url` names a MariaDB / MySQL database.
+fn is_mysql(url: &str) -> bool {
+    url.starts_with("mysql://") || url.starts_with("mariadb://")
 }
 
 #[cfg(test)]

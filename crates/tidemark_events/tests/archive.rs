@@ -10,9 +10,9 @@ use std::sync::Arc;
 
 use arrow_schema::{DataType, TimeUnit};
 use common::{Fault, FaultyStore, full, read_parquet_file};
-use object_store::{ObjectStore, ObjectStoreExt};
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::basic::Compression;
 use parquet::file::reader::{FileReader, SerializedFileReader};
 use tidemark_core::day::UtcDay;

@@ -6,16 +6,144 @@
 //!
 //! - [`super::SqliteRaw`] keeps it in `raw.db`, next to the day tables, and updates it in the
 //!   same transaction as the events.
-//! - [`super::InfluxRaw`] keeps it in a local SQLite file (see that module for why), and
-//!   brackets each write to InfluxDB with [`begin_append`] and [`finish_append`] /
-//!   [`abort_append`].
+//! - [`super::InfluxRaw`] keeps it behind the [`DayCatalog`] port, which brackets each write
+//!   to InfluxDB: [`SqliteCatalog`], a local file with these functions, for one node, or
+//!   `MysqlCatalog` ([`mysql`]), a table in the summary tier's MariaDB database with the same
+//!   columns and rules, which every node shares, so any node ingests and the lifecycle sees
+//!   every day.
 //!
 //! The table, and how a catalog of an earlier layout is brought to it: [`super::migrations`].
 
+use std::collections::HashMap;
+use std::path::Path;
+
+use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::day::UtcDay;
+use tidemark_core::schema::migrate_sqlite;
+use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
+use tidemark_core::store::StoreError;
 
-use super::DayState;
+use super::{DayState, RawError};
+
+pub mod mysql;
+
+/// The day catalog of a raw tier whose server has no transactions (InfluxDB): the rules of
+/// this module, each call one atomic step.
+#[async_trait]
+pub trait DayCatalog: Send + Sync + std::fmt::Debug {
+    /// Step (1) of an append: refuses the whole batch if a day of it was dropped
+    /// ([`RawError::DayDropped`]), else counts each day's `n` events as pending (arrival
+    /// `now_ms`) and reserves their sequence numbers; returns each day's first number.
+    async fn begin_appends(
+        &self,
+        counts: &[(UtcDay, i64)],
+        now_ms: i64,
+    ) -> Result<HashMap<UtcDay, i64>, RawError>;
+    /// Step (3): the pending events count (`stored`), or are released.
+    async fn end_appends(
+        &self,
+        counts: &[(UtcDay, i64)],
+        stored: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError>;
+    /// Whether `day` was dropped.
+    async fn is_dropped(&self, day: UtcDay) -> Result<bool, StoreError>;
+    /// Every day, ascending.
+    async fn days(&self) -> Result<Vec<DayState>, StoreError>;
+    /// Moves a mark of `day` forward to `arrival_ms` (never back).
+    async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError>;
+    /// [`mark_dropped_if_current`], in one step.
+    async fn mark_dropped_if_current(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError>;
+}
+
+/// The catalog in a local SQLite file, one node's (group-committed writes, pooled reads).
+#[derive(Debug)]
+pub struct SqliteCatalog {
+    writer: GroupWriter,
+    reads: ReadPool,
+}
+
+impl SqliteCatalog {
+    /// Opens (creating if missing) the catalog file at `path`, at its known version.
+    pub fn open(path: &Path) -> Result<Self, StoreError> {
+        let (writer, reads) = opening(path, || {
+            let conn = open_rw(path)?;
+            migrate_sqlite(&conn, path, &super::migrations::RAW)?;
+            let writer = GroupWriter::start("events-influx-catalog", conn, 64);
+            Ok((writer, ReadPool::open(path, 4)?))
+        })?;
+        Ok(Self { writer, reads })
+    }
+}
+
+#[async_trait]
+impl DayCatalog for SqliteCatalog {
+    async fn begin_appends(
+        &self,
+        counts: &[(UtcDay, i64)],
+        now_ms: i64,
+    ) -> Result<HashMap<UtcDay, i64>, RawError> {
+        let counts = counts.to_vec();
+        self.writer
+            .write(move |conn| {
+                for (day, _) in &counts {
+                    if dropped_ms(conn, *day)?.is_some() {
+                        return Err(RawError::DayDropped(*day));
+                    }
+                }
+                let mut out = HashMap::new();
+                for (day, n) in &counts {
+                    out.insert(*day, begin_append(conn, *day, *n, now_ms)?);
+                }
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn end_appends(
+        &self,
+        counts: &[(UtcDay, i64)],
+        stored: bool,
+        now_ms: i64,
+    ) -> Result<(), StoreError> {
+        let counts = counts.to_vec();
+        self.writer
+            .write(move |conn| {
+                for (day, n) in &counts {
+                    if stored {
+                        finish_append(conn, *day, *n, now_ms)?;
+                    } else {
+                        abort_append(conn, *day, *n, now_ms)?;
+                    }
+                }
+                Ok::<_, StoreError>(())
+            })
+            .await
+    }
+
+    async fn is_dropped(&self, day: UtcDay) -> Result<bool, StoreError> {
+        self.reads
+            .read(move |conn| Ok::<_, StoreError>(dropped_ms(conn, day)?.is_some()))
+            .await
+    }
+
+    async fn days(&self) -> Result<Vec<DayState>, StoreError> {
+        self.reads.read(|conn| Ok(days(conn)?)).await
+    }
+
+    async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+        self.writer
+            .write(move |conn| Ok::<_, StoreError>(set_mark(conn, mark, day, arrival_ms)?))
+            .await
+    }
+
+    async fn mark_dropped_if_current(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
+        self.writer
+            .write(move |conn| Ok::<_, StoreError>(mark_dropped_if_current(conn, day, now_ms)?))
+            .await
+    }
+}
 
 /// When the day was dropped, if it was.
 pub(crate) fn dropped_ms(conn: &Connection, day: UtcDay) -> rusqlite::Result<Option<i64>> {
@@ -127,8 +255,8 @@ pub(crate) fn days(conn: &Connection) -> rusqlite::Result<Vec<DayState>> {
 }
 
 /// A job's mark on a day: done as of an arrival.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum Mark {
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mark {
     /// `rolled_up_arrival_ms`.
     RolledUp,
     /// `archived_arrival_ms`.

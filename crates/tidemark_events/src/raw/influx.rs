@@ -34,28 +34,27 @@
 //! points deleted if no shard covers exactly that day. If that fails, the day's points are
 //! unreachable anyway (a dropped day reads empty) and InfluxDB's retention removes them.
 //!
-//! **Why the day catalog is a local SQLite file** (`<data_dir>/events/influx-catalog.db`):
-//! the drop decision must be atomic with appends (a day may go only if nothing arrived since
-//! its rollup and archive), and InfluxDB has neither transactions nor conditional updates. The
-//! catalog is small (a row per day), written once per batch, and the group-committing SQLite
-//! writer gives durable, serialised updates without another server. One Tidemark process owns
-//! a raw tier; several ingest processes sharing one InfluxDB database would need a shared
-//! catalog (a MariaDB table with the same columns).
+//! **Why a day catalog beside InfluxDB** ([`DayCatalog`]): the drop decision must be atomic
+//! with appends (a day may go only if nothing arrived since its rollup and archive), and
+//! InfluxDB has neither transactions nor conditional updates. The catalog is small (a row per
+//! day), written twice per batch. For one node it is a local SQLite file
+//! (`<data_dir>/events/influx-catalog.db`, group-committed); with a MariaDB summary tier it is
+//! a table there, which every node shares: any node ingests, the sequence numbers of a day are
+//! unique across nodes, and the lifecycle sees every day whichever node took its events.
 
 use std::collections::BTreeMap;
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 
 use async_trait::async_trait;
 use reqwest_object_store as reqwest;
 use serde_json::{Map, Value};
 use tidemark_core::day::UtcDay;
-use tidemark_core::schema::migrate_sqlite;
-use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
 use tidemark_core::store::{ErrorKind, StoreError};
 
-use super::catalog::{self, Mark};
+use super::catalog::{DayCatalog, Mark, SqliteCatalog};
 use super::{DayState, MinuteCount, RawError, RawStore};
 use crate::model::Event;
 
@@ -161,8 +160,7 @@ impl InfluxTarget {
 pub struct InfluxRaw {
     http: reqwest::Client,
     target: InfluxTarget,
-    writer: GroupWriter,
-    reads: ReadPool,
+    catalog: Arc<dyn DayCatalog>,
 }
 
 /// The machine's clock (Unix ms): InfluxDB's retention runs on it, whatever clock the caller
@@ -357,8 +355,18 @@ fn event_of(columns: &[String], row: &[Value]) -> Result<(i64, Event), StoreErro
 impl InfluxRaw {
     /// Connects to the InfluxDB of `url` (see [`InfluxTarget::parse`]), creates the database
     /// and the retention policy (or sets its duration), and opens the day catalog at
-    /// `catalog_path` (created if missing). Fails when the server cannot be reached.
+    /// `catalog_path` (a local SQLite file, created if missing: one node's). Fails when the
+    /// server cannot be reached.
     pub async fn connect(url: &str, catalog_path: &Path) -> Result<Self, StoreError> {
+        Self::connect_with_catalog(url, Arc::new(SqliteCatalog::open(catalog_path)?)).await
+    }
+
+    /// [`InfluxRaw::connect`] with the day catalog `catalog`, e.g. the MariaDB one every node
+    /// shares ([`super::catalog::mysql::MysqlCatalog`]).
+    pub async fn connect_with_catalog(
+        url: &str,
+        catalog: Arc<dyn DayCatalog>,
+    ) -> Result<Self, StoreError> {
         let target = InfluxTarget::parse(url)?;
         // The HTTP client is built with rustls (for https:// servers); its `ring` provider is
         // installed once per process (an error only says one is installed already).
@@ -368,17 +376,10 @@ impl InfluxRaw {
             .timeout(Duration::from_secs(30))
             .build()
             .map_err(|e| unavailable(format!("HTTP client: {e}")))?;
-        let (writer, reads) = opening(catalog_path, || {
-            let conn = open_rw(catalog_path)?;
-            migrate_sqlite(&conn, catalog_path, &super::migrations::RAW)?;
-            let writer = GroupWriter::start("events-influx-catalog", conn, 64);
-            Ok((writer, ReadPool::open(catalog_path, 4)?))
-        })?;
         let raw = Self {
             http,
             target,
-            writer,
-            reads,
+            catalog,
         };
         raw.setup().await?;
         Ok(raw)
@@ -494,9 +495,7 @@ impl InfluxRaw {
     }
 
     async fn dropped(&self, day: UtcDay) -> Result<bool, StoreError> {
-        self.reads
-            .read(move |conn| Ok::<_, StoreError>(catalog::dropped_ms(conn, day)?.is_some()))
-            .await
+        self.catalog.is_dropped(day).await
     }
 
     /// Up to `limit` rows of `SELECT <what>` of `day` after the ns cursor `after` (0: from the
@@ -595,23 +594,8 @@ impl RawStore for InfluxRaw {
             ))));
         }
         let counts: Vec<(UtcDay, i64)> = per_day.into_iter().collect();
-        let reserve = counts.clone();
         // (1) Refuse dropped days; hold the others and reserve sequence numbers.
-        let first_seq: HashMap<UtcDay, i64> = self
-            .writer
-            .write(move |conn| {
-                for (day, _) in &reserve {
-                    if catalog::dropped_ms(conn, *day)?.is_some() {
-                        return Err(RawError::DayDropped(*day));
-                    }
-                }
-                let mut out = HashMap::new();
-                for (day, n) in &reserve {
-                    out.insert(*day, catalog::begin_append(conn, *day, *n, now_ms)?);
-                }
-                Ok(out)
-            })
-            .await?;
+        let first_seq: HashMap<UtcDay, i64> = self.catalog.begin_appends(&counts, now_ms).await?;
         // (2) Write, in arrival order, each event with the next number of its day.
         let mut next = first_seq;
         let lines: Vec<String> = events
@@ -624,18 +608,8 @@ impl RawStore for InfluxRaw {
             .collect();
         let written = self.write(&lines).await;
         // (3) Count them, or release them.
-        let ok = written.is_ok();
-        self.writer
-            .write(move |conn| {
-                for (day, n) in &counts {
-                    if ok {
-                        catalog::finish_append(conn, *day, *n, now_ms)?;
-                    } else {
-                        catalog::abort_append(conn, *day, *n, now_ms)?;
-                    }
-                }
-                Ok::<_, RawError>(())
-            })
+        self.catalog
+            .end_appends(&counts, written.is_ok(), now_ms)
             .await?;
         Ok(written?)
     }
@@ -674,32 +648,19 @@ impl RawStore for InfluxRaw {
     }
 
     async fn days(&self) -> Result<Vec<DayState>, StoreError> {
-        self.reads.read(|conn| Ok(catalog::days(conn)?)).await
+        self.catalog.days().await
     }
 
     async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
-        self.writer
-            .write(move |conn| {
-                Ok::<_, StoreError>(catalog::set_mark(conn, Mark::RolledUp, day, arrival_ms)?)
-            })
-            .await
+        self.catalog.set_mark(Mark::RolledUp, day, arrival_ms).await
     }
 
     async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
-        self.writer
-            .write(move |conn| {
-                Ok::<_, StoreError>(catalog::set_mark(conn, Mark::Archived, day, arrival_ms)?)
-            })
-            .await
+        self.catalog.set_mark(Mark::Archived, day, arrival_ms).await
     }
 
     async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
-        let marked = self
-            .writer
-            .write(move |conn| {
-                Ok::<_, StoreError>(catalog::mark_dropped_if_current(conn, day, now_ms)?)
-            })
-            .await?;
+        let marked = self.catalog.mark_dropped_if_current(day, now_ms).await?;
         if marked && let Err(error) = self.remove_day(day).await {
             // The day reads empty from now on; InfluxDB's retention removes its points.
             tracing::warn!(%day, %error, "day dropped in the catalog; its InfluxDB points stay until retention");
