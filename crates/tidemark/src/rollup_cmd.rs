@@ -50,6 +50,7 @@ pub async fn run(args: RollupArgs) -> anyhow::Result<()> {
     let rollups = tidemark_events::stores::open_rollups(&cfg.events, &dir)
         .await
         .context("opening the summary tier (events.rollups)")?;
+    // Under the day's lease, as a running server's lifecycle takes it.
     let service = RollupService::new(raw, rollups, Arc::new(SystemClock));
     let out = service.roll_up(day).await?;
     println!(

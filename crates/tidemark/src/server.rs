@@ -114,12 +114,13 @@ impl Node {
             pool: cpu.clone(),
         };
         // The summary tier (listing_daily, listings): reports, rollups on demand.
+        let rollups = tidemark_events::stores::open_rollups(&config.events, &events_dir).await?;
+        // Per-day leases where the summary tier is (every node's, on MariaDB), shared with
+        // the lifecycle.
+        let day_leases = rollups.day_leases(config.events.day_lease);
         let analytics = AnalyticsHttp {
-            rollups: RollupService::new(
-                Arc::clone(ingest.raw()),
-                tidemark_events::stores::open_rollups(&config.events, &events_dir).await?,
-                Arc::clone(&clock),
-            ),
+            rollups: RollupService::new(Arc::clone(ingest.raw()), rollups, Arc::clone(&clock))
+                .with_leases(day_leases),
             schema: config.events.schema.clone(),
         };
         // Wiring: a conversation's first message about a listing is one `contact` event.

@@ -35,15 +35,9 @@ impl ShardLeases {
     /// Leases held for `ttl` (renewed by each pass and each fenced step), under a holder name
     /// of this process's own: `<host>-<pid>-<random>`, so that two processes never share one.
     pub fn new(hot: Arc<dyn HotStore>, ttl: Duration) -> Self {
-        let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "node".into());
-        let holder = format!(
-            "{host}-{}-{}",
-            std::process::id(),
-            &uuid::Uuid::now_v7().simple().to_string()[20..]
-        );
         Self {
             hot,
-            holder,
+            holder: tidemark_core::lease::holder_name(),
             ttl,
             held: Arc::default(),
         }

@@ -47,6 +47,7 @@
 //! - [`body`]: request bodies as sent (gzip or not), inflated up to a limit.
 //! - [`cpu`]: the bounded pool that decodes large bodies and renders mailings off the
 //!   runtime's worker threads.
+//! - [`lease`]: the holder name a process takes its leases under.
 //! - [`json`]: duplicate keys in a JSON object refused, at any depth.
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
 //!   the bearer security scheme, for the document each subsystem contributes to.
@@ -65,6 +66,7 @@ pub mod health;
 pub mod hlc;
 pub mod http;
 pub mod json;
+pub mod lease;
 pub mod mysql;
 pub mod openapi;
 pub mod retry;

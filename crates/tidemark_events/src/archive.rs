@@ -52,7 +52,7 @@ use tidemark_core::store::classify::{io_kind, io_kind_in_chain};
 use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
 
 use crate::model::Event;
-use crate::raw::RawStore;
+use crate::raw::{DayState, RawStore};
 
 /// Events read from the raw tier per chunk (one record batch each).
 pub const CHUNK_EVENTS: usize = 16_384;
@@ -481,6 +481,12 @@ impl RawArchive {
 
     /// Rows according to the object's footer (reads only the footer).
     async fn footer_rows(&self, location: &ObjectPath) -> Result<u64, ArchiveError> {
+        Ok(self.footer(location).await?.0)
+    }
+
+    /// The rows of the object at `location` and the `tidemark.last_arrival_ms` it was
+    /// written as of, from its Parquet footer.
+    async fn footer(&self, location: &ObjectPath) -> Result<(u64, Option<i64>), ArchiveError> {
         let size = self.store.head(location).await?.size;
         let mut reader = StoreReader {
             store: Arc::clone(&self.store),
@@ -488,7 +494,29 @@ impl RawArchive {
             size,
         };
         let meta = reader.get_metadata(None).await?;
-        Ok(meta.file_metadata().num_rows().max(0) as u64)
+        let file = meta.file_metadata();
+        let arrival = file
+            .key_value_metadata()
+            .and_then(|kv| kv.iter().find(|k| k.key == "tidemark.last_arrival_ms"))
+            .and_then(|k| k.value.as_deref())
+            .and_then(|v| v.parse().ok());
+        Ok((file.num_rows().max(0) as u64, arrival))
+    }
+
+    /// Whether the day's archive object covers `state` (the day's catalog entry): written as
+    /// of at least its marked arrival, with at least its events. False for a day never marked
+    /// archived or without an object; the lifecycle checks it before a drop, since an upload
+    /// of a node that lost its lease may have replaced the object with an older copy.
+    pub async fn covers(&self, state: &DayState) -> Result<bool, ArchiveError> {
+        let Some(marked) = state.archived_arrival_ms else {
+            return Ok(false);
+        };
+        match self.footer(&self.day_path(state.day)).await {
+            Ok((rows, Some(arrival))) => Ok(arrival >= marked && rows >= state.events),
+            Ok((_, None)) => Ok(false),
+            Err(ArchiveError::Store(object_store::Error::NotFound { .. })) => Ok(false),
+            Err(e) => Err(e),
+        }
     }
 
     /// Deletes temporary objects an interrupted archive of `day` left behind (best effort).

@@ -29,6 +29,11 @@ pub struct EventsConfig {
     /// How often the raw-tier lifecycle (rollup, archive, drop) runs (default 60 s).
     #[serde(with = "humantime_serde")]
     pub lifecycle_interval: Duration,
+    /// How long a node holds a day's lease for its rollup, archive and drop (default 5 min;
+    /// [`crate::leases`]): longer than a day's longest job, as a node that dies holding one
+    /// keeps the day from the others this long.
+    #[serde(with = "humantime_serde")]
+    pub day_lease: Duration,
     /// The raw tier: `"sqlite"` (default: `<data_dir>/events/raw.db`, a table per day) or an
     /// InfluxDB 1.x URL `influxdb://host:port/database[?retention=7d]` (seed 002's production
     /// shape; its day catalog is the table `raw_day` of the `rollups` MariaDB database, shared
@@ -50,6 +55,7 @@ impl Default for EventsConfig {
             max_batch: 100_000,
             archive_url: None,
             lifecycle_interval: Duration::from_secs(60),
+            day_lease: Duration::from_secs(300),
             raw: "sqlite".into(),
             rollups: "sqlite".into(),
         }

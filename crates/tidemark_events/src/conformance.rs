@@ -9,6 +9,7 @@ use std::sync::Arc;
 use serde_json::json;
 use tidemark_core::day::UtcDay;
 
+use crate::leases::DayLeases;
 use crate::model::Event;
 use crate::raw::catalog::{Mark, PENDING_EXPIRES_MS};
 use crate::raw::{DayCatalog, MinuteCount, RawError, RawStore};
@@ -514,4 +515,34 @@ pub async fn day_catalog(cat: Arc<dyn DayCatalog>) {
         !cat.mark_dropped_if_current(d2, later + 1).await.unwrap(),
         "dropped once"
     );
+}
+
+/// The day-lease contract ([`DayLeases`]; DESIGN.md "Many nodes"): `a` and `b` are two
+/// holders over the same leases, each with lease time `ttl`. One holder at a time; a holder
+/// renews its own under the same token; a release or an expiry frees the day and a take-over
+/// raises the token; a lost lease is no longer held.
+pub async fn day_leases(a: Arc<dyn DayLeases>, b: Arc<dyn DayLeases>, ttl: std::time::Duration) {
+    let d = UtcDay(20_000);
+    let first = a.acquire(d).await.unwrap().expect("a free day");
+    assert!(b.acquire(d).await.unwrap().is_none(), "held by a");
+    let renewed = a.acquire(d).await.unwrap().expect("a renews");
+    assert_eq!(renewed.token, first.token);
+    assert!(a.holds(&first).await.unwrap());
+    assert!(
+        b.acquire(UtcDay(20_001)).await.unwrap().is_some(),
+        "another day is free"
+    );
+    a.release(&first).await.unwrap();
+    assert!(!a.holds(&first).await.unwrap(), "released");
+    let taken = b.acquire(d).await.unwrap().expect("free after the release");
+    assert_eq!(taken.token, first.token + 1);
+    assert!(a.acquire(d).await.unwrap().is_none());
+    // A release of a lost lease changes nothing.
+    a.release(&first).await.unwrap();
+    assert!(b.holds(&taken).await.unwrap());
+    tokio::time::sleep(ttl + std::time::Duration::from_millis(300)).await;
+    assert!(!b.holds(&taken).await.unwrap(), "expired");
+    let again = a.acquire(d).await.unwrap().expect("free after the expiry");
+    assert_eq!(again.token, taken.token + 1);
+    assert!(a.holds(&again).await.unwrap());
 }

@@ -58,6 +58,7 @@ pub mod conformance;
 pub mod dashboard;
 pub mod http;
 pub mod ingest;
+pub mod leases;
 pub mod lifecycle;
 pub mod lineproto;
 pub mod metrics;

@@ -16,6 +16,11 @@
 //! the catalog stamps arrivals in milliseconds, so a write stamped with the same millisecond
 //! as the snapshot a job marks the day with must no longer be in flight.
 //!
+//! Every step on a day runs under the day's lease ([`crate::leases`], shared with
+//! [`RollupService`]): a day another node holds is skipped this pass (`busy`), so each day is
+//! worked by one node at a time. Before a drop, the archive object is checked to cover the
+//! day's marked arrival ([`RawArchive::covers`]).
+//!
 //! Each step's failure is logged and counted (`tidemark_events_lifecycle_failures_total`) and
 //! does not stop the other days. The gauge `tidemark_events_days_at_risk` counts closed days
 //! whose last event arrived more than `raw_retention − 1 day` ago and that are still not both
@@ -36,6 +41,7 @@ use tokio_util::sync::CancellationToken;
 
 use crate::archive::RawArchive;
 use crate::config::EventsConfig;
+use crate::leases::DayLease;
 use crate::metrics::EventsMetrics;
 use crate::raw::{DayState, RawStore};
 use crate::rollup::RollupService;
@@ -116,6 +122,8 @@ pub enum Step {
     Archive,
     /// Dropping the raw partition.
     Drop,
+    /// Taking the day's lease (in the summary tier, where the leases are).
+    Lease,
 }
 
 impl Step {
@@ -125,6 +133,7 @@ impl Step {
             Step::Rollup => ROLLUP_STORE,
             Step::Archive => ARCHIVE_STORE,
             Step::Drop => crate::ingest::RAW_STORE,
+            Step::Lease => ROLLUP_STORE,
         }
     }
 
@@ -134,6 +143,7 @@ impl Step {
             Step::Rollup => "rollup",
             Step::Archive => "archive",
             Step::Drop => "drop",
+            Step::Lease => "lease",
         }
     }
 }
@@ -162,6 +172,8 @@ pub struct LifecycleReport {
     pub failures: Vec<Failure>,
     /// Days at risk after the pass (see [`Windows::at_risk`]).
     pub at_risk: Vec<UtcDay>,
+    /// Days skipped because another node held their lease.
+    pub busy: Vec<UtcDay>,
 }
 
 /// Why a pass could not run at all.
@@ -242,8 +254,21 @@ impl Lifecycle {
         let mut report = LifecycleReport::default();
         let days = self.catalog().await?;
         for s in days.iter().filter(|s| self.windows.due(s, now)) {
+            let Some(lease) = self.lease(&mut report, s.day).await else {
+                continue;
+            };
+            // Decided again under the lease: another node may have done the day since the
+            // catalog was read at the start of this pass.
+            let fresh = match self.catalog().await {
+                Ok(days) => days.into_iter().find(|f| f.day == s.day),
+                Err(_) => None,
+            };
+            let Some(s) = fresh.filter(|f| self.windows.due(f, now)) else {
+                self.release(&lease).await;
+                continue;
+            };
             if !s.rollup_current() {
-                match self.rollup.roll_up(s.day).await {
+                match self.rollup.roll_up_leased(&lease).await {
                     Ok(_) => {
                         self.succeeded(s.day, Step::Rollup);
                         self.metrics.days_rolled_up.inc();
@@ -253,39 +278,22 @@ impl Lifecycle {
                 }
             }
             if !s.archive_current() {
-                match self.archive.archive_day(&*self.raw, s.day).await {
-                    Ok(outcome) => {
-                        self.succeeded(s.day, Step::Archive);
-                        self.metrics.days_archived.inc();
-                        self.metrics.archived_events.inc_by(outcome.rows);
-                        report.archived.push(s.day);
-                    }
-                    Err(e) => self.failed(&mut report, s.day, Step::Archive, &e),
-                }
+                self.archive_leased(&mut report, &lease).await;
             }
+            self.release(&lease).await;
         }
 
-        // Drops are decided on the catalog as it is now, each one re-checked just before.
+        // Drops are decided on the catalog as it is now, each one re-checked under the day's
+        // lease just before.
         for s in self.catalog().await? {
             if !self.windows.may_drop(&s, now) {
                 continue;
             }
-            let fresh = self.catalog().await?.into_iter().find(|f| f.day == s.day);
-            if !fresh.is_some_and(|f| self.windows.may_drop(&f, now)) {
+            let Some(lease) = self.lease(&mut report, s.day).await else {
                 continue;
-            }
-            match self.raw.drop_day(s.day, now).await {
-                Ok(false) => {
-                    tracing::info!(day = %s.day, "raw day kept: events arrived since its rollup or archive");
-                }
-                Ok(true) => {
-                    self.succeeded(s.day, Step::Drop);
-                    tracing::info!(day = %s.day, events = s.events, "raw day dropped (rolled up and archived)");
-                    self.metrics.days_dropped.inc();
-                    report.dropped.push(s.day);
-                }
-                Err(e) => self.failed(&mut report, s.day, Step::Drop, &e),
-            }
+            };
+            self.drop_leased(&mut report, &lease, now).await;
+            self.release(&lease).await;
         }
 
         let days = self.catalog().await?;
@@ -308,6 +316,108 @@ impl Lifecycle {
         }
         self.warn_arrivals_after_drop(&days);
         Ok(report)
+    }
+
+    /// The lease on `day`, or `None` (reported) while another node holds it or it could not
+    /// be had.
+    async fn lease(&self, report: &mut LifecycleReport, day: UtcDay) -> Option<DayLease> {
+        match self.rollup.leases().acquire(day).await {
+            Ok(Some(lease)) => {
+                self.succeeded(day, Step::Lease);
+                Some(lease)
+            }
+            Ok(None) => {
+                tracing::debug!(%day, "another node holds the day's lease; skipped this pass");
+                report.busy.push(day);
+                None
+            }
+            Err(e) => {
+                self.failed(report, day, Step::Lease, &e);
+                None
+            }
+        }
+    }
+
+    async fn release(&self, lease: &DayLease) {
+        // Renewed: another task of this process (an on-demand rollup) took it and releases it.
+        if lease.renewed {
+            return;
+        }
+        if let Err(error) = self.rollup.leases().release(lease).await {
+            tracing::warn!(day = %lease.day, %error, "could not release the day's lease; it expires by itself");
+        }
+    }
+
+    /// Archives the day of `lease` if the lease is still held: an object store cannot check
+    /// the lease in the upload itself, so it is checked just before, and the drop verifies the
+    /// object again ([`Lifecycle::drop_leased`]).
+    async fn archive_leased(&self, report: &mut LifecycleReport, lease: &DayLease) -> bool {
+        match self.rollup.leases().holds(lease).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(day = %lease.day, "the day's lease ran out before its archive; left to the next pass");
+                return false;
+            }
+            Err(e) => {
+                self.failed(report, lease.day, Step::Lease, &e);
+                return false;
+            }
+        }
+        match self.archive.archive_day(&*self.raw, lease.day).await {
+            Ok(outcome) => {
+                self.succeeded(lease.day, Step::Archive);
+                self.metrics.days_archived.inc();
+                self.metrics.archived_events.inc_by(outcome.rows);
+                report.archived.push(lease.day);
+                true
+            }
+            Err(e) => {
+                self.failed(report, lease.day, Step::Archive, &e);
+                false
+            }
+        }
+    }
+
+    /// Drops the day of `lease` if, under the lease, it still may go and its archive object
+    /// covers its marked arrival (an upload of a node that lost its lease could have replaced
+    /// it with an older copy: then it is archived again first).
+    async fn drop_leased(&self, report: &mut LifecycleReport, lease: &DayLease, now: i64) {
+        let day = lease.day;
+        let fresh = match self.catalog().await {
+            Ok(days) => days.into_iter().find(|f| f.day == day),
+            Err(_) => return,
+        };
+        let Some(fresh) = fresh.filter(|f| self.windows.may_drop(f, now)) else {
+            return;
+        };
+        match self.archive.covers(&fresh).await {
+            Ok(true) => {}
+            Ok(false) => {
+                tracing::warn!(%day, "the archive object does not cover the day's marked arrival; archiving it again before the drop");
+                if !self.archive_leased(report, lease).await {
+                    return;
+                }
+                if !matches!(self.archive.covers(&fresh).await, Ok(true)) {
+                    return;
+                }
+            }
+            Err(e) => {
+                self.failed(report, day, Step::Archive, &e);
+                return;
+            }
+        }
+        match self.raw.drop_day(day, now).await {
+            Ok(false) => {
+                tracing::info!(%day, "raw day kept: events arrived since its rollup or archive");
+            }
+            Ok(true) => {
+                self.succeeded(day, Step::Drop);
+                tracing::info!(%day, events = fresh.events, "raw day dropped (rolled up and archived)");
+                self.metrics.days_dropped.inc();
+                report.dropped.push(day);
+            }
+            Err(e) => self.failed(report, day, Step::Drop, &e),
+        }
     }
 
     async fn catalog(&self) -> Result<Vec<DayState>, LifecycleError> {

@@ -25,7 +25,9 @@
 //!    mark is skipped: the day stays dirty.)
 //!
 //! [`RollupService`] runs it with shared stores and a clock, one rollup at a time per process
-//! (so the scheduler, `POST /v1/rollups/{day}` and a re-run never interleave their writes).
+//! (so the scheduler, `POST /v1/rollups/{day}` and a re-run never interleave their writes),
+//! each under the day's lease, whose token fences the summary write (so no two nodes
+//! interleave theirs either, [`crate::leases`]).
 
 use std::collections::HashMap;
 use std::collections::HashSet;
@@ -35,10 +37,11 @@ use std::sync::Arc;
 use serde::{Serialize, Serializer};
 use tidemark_core::clock::SharedClock;
 use tidemark_core::day::UtcDay;
-use tidemark_core::store::{AsStoreError, StoreError};
+use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
 use tidemark_core::timefmt::rfc3339_ms;
 use tokio::sync::Mutex;
 
+use crate::leases::{DayLease, DayLeases};
 use crate::model::Event;
 use crate::raw::{DayState, RawStore};
 use crate::rollups::{DailyRow, RollupStore};
@@ -205,6 +208,27 @@ pub async fn roll_up_day(
     day: UtcDay,
     now_ms: i64,
 ) -> Result<RollupOutcome, RollupError> {
+    roll_up(raw, rollups, day, now_ms, None).await
+}
+
+/// [`roll_up_day`] under `lease` on the day: the summary write is fenced by it
+/// ([`RollupStore::upsert_day_fenced`]), so it is refused, whole, if the lease was lost.
+pub async fn roll_up_day_leased(
+    raw: &dyn RawStore,
+    rollups: &dyn RollupStore,
+    lease: &DayLease,
+    now_ms: i64,
+) -> Result<RollupOutcome, RollupError> {
+    roll_up(raw, rollups, lease.day, now_ms, Some(lease)).await
+}
+
+async fn roll_up(
+    raw: &dyn RawStore,
+    rollups: &dyn RollupStore,
+    day: UtcDay,
+    now_ms: i64,
+    lease: Option<&DayLease>,
+) -> Result<RollupOutcome, RollupError> {
     let state = day_state(raw, day).await?;
     let gone = |why: String| RollupError::RawGone { day, why };
     let state = match state {
@@ -251,10 +275,11 @@ pub async fn roll_up_day(
         agg.bots_skipped,
         agg.without_listing_skipped,
     );
-    let rows_written = rollups
-        .upsert_day(day, agg.rows())
-        .await
-        .map_err(RollupError::Store)?;
+    let rows_written = match lease {
+        Some(lease) => rollups.upsert_day_fenced(day, agg.rows(), lease).await,
+        None => rollups.upsert_day(day, agg.rows()).await,
+    }
+    .map_err(RollupError::Store)?;
     // Arrival times have millisecond resolution: an event stored after our read but in the
     // same millisecond as `as_of` would not make the day look dirty. Then leave it unmarked.
     let after = day_state(raw, day).await?;
@@ -294,33 +319,89 @@ async fn day_state(raw: &dyn RawStore, day: UtcDay) -> Result<Option<DayState>, 
         .find(|s| s.day == day))
 }
 
-/// Runs rollups over shared stores, one at a time per process. Cheap to clone.
+/// Runs rollups over shared stores, one at a time per process, each under its day's lease
+/// ([`crate::leases`]), so never at the same time as another node's rollup of the day. Cheap
+/// to clone.
 #[derive(Debug, Clone)]
 pub struct RollupService {
     raw: Arc<dyn RawStore>,
     rollups: Arc<dyn RollupStore>,
     clock: SharedClock,
+    leases: Arc<dyn DayLeases>,
     one_at_a_time: Arc<Mutex<()>>,
 }
 
+/// Lease time of [`RollupService::new`]'s leases: `events.day_lease`'s default.
+const DAY_LEASE: std::time::Duration = std::time::Duration::from_secs(300);
+
 impl RollupService {
-    /// A service over the raw tier `raw` and the summary tier `rollups`.
+    /// A service over the raw tier `raw` and the summary tier `rollups`, with the day leases
+    /// that fence `rollups`' writes ([`RollupStore::day_leases`], held 5 min).
     pub fn new(raw: Arc<dyn RawStore>, rollups: Arc<dyn RollupStore>, clock: SharedClock) -> Self {
         Self {
             raw,
+            leases: rollups.day_leases(DAY_LEASE),
             rollups,
             clock,
             one_at_a_time: Arc::new(Mutex::new(())),
         }
     }
 
-    /// Rolls up `day` now (waits for a rollup already running in this process).
+    /// Takes its days' leases from `leases`: the summary tier's under another lease time
+    /// (`events.day_lease`) or holder name (tests). The lifecycle shares them.
+    #[must_use]
+    pub fn with_leases(mut self, leases: Arc<dyn DayLeases>) -> Self {
+        self.leases = leases;
+        self
+    }
+
+    /// The day leases.
+    pub fn leases(&self) -> &Arc<dyn DayLeases> {
+        &self.leases
+    }
+
+    /// Rolls up `day` now under its lease (waits for a rollup already running in this
+    /// process). Errors as [`roll_up_day`], and [`RollupError::Store`] of kind
+    /// [`tidemark_core::store::ErrorKind::Conflict`] while another node holds the day.
     pub async fn roll_up(&self, day: UtcDay) -> Result<RollupOutcome, RollupError> {
+        // The turn first: two rollups of this process never hold the day's lease at once, so
+        // the first one's release cannot pull it from under the second.
+        let turn = self.one_at_a_time.lock().await;
+        let lease = self
+            .leases
+            .acquire(day)
+            .await
+            .map_err(RollupError::Store)?
+            .ok_or_else(|| {
+                RollupError::Store(StoreError::new(
+                    ErrorKind::Conflict,
+                    "lease",
+                    format!("another node is working on {day} (it holds the day's lease); try again shortly"),
+                ))
+            })?;
+        let out = self.roll_up_in_turn(&lease).await;
+        drop(turn);
+        // A lease this process's lifecycle holds (renewed here) stays with the lifecycle.
+        if !lease.renewed
+            && let Err(error) = self.leases.release(&lease).await
+        {
+            tracing::warn!(%day, %error, "could not release the day's lease; it expires by itself");
+        }
+        out
+    }
+
+    /// Rolls up the day of `lease`, which the caller holds (waits for a rollup already
+    /// running in this process).
+    pub async fn roll_up_leased(&self, lease: &DayLease) -> Result<RollupOutcome, RollupError> {
         let _turn = self.one_at_a_time.lock().await;
-        roll_up_day(
+        self.roll_up_in_turn(lease).await
+    }
+
+    async fn roll_up_in_turn(&self, lease: &DayLease) -> Result<RollupOutcome, RollupError> {
+        roll_up_day_leased(
             self.raw.as_ref(),
             self.rollups.as_ref(),
-            day,
+            lease,
             self.clock.now_ms(),
         )
         .await

@@ -19,11 +19,14 @@ mod mysql;
 mod sqlite;
 
 use std::collections::HashSet;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Serialize;
 use tidemark_core::day::UtcDay;
 use tidemark_core::store::StoreError;
+
+use crate::leases::{DayLease, DayLeases, ProcessLeases};
 
 pub use mysql::{MysqlRollups, report_part_sql as mysql_report_part_sql};
 pub use sqlite::SqliteRollups;
@@ -64,6 +67,29 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
     /// `rows` must not hold two rows of the same `(listing_id, kind)`.
     /// Returns the number of rows written.
     async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError>;
+
+    /// The per-day leases that fence this store's writes ([`crate::leases`]), held for `ttl`:
+    /// where the store is shared (MariaDB) they are in it, shared by every node; a store one
+    /// process owns (SQLite) takes that process's own ([`ProcessLeases`]).
+    fn day_leases(&self, ttl: std::time::Duration) -> Arc<dyn DayLeases> {
+        Arc::new(ProcessLeases::new(ttl))
+    }
+
+    /// [`RollupStore::upsert_day`] under `lease` ([`crate::leases`]): a store that several
+    /// nodes share checks in the write's own transaction that the lease is still held, and
+    /// refuses the whole write otherwise ([`tidemark_core::store::ErrorKind::Conflict`]), so a
+    /// node that lost its lease mid-rollup never replaces a newer summary. A store only one
+    /// process can open (SQLite) has no other node to fence off: its process's own leases
+    /// already keep its tasks apart, and this is `upsert_day`.
+    async fn upsert_day_fenced(
+        &self,
+        day: UtcDay,
+        rows: Vec<DailyRow>,
+        lease: &DayLease,
+    ) -> Result<usize, StoreError> {
+        let _ = lease;
+        self.upsert_day(day, rows).await
+    }
 
     /// Sets the account of each `(listing_id, account_id)` for `tenant` (insert or move), all
     /// or nothing; a later pair for the same listing wins. Returns the number of pairs applied.

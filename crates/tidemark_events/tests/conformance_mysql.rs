@@ -140,7 +140,7 @@ async fn a_database_made_before_listing_monthly_gets_it_built_from_the_days() {
         sqlx::query(sql).execute(&pool).await.unwrap();
     }
     let store = MysqlRollups::connect(&url, 2).await.unwrap();
-    assert_eq!(schema_version(&pool).await, Some(1));
+    assert_eq!(schema_version(&pool).await, Some(2));
     let months: Vec<(String, i64, i64, i32)> = sqlx::query_as(
         "SELECT CAST(month AS CHAR), total, uniques, days FROM listing_monthly ORDER BY month",
     )
@@ -166,7 +166,7 @@ async fn a_database_made_before_listing_monthly_gets_it_built_from_the_days() {
             uniques_daily_sum: 7
         }]
     );
-    // A second connect finds version 1: nothing runs again.
+    // A second connect finds version 2: nothing runs again.
     drop(MysqlRollups::connect(&url, 2).await.unwrap());
     let (n,): (i64,) = sqlx::query_as("SELECT COUNT(*) FROM listing_monthly")
         .fetch_one(&pool)
@@ -185,7 +185,7 @@ async fn a_database_of_a_newer_build_is_refused() {
         .await
         .unwrap();
     let store = MysqlRollups::connect(&url, 2).await.unwrap();
-    sqlx::query("UPDATE tidemark_schema_version SET version = 2 WHERE store = 'events_rollups'")
+    sqlx::query("UPDATE tidemark_schema_version SET version = 3 WHERE store = 'events_rollups'")
         .execute(store.pool())
         .await
         .unwrap();
@@ -197,7 +197,7 @@ async fn a_database_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "database {database} has events_rollups schema version 2, this build knows up to 1: use a newer tidemark"
+            "database {database} has events_rollups schema version 3, this build knows up to 2: use a newer tidemark"
         )
     );
     store.pool().close().await;

@@ -204,6 +204,7 @@ fn report(rolled_up: &[UtcDay], archived: &[UtcDay], dropped: &[UtcDay]) -> Life
         dropped: dropped.to_vec(),
         failures: Vec::new(),
         at_risk: Vec::new(),
+        busy: Vec::new(),
     }
 }
 

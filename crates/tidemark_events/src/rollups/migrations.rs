@@ -15,6 +15,8 @@
 //! - version 1: `listing_daily` keyed `(listing_id, day, event)` with an index on `day`,
 //!   `listings` with its index `(tenant, account_id, id)`, `listing_monthly` (the month sums of
 //!   `listing_daily`) with an index on `month`.
+//! - version 2: `events_day_lease`, the per-day leases of the lifecycle ([`crate::leases`]),
+//!   here so that a summary write checks its lease in its own transaction.
 //! - adopting a database made before versions were recorded: `listing_monthly`, which version
 //!   1's `IF NOT EXISTS` made empty beside the days of a database made before it, is built from
 //!   `listing_daily` ([`build_listing_monthly`]).
@@ -109,10 +111,21 @@ fn fill_rollup_kinds(conn: &Connection) -> rusqlite::Result<()> {
 pub(super) static MYSQL: Versions<MysqlUp> = Versions {
     store: "events_rollups",
     marks: &["listing_daily", "listings"],
-    migrations: &[Step {
-        what: "listing_daily, listings and listing_monthly",
-        up: MysqlUp::Sql(&MYSQL_V1),
-    }],
+    migrations: &[
+        Step {
+            what: "listing_daily, listings and listing_monthly",
+            up: MysqlUp::Sql(&MYSQL_V1),
+        },
+        Step {
+            what: "events_day_lease",
+            up: MysqlUp::Sql(&["CREATE TABLE IF NOT EXISTS events_day_lease (
+                    day INT NOT NULL PRIMARY KEY,
+                    holder VARCHAR(128) NOT NULL,
+                    token BIGINT UNSIGNED NOT NULL,
+                    expires_ms BIGINT NOT NULL
+                ) ENGINE=InnoDB"]),
+        },
+    ],
     adopt: &[Step {
         what: "build listing_monthly from listing_daily",
         up: MysqlUp::Run(build_listing_monthly),

@@ -35,6 +35,8 @@ use tidemark_core::schema::migrate_mysql;
 use tidemark_core::store::{ErrorKind, StoreError};
 
 use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
+use crate::leases::mysql::{MysqlDayLeases, check_fence};
+use crate::leases::{DayLease, DayLeases};
 
 mod monthly;
 
@@ -137,13 +139,22 @@ fn text(bytes: Vec<u8>) -> Result<String, StoreError> {
     })
 }
 
-#[async_trait]
-impl RollupStore for MysqlRollups {
-    async fn upsert_day(&self, day: UtcDay, mut rows: Vec<DailyRow>) -> Result<usize, StoreError> {
+impl MysqlRollups {
+    /// `upsert_day`, under `lease` when given (checked first, in the same transaction).
+    async fn replace_day(
+        &self,
+        day: UtcDay,
+        mut rows: Vec<DailyRow>,
+        lease: Option<&DayLease>,
+    ) -> Result<usize, StoreError> {
         // Key order: the rows of one listing land next to each other in the clustered index.
         rows.sort_by(|a, b| (a.listing_id, &a.kind).cmp(&(b.listing_id, &b.kind)));
         let day_text = day.to_string();
         let mut tx = self.pool.begin().await?;
+        if let Some(lease) = lease {
+            check_fence(&mut tx, lease).await?;
+        }
+
         // The day as it was (locked): what the month rows must lose.
         let old: Vec<(i64, Vec<u8>, u64, u64)> = sqlx::query_as(
             "SELECT listing_id, event, total, uniques FROM listing_daily WHERE day = ? FOR UPDATE",
@@ -207,6 +218,26 @@ impl RollupStore for MysqlRollups {
         }
         tx.commit().await?;
         Ok(produced_keys(&rows).len())
+    }
+}
+
+#[async_trait]
+impl RollupStore for MysqlRollups {
+    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
+        self.replace_day(day, rows, None).await
+    }
+
+    fn day_leases(&self, ttl: std::time::Duration) -> std::sync::Arc<dyn DayLeases> {
+        std::sync::Arc::new(MysqlDayLeases::new(self.pool.clone(), ttl))
+    }
+
+    async fn upsert_day_fenced(
+        &self,
+        day: UtcDay,
+        rows: Vec<DailyRow>,
+        lease: &DayLease,
+    ) -> Result<usize, StoreError> {
+        self.replace_day(day, rows, Some(lease)).await
     }
 
     async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError> {
