@@ -115,6 +115,8 @@ impl Node {
         };
         // The summary tier (listing_daily, listings): reports, rollups on demand.
         let rollups = tidemark_events::stores::open_rollups(&config.events, &events_dir).await?;
+        // Nodes sharing the summary tier take in and count the same events.
+        rollups.agree_schema(&config.events.schema).await?;
         // Per-day leases where the summary tier is (every node's, on MariaDB), shared with
         // the lifecycle.
         let day_leases = rollups.day_leases(config.events.day_lease);

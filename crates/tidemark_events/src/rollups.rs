@@ -27,6 +27,7 @@ use tidemark_core::day::UtcDay;
 use tidemark_core::store::StoreError;
 
 use crate::leases::{DayLease, DayLeases, ProcessLeases};
+use crate::schema::Schema;
 
 pub use mysql::{MysqlRollups, report_part_sql as mysql_report_part_sql};
 pub use sqlite::SqliteRollups;
@@ -73,6 +74,17 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
     /// process owns (SQLite) takes that process's own ([`ProcessLeases`]).
     fn day_leases(&self, ttl: std::time::Duration) -> Arc<dyn DayLeases> {
         Arc::new(ProcessLeases::new(ttl))
+    }
+
+    /// Agrees `schema` (`events.schema` of this node) with the other nodes sharing this store
+    /// at start: the first records it; a node whose schema [extends](Schema::extends) the
+    /// recorded one records its own (nodes move to a new schema one at a time); any other is
+    /// refused ([`tidemark_core::store::ErrorKind::Rejected`], naming `events.schema` and what
+    /// it lacks), since its nodes would take in and count different events. A store one
+    /// process owns has no other node to agree with.
+    async fn agree_schema(&self, schema: &Schema) -> Result<(), StoreError> {
+        let _ = schema;
+        Ok(())
     }
 
     /// [`RollupStore::upsert_day`] under `lease` ([`crate::leases`]): a store that several

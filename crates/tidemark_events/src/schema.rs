@@ -95,6 +95,40 @@ impl Default for Schema {
 }
 
 impl Schema {
+    /// Whether this schema keeps everything of `older` (same measurement and tag, every kind,
+    /// every field with its type): what nodes sharing stores may move to one at a time, since
+    /// a node still on `older` then refuses only what is new. Errors: what it drops or
+    /// changes.
+    pub fn extends(&self, older: &Schema) -> Result<(), String> {
+        let mut lost = Vec::new();
+        if self.measurement != older.measurement {
+            lost.push(format!(
+                "measurement {:?} (not {:?})",
+                older.measurement, self.measurement
+            ));
+        }
+        if self.tag != older.tag {
+            lost.push(format!("tag {:?} (not {:?})", older.tag, self.tag));
+        }
+        for k in &older.kinds {
+            if !self.kinds.contains(k) {
+                lost.push(format!("kind {k:?}"));
+            }
+        }
+        for (name, t) in &older.fields {
+            match self.fields.get(name) {
+                Some(mine) if mine == t => {}
+                Some(mine) => lost.push(format!("field `{name}` as {t:?} (not {mine:?})")),
+                None => lost.push(format!("field `{name}`")),
+            }
+        }
+        if lost.is_empty() {
+            Ok(())
+        } else {
+            Err(lost.join(", "))
+        }
+    }
+
     /// Checks a kind against the closed set.
     pub fn check_kind(&self, kind: &str) -> Result<(), String> {
         if self.kinds.iter().any(|k| k == kind) {

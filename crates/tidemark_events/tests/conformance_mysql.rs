@@ -203,3 +203,39 @@ async fn a_database_of_a_newer_build_is_refused() {
     store.pool().close().await;
     drop_database(&url).await.unwrap();
 }
+
+/// Nodes sharing the summary tier agree on the events schema: the first records it, a node
+/// that only adds a kind or a field moves it forward, and a node that lacks one, or retypes a
+/// field, is refused naming `events.schema` and what it lacks.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn nodes_sharing_the_summary_tier_agree_on_the_schema() {
+    use tidemark_events::rollups::RollupStore;
+    use tidemark_events::schema::{FieldType, Schema};
+
+    let url = scratch_database(&test_server_url(), "tm_rollups_schema")
+        .await
+        .unwrap();
+    let store = MysqlRollups::connect(&url, 2).await.unwrap();
+    let first = Schema::default();
+    store.agree_schema(&first).await.unwrap();
+    store.agree_schema(&first).await.unwrap();
+    let mut wider = first.clone();
+    wider.kinds.push("purchase".into());
+    wider.fields.insert("price".into(), FieldType::Float);
+    store.agree_schema(&wider).await.unwrap();
+    let err = store.agree_schema(&first).await.unwrap_err();
+    assert_eq!(err.kind(), tidemark_core::store::ErrorKind::Rejected);
+    assert!(
+        err.to_string().contains(
+            "events.schema differs from the schema of the other nodes sharing this summary \
+             tier: it lacks kind \"purchase\", field `price`"
+        ),
+        "{err}"
+    );
+    let mut retyped = wider.clone();
+    retyped.fields.insert("price".into(), FieldType::Int);
+    let err = store.agree_schema(&retyped).await.unwrap_err().to_string();
+    assert!(err.contains("field `price` as Float (not Int)"), "{err}");
+    store.pool().close().await;
+    drop_database(&url).await.unwrap();
+}

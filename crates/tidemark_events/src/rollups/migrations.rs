@@ -16,7 +16,8 @@
 //!   `listings` with its index `(tenant, account_id, id)`, `listing_monthly` (the month sums of
 //!   `listing_daily`) with an index on `month`.
 //! - version 2: `events_day_lease`, the per-day leases of the lifecycle ([`crate::leases`]),
-//!   here so that a summary write checks its lease in its own transaction.
+//!   here so that a summary write checks its lease in its own transaction; `events_meta`,
+//!   the events schema the nodes sharing the database agree on.
 //! - adopting a database made before versions were recorded: `listing_monthly`, which version
 //!   1's `IF NOT EXISTS` made empty beside the days of a database made before it, is built from
 //!   `listing_daily` ([`build_listing_monthly`]).
@@ -117,13 +118,19 @@ pub(super) static MYSQL: Versions<MysqlUp> = Versions {
             up: MysqlUp::Sql(&MYSQL_V1),
         },
         Step {
-            what: "events_day_lease",
-            up: MysqlUp::Sql(&["CREATE TABLE IF NOT EXISTS events_day_lease (
+            what: "events_day_lease and events_meta",
+            up: MysqlUp::Sql(&[
+                "CREATE TABLE IF NOT EXISTS events_meta (
+                    name VARCHAR(64) NOT NULL PRIMARY KEY,
+                    value MEDIUMTEXT NOT NULL
+                ) ENGINE=InnoDB",
+                "CREATE TABLE IF NOT EXISTS events_day_lease (
                     day INT NOT NULL PRIMARY KEY,
                     holder VARCHAR(128) NOT NULL,
                     token BIGINT UNSIGNED NOT NULL,
                     expires_ms BIGINT NOT NULL
-                ) ENGINE=InnoDB"]),
+                ) ENGINE=InnoDB",
+            ]),
         },
     ],
     adopt: &[Step {

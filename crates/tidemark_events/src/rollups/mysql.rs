@@ -37,6 +37,7 @@ use tidemark_core::store::{ErrorKind, StoreError};
 use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
 use crate::leases::mysql::{MysqlDayLeases, check_fence};
 use crate::leases::{DayLease, DayLeases};
+use crate::schema::Schema;
 
 mod monthly;
 
@@ -225,6 +226,42 @@ impl MysqlRollups {
 impl RollupStore for MysqlRollups {
     async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         self.replace_day(day, rows, None).await
+    }
+
+    async fn agree_schema(&self, schema: &Schema) -> Result<(), StoreError> {
+        let mine = serde_json::to_string(schema).map_err(|e| StoreError::rejected("mysql", e))?;
+        sqlx::query("INSERT IGNORE INTO events_meta (name, value) VALUES ('schema', ?)")
+            .bind(&mine)
+            .execute(&self.pool)
+            .await?;
+        let mut tx = self.pool.begin().await?;
+        let (recorded,): (Vec<u8>,) =
+            sqlx::query_as("SELECT value FROM events_meta WHERE name = 'schema' FOR UPDATE")
+                .fetch_one(&mut *tx)
+                .await?;
+        let recorded: Schema = serde_json::from_slice(&recorded).map_err(|e| {
+            StoreError::new(ErrorKind::Corrupt, "mysql", e).with_context("events_meta schema")
+        })?;
+        if &recorded == schema {
+            return Ok(());
+        }
+        schema.extends(&recorded).map_err(|lost| {
+            StoreError::rejected(
+                "mysql",
+                format!(
+                    "events.schema differs from the schema of the other nodes sharing this \
+                     summary tier: it lacks {lost}; every node must declare the same schema, \
+                     or one that only adds kinds and fields"
+                ),
+            )
+        })?;
+        sqlx::query("UPDATE events_meta SET value = ? WHERE name = 'schema'")
+            .bind(&mine)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        tracing::info!("events.schema extended: recorded for every node sharing the summary tier");
+        Ok(())
     }
 
     fn day_leases(&self, ttl: std::time::Duration) -> std::sync::Arc<dyn DayLeases> {
