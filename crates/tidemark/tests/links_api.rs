@@ -442,15 +442,25 @@ async fn clicks_answered_before_shutdown_are_recorded_in(mode: Mode) {
         assert_eq!(location(&server, &ids[0], Method::GET, "").await.0, 302);
     }
     assert!(server.terminate().success());
-    // The raw tier's day catalog: in raw.db, or beside the InfluxDB data in production mode.
-    let catalog = match mode {
-        Mode::Embedded => "events/raw.db",
-        Mode::Production => "events/influx-catalog.db",
+    // The raw tier's day catalog: in raw.db, or in the MariaDB rollups database in
+    // production mode.
+    let n: i64 = match &server.engines {
+        None => rusqlite::Connection::open(server.dir.join("events/raw.db"))
+            .unwrap()
+            .query_row("SELECT sum(events) FROM raw_day", [], |r| r.get(0))
+            .unwrap(),
+        Some(e) => {
+            let pool = tidemark_core::mysql::connect(&e.rollups_db, 1)
+                .await
+                .unwrap();
+            let (n,): (i64,) = sqlx::query_as("SELECT CAST(SUM(events) AS SIGNED) FROM raw_day")
+                .fetch_one(&pool)
+                .await
+                .unwrap();
+            pool.close().await;
+            n
+        }
     };
-    let conn = rusqlite::Connection::open(server.dir.join(catalog)).unwrap();
-    let n: i64 = conn
-        .query_row("SELECT sum(events) FROM raw_day", [], |r| r.get(0))
-        .unwrap();
     assert_eq!(n, 50);
     if let Some(e) = &server.engines {
         assert_eq!(e.influx_points().await, 50);
