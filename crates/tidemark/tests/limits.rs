@@ -146,10 +146,7 @@ async fn a_large_render_streams_as_ndjson() {
     assert!(html.contains("<p>R3999</p>"));
     let start = html.find("/c/").unwrap();
     let link = &html[start..start + 35];
-    let no_redirect = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let no_redirect = no_redirects();
     let r = no_redirect.get(server.url(link)).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 302, "{link}");
     assert_eq!(r.headers()["location"], "https://shop.example/item/1");

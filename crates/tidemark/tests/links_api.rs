@@ -12,13 +12,6 @@ use serde_json::{Value, json};
 
 const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0";
 
-fn no_redirects() -> reqwest::Client {
-    reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
-}
-
 async fn mailing(c: &reqwest::Client, s: &TestServer, html: &str) -> String {
     let (st, v) = call(c, Method::POST, &s.url("/v1/mailings"), Some(json!({"subject": "Deals for {{ first_name }}", "from": "news@shop.example", "html": html}))).await;
     assert_eq!(st, 201, "{v}");

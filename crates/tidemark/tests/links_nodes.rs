@@ -58,10 +58,7 @@ async fn a_link_rendered_on_one_node_redirects_on_another() {
     let link = &html[start..start + 35];
 
     // Rendered on B, followed on A.
-    let no_redirect = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let no_redirect = no_redirects();
     let r = no_redirect.get(a.url(link)).send().await.unwrap();
     assert_eq!(r.status().as_u16(), 302, "{link}");
     assert_eq!(r.headers()["location"], "https://shop.example/item/42");

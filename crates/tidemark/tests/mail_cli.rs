@@ -61,10 +61,7 @@ async fn offline_render_then_serve_redirects() {
     server.kill9();
     server.dir = data.clone();
     server.spawn().await;
-    let r = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap()
+    let r = no_redirects()
         .get(server.url(&format!("/c/{id}")))
         .send()
         .await

@@ -147,10 +147,7 @@ async fn first_messages_about_a_listing_and_email_clicks_reach_its_report() {
         .map(|(i, _)| &html[i + prefix.len()..i + prefix.len() + 32])
         .collect();
     assert_eq!(ids.len(), 2, "{html}");
-    let no_redirects = reqwest::Client::builder()
-        .redirect(reqwest::redirect::Policy::none())
-        .build()
-        .unwrap();
+    let no_redirects = no_redirects();
     for (method, id) in [
         (Method::GET, ids[0]),
         (Method::HEAD, ids[0]),

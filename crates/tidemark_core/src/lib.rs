@@ -32,6 +32,7 @@
 //!   checkpoints off the commit path, [`sqlite::SqliteError`].
 //! - [`engine`]: whether a store key names the embedded SQLite store or a shared engine's URL,
 //!   and the keys a multi-node configuration must move to a shared engine.
+//! - [`lease`]: the holder name a process takes its leases under.
 //! - [`mysql`]: the production relational engine (MariaDB / MySQL): a pool from a URL, URL
 //!   redaction for messages, and scratch databases for tests (`testing` feature).
 //! - [`schema`]: versioned schemas: each store's ordered migrations, run at open (SQLite's
@@ -47,7 +48,6 @@
 //! - [`body`]: request bodies as sent (gzip or not), inflated up to a limit.
 //! - [`cpu`]: the bounded pool that decodes large bodies and renders mailings off the
 //!   runtime's worker threads.
-//! - [`lease`]: the holder name a process takes its leases under.
 //! - [`json`]: duplicate keys in a JSON object refused, at any depth.
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
 //!   the bearer security scheme, for the document each subsystem contributes to.

@@ -3,8 +3,11 @@
 //! (`tidemark_events::testing::InfluxServer`), and the InfluxDB-only promises: cardinality stays
 //! the number of kinds, the retention policy exists, InfluxDB down means nothing acknowledged.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::now_ms;
 use tidemark_core::day::UtcDay;
 use tidemark_core::store::ErrorKind;
 use tidemark_events::conformance;
@@ -22,13 +25,6 @@ async fn influx_query(server: &InfluxServer, db: &str, q: &str) -> serde_json::V
         .unwrap();
     assert!(out.status.success(), "{out:?}");
     serde_json::from_slice(&out.stdout).unwrap()
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

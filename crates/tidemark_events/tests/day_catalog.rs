@@ -4,8 +4,11 @@
 //! point of one overwrites a point of the other, and both see every day; a node's local
 //! catalog is merged in once.
 
+mod common;
+
 use std::sync::Arc;
 
+use common::now_ms;
 use tidemark_core::day::UtcDay;
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_events::conformance;
@@ -45,13 +48,6 @@ async fn influx_raw_store_on_the_shared_catalog() {
     conformance::raw_store(Arc::new(raw)).await;
     cat.pool().close().await;
     drop_database(&url).await.unwrap();
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Two nodes append events of the same kind and millisecond to one day at once: every event

@@ -2,10 +2,13 @@
 //! MariaDB's, the fence of the summary write, and two nodes' lifecycles over one set of
 //! production stores working each day once.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use common::now_ms;
 use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
@@ -95,13 +98,6 @@ async fn a_summary_write_after_the_lease_was_lost_is_refused_whole() {
         vec![row(1, 7), row(2, 1)]
     );
     drop_database(&url).await.unwrap();
-}
-
-fn now_ms() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_millis() as i64
 }
 
 /// Two nodes' lifecycles run their passes at once over one InfluxDB raw tier, one shared day

@@ -290,6 +290,14 @@ impl Drop for TestServer {
     }
 }
 
+/// A client that does not follow redirects: the tests check each `302` themselves.
+pub fn no_redirects() -> reqwest::Client {
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .build()
+        .unwrap()
+}
+
 pub fn client() -> reqwest::Client {
     reqwest::Client::builder()
         .pool_max_idle_per_host(64)

@@ -138,6 +138,14 @@ impl ObjectStore for FaultyStore {
     }
 }
 
+/// Now, Unix ms (the wall clock: InfluxDB's retention runs on it).
+pub fn now_ms() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as i64
+}
+
 /// Decodes archived rows back into events, column by column (independent of the archive's
 /// own encoder).
 pub fn events_of(batch: &RecordBatch) -> Vec<Event> {
