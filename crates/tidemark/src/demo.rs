@@ -14,7 +14,10 @@
 //!
 //! Figures that come from `/metrics` are deltas over the run, so a long-running server's
 //! earlier traffic does not count; report rows are the day's, which include earlier runs on
-//! the same day. `--embedded` runs against a fresh server in a temporary directory.
+//! the same day. `--embedded` runs against a fresh server in a temporary directory. With
+//! `--server` given once per node, the nodes of one deployment take the requests in turn and
+//! their `/metrics` are summed ([`api::Metrics::merge`]); a node restarted during the run would
+//! reset its counters, so the run's figures then no longer hold.
 
 pub mod api;
 pub mod plan;
@@ -40,13 +43,14 @@ use plan::Corpus;
 /// `tidemark demo` options.
 #[derive(Debug, Clone, clap::Args)]
 pub struct DemoArgs {
-    /// The server to replay the day against.
+    /// The server to replay the day against; given more than once, the nodes of one
+    /// deployment, which take the requests in turn.
     #[arg(
         long,
         default_value = "http://127.0.0.1:8080",
         conflicts_with = "embedded"
     )]
-    pub server: String,
+    pub server: Vec<String>,
     /// The tenant's API key.
     #[arg(long, default_value = "dev-key")]
     pub key: String,
@@ -173,7 +177,12 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Summary> {
         "embedded server on http://{addr} (data in {})",
         dir.path().display()
     );
-    let result = replay(&Api::new(&format!("http://{addr}"), &key)?, &corpus, &args).await;
+    let result = replay(
+        &Api::new(&[format!("http://{addr}")], &key)?,
+        &corpus,
+        &args,
+    )
+    .await;
     let _ = stop.send(());
     server.await??;
     result

@@ -1,49 +1,16 @@
 //! `tidemark demo --embedded` replays a marketplace day through the public API; every
-//! figure of its summary must equal what this test computes from the same inputs with its own
-//! code (the corpus files and the rules written in `tidemark::demo::plan`'s module doc — the
-//! test re-derives them and never calls the demo's code).
+//! figure of its summary must equal what the tests compute from the same inputs with their own
+//! code (`common::demo_figures`).
 
-use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
+mod common;
+
 use std::process::Command;
 
-use serde_json::{Value, json};
+use common::demo_figures::{assert_demo_summary, corpus};
+use serde_json::Value;
 
 const RECIPIENTS: usize = 1000;
 const CONVERSATIONS: usize = 200;
-
-fn corpus() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../../shared/corpus")
-}
-
-/// `(listing, kind)` → (total, distinct sessions).
-type OttoCounts = BTreeMap<(i64, String), (u64, BTreeSet<i64>)>;
-
-/// The listings (ascending), the counts and the number of events of the OTTO file.
-fn otto() -> (Vec<i64>, OttoCounts, u64) {
-    let text = std::fs::read_to_string(corpus().join("events/otto-sample.jsonl")).unwrap();
-    let mut counts = OttoCounts::new();
-    let mut events = 0;
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: Value = serde_json::from_str(line).unwrap();
-        let session = v["session"].as_i64().unwrap();
-        for e in v["events"].as_array().unwrap() {
-            let kind = match e["type"].as_str().unwrap() {
-                "clicks" => "view",
-                "carts" => "click",
-                _ => "contact",
-            };
-            let entry = counts
-                .entry((e["aid"].as_i64().unwrap(), kind.to_owned()))
-                .or_default();
-            entry.0 += 1;
-            entry.1.insert(session);
-            events += 1;
-        }
-    }
-    let listings: BTreeSet<i64> = counts.keys().map(|k| k.0).collect();
-    (listings.into_iter().collect(), counts, events)
-}
 
 #[test]
 fn the_demo_summary_equals_counts_computed_from_its_inputs() {
@@ -67,100 +34,6 @@ fn the_demo_summary_equals_counts_computed_from_its_inputs() {
     );
     let s: Value = serde_json::from_slice(&std::fs::read(&json_path).unwrap()).unwrap();
 
-    // Expected, from the inputs.
-    let (listings, otto, events) = otto();
-    let n = listings.len();
-    let templates = std::fs::read_dir(corpus().join("emails"))
-        .unwrap()
-        .filter(|e| {
-            e.as_ref()
-                .unwrap()
-                .path()
-                .extension()
-                .is_some_and(|x| x == "html")
-        })
-        .count();
-    let mut rows: BTreeMap<(i64, String), (u64, u64)> = otto
-        .iter()
-        .map(|(k, (total, sessions))| (k.clone(), (*total, sessions.len() as u64)))
-        .collect();
-    let (mut messages, mut retries) = (0u64, 0u64);
-    for k in 0..CONVERSATIONS {
-        rows.entry((listings[(k * 13) % n], "contact".into()))
-            .or_default()
-            .0 += 1;
-        messages += 2 + (k % 4) as u64;
-        retries += u64::from(k % 4 == 0);
-    }
-    let suppressed = (0..RECIPIENTS).filter(|r| r % 97 == 0).count() as u64;
-    let (mut opens, mut clicks, mut bots) = (0u64, 0u64, 0u64);
-    for c in 0..templates {
-        for r in (0..RECIPIENTS).filter(|r| r % 97 != 0) {
-            let x = r + c;
-            opens += u64::from(x % 3 == 0);
-            bots += u64::from(x % 11 == 0);
-            if x % 5 == 0 {
-                clicks += 1;
-                let listing = listings[(c * 7919 + r * 31) % n];
-                rows.entry((listing, "email_click".into())).or_default().0 += 1;
-            }
-        }
-    }
-
-    // Per account, the report rows.
-    let accounts = s["accounts"].as_array().unwrap();
-    assert_eq!(accounts.len(), 3);
-    for (a, account) in accounts.iter().enumerate() {
-        let owned: BTreeSet<i64> = listings
-            .iter()
-            .enumerate()
-            .filter(|(i, _)| i % 3 == a)
-            .map(|(_, l)| *l)
-            .collect();
-        assert_eq!(account["account_id"], json!(a + 1));
-        assert_eq!(account["listings"], json!(owned.len()));
-        let mut expected: Vec<Value> = rows
-            .iter()
-            .filter(|((l, _), _)| owned.contains(l))
-            .map(|((l, kind), (total, uniques))| {
-                json!({"listing_id": l, "kind": kind, "total": total, "uniques_daily_sum": uniques})
-            })
-            .collect();
-        let mut got = account["rows"].as_array().unwrap().clone();
-        let key = |v: &Value| (v["listing_id"].as_i64().unwrap(), v["kind"].to_string());
-        expected.sort_by_key(key);
-        got.sort_by_key(key);
-        assert_eq!(got, expected, "account {}", a + 1);
-    }
-
-    assert_eq!(s["events_ingested"], json!(events));
-    let chat = &s["chat"];
-    assert_eq!(chat["conversations"], json!(CONVERSATIONS));
-    assert_eq!(chat["messages_committed"], json!(messages));
-    assert_eq!(chat["retries_answered"], json!(retries));
-    assert_eq!(
-        chat["archived_messages"],
-        json!(messages),
-        "archived exactly once"
-    );
-    assert_eq!(chat["contacts_recorded"], json!(CONVERSATIONS));
-    assert!(chat["archive_watermark"].is_string(), "{chat}");
-    let links = &s["links"];
-    assert_eq!(links["campaigns"], json!(templates));
-    assert_eq!(
-        links["messages_rendered"],
-        json!(templates as u64 * (RECIPIENTS as u64 - suppressed))
-    );
-    assert_eq!(
-        links["recipients_skipped"],
-        json!(templates as u64 * suppressed)
-    );
-    assert_eq!(links["links_stored"], links["tracking_urls"]);
-    assert!(
-        links["links_stored"].as_u64().unwrap() > 2 * links["messages_rendered"].as_u64().unwrap()
-    );
-    assert_eq!(links["opens"], json!(opens));
-    assert_eq!(links["clicks"], json!(clicks));
-    assert_eq!(links["bot_hits"], json!(bots));
+    assert_demo_summary(&s, RECIPIENTS, CONVERSATIONS);
     assert!(stdout.contains("clicks counted vs"), "{stdout}");
 }

@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
+pub mod demo_figures;
+
 pub const KEY: &str = "dev-key";
 
 pub struct TestServer {
