@@ -14,6 +14,9 @@
 //! 5. **influx-schema** (not run by default) — `influx_schema.rs`: identifiers as tags vs as
 //!    fields on a real InfluxDB: series cardinality, write rate and memory as users grow.
 //!
+//! With `--nodes 1,2,3` it runs instead line-protocol ingest on that many nodes sharing
+//! InfluxDB and MariaDB (`nodes.rs`, on [`crate::nodes`]).
+//!
 //! Events are shaped like the marketplace's (DESIGN.md part C): kinds view / click / contact,
 //! a listing id, user, device and session ids, and `page_url` `/item/<listing>`; all are
 //! derived from the event's number, so every run writes the same data. It prints the figures,
@@ -21,6 +24,7 @@
 
 mod influx_schema;
 mod ingest;
+mod nodes;
 mod report;
 mod rollup;
 
@@ -136,6 +140,15 @@ pub struct EventsBenchArgs {
     /// Removed afterwards.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Node counts: run only line-protocol ingest on that many nodes in turn (role `all`, raw
+    /// events on a private `influxd`, the day catalog on a scratch MariaDB database of
+    /// `--mysql`), with `--connections` connections spread over the nodes, `--warmup` +
+    /// `--ingest-seconds` per count (e.g. `--nodes 1,2,3`).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<usize>,
+    /// The MariaDB server of `--nodes` (`mysql://user[:password]@host[:port]`).
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    pub mysql: String,
     /// The server executable of the ingest parts.
     #[command(flatten)]
     pub server: ServerBin,
@@ -166,6 +179,18 @@ async fn run_here(args: EventsBenchArgs) -> anyhow::Result<()> {
             && args.report_runs > 0,
         "sizes and counts must be positive"
     );
+    ensure!(!args.nodes.contains(&0), "--nodes counts must be positive");
+    if !args.nodes.is_empty() {
+        let server_bin = args.server.resolve()?;
+        let root = temp_root(args.dir.as_deref(), "events-nodes")?;
+        println!(
+            "tidemark-bench events --nodes — machine: {} CPUs, load average {}; server {}",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            load_average(),
+            server_bin.display()
+        );
+        return nodes::run(&args, &server_bin, &args.mysql, root.path()).await;
+    }
     let wants = |p: Part| args.parts.contains(&p);
     // Found before any part runs, so a missing server fails the run at once.
     let server_bin = (wants(Part::Json) || wants(Part::LineProtocol))

@@ -37,6 +37,8 @@
 //! - `events`: the `events` subcommand (ingest, rollup, report, InfluxDB schema).
 //! - `links`: the `links` subcommand (rewrite, render, link-store insert, redirect).
 //! - `load` (private): the open-loop driver and its HTTP client.
+//! - `nodes` (private): links and events on several nodes (`--nodes`), their shared engines
+//!   and closed loops.
 //! - `plot` (private): SVG charts written with `--plot-dir`.
 //! - `process` (private): the server child, its metrics, CPU time and disk writes.
 //!
@@ -46,6 +48,7 @@ pub mod chat;
 pub mod events;
 pub mod links;
 mod load;
+mod nodes;
 mod plot;
 mod process;
 

@@ -9,10 +9,14 @@
 //! 4. **redirect** — [`redirect`]: `GET /c/<id>` against a `tidemark serve` child
 //!    (`--server-bin`), with `wrk` and with the open-loop driver.
 //!
+//! With `--nodes 1,2,3` it runs instead the redirector on that many nodes sharing MariaDB and
+//! the events engines (`nodes.rs`, on [`crate::nodes`]).
+//!
 //! It prints the figures, then each bar of the links benchmark with PASS/FAIL; it asserts
 //! nothing.
 
 mod hit;
+mod nodes;
 mod redirect;
 mod schemas;
 mod store;
@@ -148,6 +152,15 @@ pub struct LinksBenchArgs {
     /// Removed afterwards.
     #[arg(long)]
     pub dir: Option<PathBuf>,
+    /// Node counts: run only the redirector on that many nodes in turn (role `all`, links on a
+    /// scratch MariaDB database of `--mysql`, click events on a private `influxd` and MariaDB),
+    /// with `--wrk-connections` connections spread over the nodes, `--warmup` +
+    /// `--redirect-seconds` per count (e.g. `--nodes 1,2,3`).
+    #[arg(long, value_delimiter = ',')]
+    pub nodes: Vec<usize>,
+    /// The MariaDB server of `--nodes` (`mysql://user[:password]@host[:port]`).
+    #[arg(long, default_value = "mysql://root@127.0.0.1:3306")]
+    pub mysql: String,
     /// The server executable of the redirect part.
     #[command(flatten)]
     pub server: ServerBin,
@@ -182,6 +195,18 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
             && args.wrk_connections >= args.wrk_threads,
         "sizes and rates must be positive, --wrk-connections ≥ --wrk-threads"
     );
+    ensure!(!args.nodes.contains(&0), "--nodes counts must be positive");
+    if !args.nodes.is_empty() {
+        let server_bin = args.server.resolve()?;
+        let root = temp_root(args.dir.as_deref(), "links-nodes")?;
+        println!(
+            "tidemark-bench links --nodes — machine: {} CPUs, load average {}; server {}",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            load_average(),
+            server_bin.display()
+        );
+        return nodes::run(&args, &server_bin, &args.mysql, root.path()).await;
+    }
     let wants = |p: Part| args.parts.contains(&p);
     // Found before any part runs, so a missing server fails the run at once.
     let server_bin = wants(Part::Redirect)

@@ -33,7 +33,7 @@ use super::super::process::{Cpu, CpuMark, ServerProcess};
 use super::{BAR_BATCH, BAR_INGEST, Bar, EventsBenchArgs, Part, Population, opt, quantile_ms};
 
 /// Sessions the ingested events are drawn from.
-const SESSIONS: u64 = 50_000;
+pub(super) const SESSIONS: u64 = 50_000;
 /// Event times of a body lie within this many ms before the moment it was built.
 const SPREAD_MS: u64 = 60_000;
 
@@ -69,7 +69,7 @@ impl Format {
         }
     }
 
-    fn path(self) -> &'static str {
+    pub(super) fn path(self) -> &'static str {
         match self {
             Format::Json => "/v1/events",
             Format::LineProtocol => "/api/v2/write?org=o&bucket=b&precision=ms",
@@ -77,14 +77,14 @@ impl Format {
     }
 
     /// What the server answers to an accepted batch.
-    fn accepted(self) -> StatusCode {
+    pub(super) fn accepted(self) -> StatusCode {
         match self {
             Format::Json => StatusCode::ACCEPTED,
             Format::LineProtocol => StatusCode::NO_CONTENT,
         }
     }
 
-    fn request(self, uri: Uri, body: Bytes) -> Request<Full<Bytes>> {
+    pub(super) fn request(self, uri: Uri, body: Bytes) -> Request<Full<Bytes>> {
         let (auth, content_type) = match self {
             // The default `demo` tenant's key; InfluxDB clients send it as `Token`.
             Format::Json => ("Bearer dev-key", "application/json"),
@@ -152,7 +152,7 @@ impl Format {
 }
 
 /// `count` bodies of `batch` events each, timed within [`SPREAD_MS`] before `now_ms`.
-fn bodies(
+pub(super) fn bodies(
     format: Format,
     population: &Population,
     batch: usize,

@@ -270,7 +270,7 @@ fn click_ids(html: &str) -> Vec<String> {
 }
 
 /// Creates the mailing and renders it; returns the ids.
-async fn setup(
+pub(super) async fn setup(
     client: &HttpClient,
     addr: SocketAddr,
     recipients: usize,
@@ -323,7 +323,7 @@ async fn setup(
     Ok(ids)
 }
 
-fn click_request(uri: Uri) -> Request<Full<Bytes>> {
+pub(super) fn click_request(uri: Uri) -> Request<Full<Bytes>> {
     Request::get(uri)
         .header(USER_AGENT, HeaderValue::from_static(BROWSER))
         .body(Full::default())
