@@ -185,3 +185,76 @@ fn events_ingest_drives_the_server_named_by_the_flag() {
     assert!(acked >= 100 && kept == acked, "{stored}");
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
+
+/// The table row of node count `n` in a `--nodes` run: its cells, trimmed.
+fn nodes_row(stdout: &str, n: usize) -> Vec<String> {
+    let line = stdout
+        .lines()
+        .find(|l| l.split('|').next().map(str::trim) == Some(&n.to_string()))
+        .unwrap_or_else(|| panic!("no row for {n} nodes in:\n{stdout}"));
+    line.split('|').map(|c| c.trim().to_owned()).collect()
+}
+
+#[test]
+fn links_and_events_run_on_two_nodes_sharing_mariadb_and_influxdb() {
+    let mysql = tidemark_core::mysql::test_server_url();
+    let server = server_bin();
+    let server = server.to_str().unwrap();
+    let links = bench(&[
+        "links",
+        "--nodes",
+        "2",
+        "--recipients",
+        "60",
+        "--wrk-connections",
+        "8",
+        "--warmup",
+        "0.2",
+        "--redirect-seconds",
+        "1",
+        "--mysql",
+        &mysql,
+        "--server-bin",
+        server,
+    ]);
+    let events = bench(&[
+        "events",
+        "--nodes",
+        "2",
+        "--batch",
+        "200",
+        "--bodies",
+        "2",
+        "--connections",
+        "2",
+        "--warmup",
+        "0.2",
+        "--ingest-seconds",
+        "1",
+        "--mysql",
+        &mysql,
+        "--server-bin",
+        server,
+    ]);
+    for (what, out) in [("links", links), ("events", events)] {
+        let stdout = text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{what}: {stdout}\n{}",
+            text(&out.stderr)
+        );
+        let row = nodes_row(&stdout, 2);
+        // nodes | rate/s | per node | MariaDB ms/k | influxd ms/k | failed
+        assert_eq!(row.len(), 6, "{what}: {row:?}");
+        assert!(row[1].parse::<f64>().unwrap() > 0.0, "{what}: {row:?}");
+        assert_eq!(
+            row[2].matches("/s").count(),
+            2,
+            "{what}: one rate per node: {row:?}"
+        );
+        assert_eq!(
+            row[5], "0",
+            "{what}: nothing failed, nothing mismatched: {row:?}"
+        );
+    }
+}
