@@ -97,6 +97,52 @@ async fn series_cardinality_is_the_number_of_kinds_and_retention_is_seven_days()
     );
 }
 
+/// A raw retention under two days gets hour shards (InfluxDB's own rule for such a policy; it
+/// refuses a policy shorter than its shards), and a day then starts to expire with its first
+/// hour's shard.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retention_under_two_days_starts_with_hour_shards() {
+    let server = InfluxServer::start().unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let raw = InfluxRaw::connect(
+        &format!("{}?retention=12h", server.url("short")),
+        &dir.path().join("catalog.db"),
+    )
+    .await
+    .unwrap();
+    let v = influx_query(&server, "short", "SHOW RETENTION POLICIES").await;
+    let rps = v["results"][0]["series"][0]["values"].as_array().unwrap();
+    let ours = rps
+        .iter()
+        .find(|r| r[0] == RETENTION_POLICY)
+        .unwrap_or_else(|| panic!("{v}"));
+    assert_eq!(
+        (ours[1].as_str(), ours[2].as_str()),
+        (Some("12h0m0s"), Some("1h0m0s"))
+    );
+    let day = UtcDay::of_ms(now_ms());
+    assert_eq!(
+        raw.expires_at_ms(day),
+        Some(day.start_ms() + 13 * 3_600_000),
+        "the day's first hour + 12 h"
+    );
+    // An event whose hour shard has expired is refused, even though its day has not ended
+    // that long ago: InfluxDB would drop it from the batch.
+    let t = now_ms() - 13 * 3_600_000;
+    let err = raw
+        .append(vec![Event::new("view", t)], now_ms())
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("older than the raw tier's retention"),
+        "{err}"
+    );
+    raw.append(vec![Event::new("view", now_ms() - 3_600_000)], now_ms())
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn influx_down_means_nothing_acknowledged_and_it_recovers() {
     let mut server = InfluxServer::start().unwrap();

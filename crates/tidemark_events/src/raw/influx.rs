@@ -17,7 +17,8 @@
 //! catalog counts and refuses the day rather than under-count it.
 //!
 //! **Start**: the database and the retention policy `tidemark_raw` (default 7 days, `?retention=`
-//! in the URL; shard groups of one day, so a day is one shard) are created or altered.
+//! in the URL; shard groups of one day, so a day is one shard, or of one hour under two days of
+//! retention, [`InfluxTarget::shard_ms`]) are created or altered.
 //!
 //! **Append**: (1) in the catalog, refuse the batch if a day of it was dropped, else count its
 //! events as pending and reserve their sequence numbers; (2) `POST /write` in requests of at
@@ -106,6 +107,17 @@ pub struct InfluxTarget {
 }
 
 impl InfluxTarget {
+    /// The shard group duration of the retention policy (ms), by InfluxDB's own rule for a
+    /// policy's default: one hour under two days of retention (InfluxDB refuses a policy
+    /// shorter than its shards), else one day, so that a day's points sit in whole shards.
+    pub fn shard_ms(&self) -> i64 {
+        if self.retention < Duration::from_secs(2 * 86_400) {
+            3_600_000
+        } else {
+            86_400_000
+        }
+    }
+
     /// Parses a raw-tier URL. Errors (a [`StoreError`] of kind [`ErrorKind::Rejected`]) name
     /// what is wrong.
     pub fn parse(url: &str) -> Result<Self, StoreError> {
@@ -388,10 +400,11 @@ impl InfluxRaw {
     async fn setup(&self) -> Result<(), StoreError> {
         let db = &self.target.database;
         let hours = self.target.retention.as_secs() / 3600;
+        let shard_hours = self.target.shard_ms() / 3_600_000;
         self.command(&format!("CREATE DATABASE \"{db}\"")).await?;
         let create = format!(
             "CREATE RETENTION POLICY \"{RETENTION_POLICY}\" ON \"{db}\" DURATION {hours}h \
-             REPLICATION 1 SHARD DURATION 1d DEFAULT"
+             REPLICATION 1 SHARD DURATION {shard_hours}h DEFAULT"
         );
         match self.command(&create).await {
             Err(e)
@@ -399,7 +412,7 @@ impl InfluxRaw {
             {
                 self.command(&format!(
                     "ALTER RETENTION POLICY \"{RETENTION_POLICY}\" ON \"{db}\" DURATION {hours}h \
-                     SHARD DURATION 1d DEFAULT"
+                     SHARD DURATION {shard_hours}h DEFAULT"
                 ))
                 .await?;
             }
@@ -586,10 +599,15 @@ impl RawStore for InfluxRaw {
         // their request (a partial write): refuse such a batch whole before writing anything.
         let horizon =
             wall_clock_ms() - i64::try_from(self.target.retention.as_millis()).unwrap_or(i64::MAX);
-        if let Some(day) = per_day.keys().find(|d| d.plus(1).start_ms() <= horizon) {
+        let shard = self.target.shard_ms();
+        if let Some(e) = events
+            .iter()
+            .find(|e| e.time_ms.div_euclid(shard) * shard + shard <= horizon)
+        {
             return Err(RawError::Store(rejected(format!(
-                "events of {day} are older than the raw tier's retention ({} h): InfluxDB \
+                "events of {} are older than the raw tier's retention ({} h): InfluxDB \
                  would drop them; nothing of the batch was stored",
+                UtcDay::of_ms(e.time_ms),
                 self.target.retention.as_secs() / 3600
             ))));
         }
@@ -669,9 +687,10 @@ impl RawStore for InfluxRaw {
     }
 
     fn expires_at_ms(&self, day: UtcDay) -> Option<i64> {
-        // Shard groups of one day are deleted once their end is older than the retention.
+        // A shard group is deleted once its end is older than the retention: the day starts
+        // to go with its first shard (the whole day when shards are days).
         Some(
-            day.plus(1).start_ms().saturating_add(
+            (day.start_ms() + self.target.shard_ms()).saturating_add(
                 i64::try_from(self.target.retention.as_millis()).unwrap_or(i64::MAX),
             ),
         )
