@@ -226,12 +226,16 @@ impl std::fmt::Debug for KafkaOutbox {
 
 /// The context of the outbox's consumers: the end of a partition, which the reader asks to be
 /// told of (`enable.partition.eof`: a fetch that reached it has everything there is), is not
-/// logged as an error when librdkafka reports it outside a poll; every other client error is.
+/// logged as an error when librdkafka reports it outside a poll (as a partition's error or as
+/// a global one); every other client error is.
 struct OutboxContext;
 
 impl ClientContext for OutboxContext {
     fn error(&self, error: KafkaError, reason: &str) {
-        if matches!(error, KafkaError::PartitionEOF(_)) {
+        if matches!(
+            error,
+            KafkaError::PartitionEOF(_) | KafkaError::Global(RDKafkaErrorCode::PartitionEOF)
+        ) {
             tracing::debug!("librdkafka: {error}: {reason}");
         } else {
             tracing::error!("librdkafka: {error}: {reason}");
@@ -809,6 +813,11 @@ mod tests {
             .finish();
         tracing::subscriber::with_default(subscriber, || {
             OutboxContext.error(KafkaError::PartitionEOF(3), "reached the end at offset 347");
+            // The same end of a partition, as librdkafka reports it outside a poll.
+            OutboxContext.error(
+                KafkaError::Global(RDKafkaErrorCode::PartitionEOF),
+                "Fetch from broker 111 reached end of partition at offset 54",
+            );
             OutboxContext.error(
                 KafkaError::Global(RDKafkaErrorCode::AllBrokersDown),
                 "all brokers are down",
@@ -816,6 +825,7 @@ mod tests {
         });
         let logged = String::from_utf8(captured.0.lock().unwrap().clone()).unwrap();
         assert!(!logged.contains("offset 347"), "{logged}");
+        assert!(!logged.contains("offset 54"), "{logged}");
         assert_eq!(logged.matches("ERROR").count(), 1, "{logged}");
         assert!(logged.contains("all brokers are down"), "{logged}");
     }
