@@ -16,7 +16,8 @@
 //! 5. **Redirect** ([`redirect`]): `/c/<id>` → 302 to the stored URL, `/o/<id>` → 1×1 GIF; the
 //!    id is validated before any read, the lookup reads one partition, and the click or open is
 //!    recorded from that one row as an `email_click` / `email_open` event through the events
-//!    subsystem's `Ingest` (the listing taken from an `/item/<id>` target); [`user_agent`]
+//!    subsystem's `Ingest`, many hits per append ([`hit_events`]; the listing taken from an
+//!    `/item/<id>` target); [`user_agent`]
 //!    tells bots, scanners and image proxies from people. An id whose day was dropped goes to
 //!    the fallback URL.
 //! 6. **Retention** ([`partitions`]): whole day partitions are created ahead and dropped when
@@ -38,6 +39,7 @@
 //! - `builder`: render → rewrite → link records for a list of recipients (CPU only).
 //! - `config`: `[links]` settings.
 //! - `error`: `LinksError` and its HTTP status.
+//! - `hit_events`: the events of tracking hits, written in groups off the redirector's path.
 //! - `http`: the `/v1` mailing and suppression routes, and the public `/c`, `/o`, `/expired`.
 //! - `id`: 32-character tracking ids carrying their creation time, unguessable and checked.
 //! - `metrics`: links' Prometheus metrics.
@@ -64,6 +66,7 @@ pub mod config;
 #[cfg(feature = "testing")]
 pub mod conformance;
 pub mod error;
+pub mod hit_events;
 pub mod http;
 pub mod id;
 pub mod metrics;

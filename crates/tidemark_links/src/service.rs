@@ -9,7 +9,6 @@ use tidemark_core::cpu::CpuPool;
 use tidemark_core::day::UtcDay;
 use tidemark_core::health::StoreHealth;
 use tidemark_events::Ingest;
-use tokio::sync::Semaphore;
 
 mod open;
 
@@ -18,6 +17,7 @@ pub use open::load_or_create_secret;
 use crate::builder::{Build, Builder, BuiltMessage, Recipient, Skipped};
 use crate::config::LinksConfig;
 use crate::error::{LinksError, Result};
+use crate::hit_events::HitEvents;
 use crate::id::IdCodec;
 use crate::metrics::LinksMetrics;
 use crate::model::{Lookup, Mailing};
@@ -66,16 +66,14 @@ pub struct SendOutcome {
 pub struct LinksService {
     links: Arc<dyn LinkStore>,
     mailings: Arc<dyn MailingStore>,
-    ingest: Ingest,
     pool: Arc<SendingPool>,
     codec: IdCodec,
     rewrite: RewriteConfig,
     cfg: LinksConfig,
     clock: SharedClock,
     metrics: LinksMetrics,
-    /// Bounds the hit events being written in the background (back-pressure on the
-    /// redirector when the events store falls behind).
-    event_permits: Arc<Semaphore>,
+    /// The hit events, written in groups off the redirector's path.
+    hit_events: HitEvents,
     /// Where its writes are reported ([`LinksService::with_store_health`]).
     health: StoreHealth,
     /// Where mailings are rendered, off the runtime's workers.
@@ -103,9 +101,6 @@ fn check_answer_size(mailing: &Mailing, recipients: usize) -> Result<()> {
 /// The link and mailing stores' name in the node's [`StoreHealth`].
 pub const LINKS_STORE: &str = "links store";
 
-/// Most hit events written in the background at once before the redirector waits.
-pub const MAX_PENDING_HIT_EVENTS: u32 = 10_000;
-
 impl LinksService {
     /// A service over the given stores and pool.
     #[allow(clippy::too_many_arguments)]
@@ -129,14 +124,13 @@ impl LinksService {
         Self {
             links,
             mailings,
-            ingest,
+            hit_events: HitEvents::new(ingest, metrics.clone()),
             pool,
             codec,
             rewrite,
             cfg,
             clock,
             metrics,
-            event_permits: Arc::new(Semaphore::new(MAX_PENDING_HIT_EVENTS as usize)),
             health: StoreHealth::default(),
             cpu: CpuPool::per_core(),
         }
@@ -161,13 +155,7 @@ impl LinksService {
     /// Waits until every hit event handed to the background has been written (or has failed
     /// and been counted). Called at shutdown, and by tests before they read the events.
     pub async fn drain_events(&self) {
-        if let Ok(all) = self
-            .event_permits
-            .acquire_many(MAX_PENDING_HIT_EVENTS)
-            .await
-        {
-            drop(all);
-        }
+        self.hit_events.drain().await;
     }
 
     /// The configuration in force.
@@ -483,29 +471,9 @@ impl LinksService {
                 (false, _) => self.metrics.opens.inc(),
             }
             let event = hit_event(&record, kind, ua, bot, &self.cfg.listing_path_prefix, now);
-            // The event is written by the events store's next group commit; the visitor does
-            // not wait for its fsync (DESIGN principle 1: coordination off the hot path). The
-            // permit bounds how many are in flight; shutdown drains them.
-            let permit = Arc::clone(&self.event_permits)
-                .acquire_owned()
-                .await
-                .map_err(|_| LinksError::Unavailable("event recording is closed".into()))?;
-            let (ingest, metrics, link_id) = (
-                self.ingest.clone(),
-                self.metrics.clone(),
-                record.link_id.clone(),
-            );
-            tokio::spawn(async move {
-                match ingest.record(vec![event], now).await {
-                    Ok(_) => metrics.events_recorded.inc(),
-                    Err(error) => {
-                        // The visitor got the right answer; the loss is counted and logged.
-                        metrics.event_failures.inc();
-                        tracing::warn!(%error, %link_id, "could not record a tracking hit");
-                    }
-                }
-                drop(permit);
-            });
+            // The event is written with the next group of hit events; the visitor does not
+            // wait for it (DESIGN principle 1: coordination off the hot path).
+            self.hit_events.push(event, now).await?;
         }
         Ok(answer)
     }

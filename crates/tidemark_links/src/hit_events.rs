@@ -1,0 +1,250 @@
+//! Hit events written in groups: the events of tracking hits (`email_click`, `email_open`)
+//! go to the events ingest off the redirector's path, many per append.
+//!
+//! A hit takes a permit (at most [`MAX_PENDING_HIT_EVENTS`] wait at once: back-pressure on the
+//! redirector when the events store falls behind) and queues its event. The first hit to find
+//! no writer running starts one; the writer takes everything queued (at most
+//! [`HIT_EVENT_GROUP`] per append), appends it in one call, and goes on until the queue is
+//! empty. While one group is being written the next one gathers, so a burst of clicks costs a
+//! few appends, not one each: on a raw tier whose appends are round trips (InfluxDB with its day
+//! catalog on MariaDB) that is what lets a node answer thousands of redirects a second. A
+//! permit is released when its event's group is written or has failed (counted and logged):
+//! [`HitEvents::drain`] waits for all of them.
+
+use std::sync::{Arc, Mutex, PoisonError};
+
+use tidemark_events::{Event, Ingest, IngestError};
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
+
+use crate::error::{LinksError, Result};
+use crate::metrics::LinksMetrics;
+
+/// Most hit events waiting to be written at once before the redirector waits.
+pub const MAX_PENDING_HIT_EVENTS: u32 = 10_000;
+
+/// Most hit events in one append.
+pub const HIT_EVENT_GROUP: usize = 2_000;
+
+/// The queue of hit events and its writer (see the module docs).
+#[derive(Debug, Clone)]
+pub struct HitEvents {
+    ingest: Ingest,
+    metrics: LinksMetrics,
+    permits: Arc<Semaphore>,
+    queue: Arc<Mutex<Queue>>,
+}
+
+#[derive(Debug, Default)]
+struct Queue {
+    /// Each event with its arrival (ms) and its permit.
+    waiting: Vec<(Event, i64, OwnedSemaphorePermit)>,
+    writing: bool,
+}
+
+impl HitEvents {
+    /// Hit events appended through `ingest`, counted in `metrics`
+    /// (`tidemark_links_events_recorded_total`, `…_event_failures_total`).
+    pub fn new(ingest: Ingest, metrics: LinksMetrics) -> Self {
+        Self {
+            ingest,
+            metrics,
+            permits: Arc::new(Semaphore::new(MAX_PENDING_HIT_EVENTS as usize)),
+            queue: Arc::default(),
+        }
+    }
+
+    /// Queues `event`, which arrived at `now_ms`; waits only for a permit.
+    ///
+    /// # Errors
+    /// [`LinksError::Unavailable`] once the queue is closed.
+    pub async fn push(&self, event: Event, now_ms: i64) -> Result<()> {
+        let permit = Arc::clone(&self.permits)
+            .acquire_owned()
+            .await
+            .map_err(|_| LinksError::Unavailable("event recording is closed".into()))?;
+        let start_writer = {
+            let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            q.waiting.push((event, now_ms, permit));
+            !std::mem::replace(&mut q.writing, true)
+        };
+        if start_writer {
+            tokio::spawn(self.clone().write_all());
+        }
+        Ok(())
+    }
+
+    /// Waits until every queued event has been written or has failed (and been counted).
+    pub async fn drain(&self) {
+        if let Ok(all) = self.permits.acquire_many(MAX_PENDING_HIT_EVENTS).await {
+            drop(all);
+        }
+    }
+
+    /// Writes groups until the queue is empty, then stops (the next push starts a writer).
+    async fn write_all(self) {
+        loop {
+            let group: Vec<(Event, i64, OwnedSemaphorePermit)> = {
+                let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+                if q.waiting.is_empty() {
+                    q.writing = false;
+                    return;
+                }
+                let n = q.waiting.len().min(HIT_EVENT_GROUP);
+                q.waiting.drain(..n).collect()
+            };
+            self.write(group).await;
+        }
+    }
+
+    /// Appends one group; a group refused for one bad event is appended event by event, so
+    /// the others are kept.
+    async fn write(&self, group: Vec<(Event, i64, OwnedSemaphorePermit)>) {
+        let now = group.iter().map(|g| g.1).max().unwrap_or_default();
+        let (events, permits): (Vec<Event>, Vec<OwnedSemaphorePermit>) =
+            group.into_iter().map(|(e, _, p)| (e, p)).unzip();
+        let n = events.len() as u64;
+        match self.ingest.record(events.clone(), now).await {
+            Ok(_) => self.metrics.events_recorded.inc_by(n),
+            Err(IngestError::Invalid(_)) if n > 1 => {
+                for event in events {
+                    self.record_one(event, now).await;
+                }
+            }
+            Err(error) => {
+                // The visitors got the right answers; the loss is counted and logged.
+                self.metrics.event_failures.inc_by(n);
+                tracing::warn!(%error, events = n, "could not record tracking hits");
+            }
+        }
+        drop(permits);
+    }
+
+    async fn record_one(&self, event: Event, now: i64) {
+        match self.ingest.record(vec![event], now).await {
+            Ok(_) => self.metrics.events_recorded.inc(),
+            Err(error) => {
+                self.metrics.event_failures.inc();
+                tracing::warn!(%error, "could not record a tracking hit");
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use async_trait::async_trait;
+    use tidemark_core::day::UtcDay;
+    use tidemark_core::store::StoreError;
+    use tidemark_events::raw::{DayState, MinuteCount};
+    use tidemark_events::{EventsConfig, RawError, RawStore, SqliteRaw};
+
+    use super::*;
+
+    /// A SQLite raw tier whose appends take 20 ms and are counted.
+    #[derive(Debug)]
+    struct SlowCounted {
+        inner: SqliteRaw,
+        groups: Mutex<Vec<usize>>,
+    }
+
+    #[async_trait]
+    impl RawStore for SlowCounted {
+        async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError> {
+            self.groups.lock().unwrap().push(events.len());
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            self.inner.append(events, now_ms).await
+        }
+        async fn read_chunk(
+            &self,
+            day: UtcDay,
+            after: i64,
+            limit: usize,
+        ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
+            self.inner.read_chunk(day, after, limit).await
+        }
+        async fn days(&self) -> Result<Vec<DayState>, StoreError> {
+            self.inner.days().await
+        }
+        async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+            self.inner.mark_rolled_up(day, arrival_ms).await
+        }
+        async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+            self.inner.mark_archived(day, arrival_ms).await
+        }
+        async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
+            self.inner.drop_day(day, now_ms).await
+        }
+        async fn counts_per_minute(
+            &self,
+            since_ms: i64,
+            until_ms: i64,
+        ) -> Result<Vec<MinuteCount>, StoreError> {
+            self.inner.counts_per_minute(since_ms, until_ms).await
+        }
+        async fn top_listings(
+            &self,
+            day: UtcDay,
+            limit: usize,
+        ) -> Result<Vec<(i64, u64)>, StoreError> {
+            self.inner.top_listings(day, limit).await
+        }
+    }
+
+    fn hit_events(cfg: EventsConfig) -> (HitEvents, Arc<SlowCounted>, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let raw = Arc::new(SlowCounted {
+            inner: SqliteRaw::open(&dir.path().join("raw.db")).unwrap(),
+            groups: Mutex::default(),
+        });
+        let ingest = Ingest::new(Arc::clone(&raw) as Arc<dyn RawStore>, cfg);
+        (
+            HitEvents::new(ingest, LinksMetrics::unregistered()),
+            raw,
+            dir,
+        )
+    }
+
+    fn now_ms() -> i64 {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as i64
+    }
+
+    #[tokio::test]
+    async fn a_burst_of_hits_is_written_in_a_few_groups() {
+        let (hits, raw, _dir) = hit_events(EventsConfig::default());
+        let now = now_ms();
+        for i in 0..3_000 {
+            let mut e = Event::new("email_click", now);
+            e.listing_id = Some(i);
+            hits.push(e, now).await.unwrap();
+        }
+        hits.drain().await;
+        let groups = raw.groups.lock().unwrap().clone();
+        assert_eq!(groups.iter().sum::<usize>(), 3_000, "{groups:?}");
+        assert!(groups.len() <= 4, "{groups:?}");
+        assert!(groups.iter().all(|&g| g <= HIT_EVENT_GROUP), "{groups:?}");
+        assert_eq!(hits.metrics.events_recorded.get(), 3_000);
+        assert_eq!(hits.metrics.event_failures.get(), 0);
+        let day = raw.days().await.unwrap();
+        assert_eq!(day[0].events, 3_000);
+    }
+
+    #[tokio::test]
+    async fn one_refused_event_does_not_take_its_group_with_it() {
+        let mut cfg = EventsConfig::default();
+        cfg.schema.kinds.retain(|k| k != "email_open");
+        let (hits, raw, _dir) = hit_events(cfg);
+        let now = now_ms();
+        for kind in ["email_click", "email_open", "email_click"] {
+            hits.push(Event::new(kind, now), now).await.unwrap();
+        }
+        hits.drain().await;
+        assert_eq!(hits.metrics.events_recorded.get(), 2);
+        assert_eq!(hits.metrics.event_failures.get(), 1);
+        assert_eq!(raw.days().await.unwrap()[0].events, 2);
+    }
+}
