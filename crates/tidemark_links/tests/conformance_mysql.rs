@@ -81,6 +81,35 @@ async fn two_nodes_changing_partitions_at_once_take_turns() {
     drop_database(&url).await.unwrap();
 }
 
+/// Two nodes dropping expired partitions at once: each expired day is dropped by exactly one
+/// of them (their answers are disjoint and together name every expired day), and what is kept
+/// stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_partition_is_dropped_by_two_nodes() {
+    let (url, a) = scratch("tm_links_drop").await;
+    let b = MysqlLinks::connect(&url, 4).await.unwrap();
+    let first = UtcDay::parse("2026-10-01").unwrap();
+    let days: Vec<UtcDay> = (0..12).map(|i| first.plus(i)).collect();
+    a.create_partitions(&days).await.unwrap();
+    let keep_from = first.plus(8);
+    let (da, db) = tokio::join!(
+        a.drop_partitions_before(keep_from),
+        b.drop_partitions_before(keep_from)
+    );
+    let (da, db) = (da.unwrap(), db.unwrap());
+    let mut both: Vec<UtcDay> = da.iter().chain(&db).copied().collect();
+    both.sort();
+    assert_eq!(
+        both,
+        days[..8].to_vec(),
+        "a dropped {da:?}, b dropped {db:?}"
+    );
+    assert_eq!(a.partitions().await.unwrap(), days[8..].to_vec());
+    a.pool().close().await;
+    b.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
 /// The first node records its id secret's check value; a node with another secret is
 /// refused, naming `links.id_secret`; the same secret passes on any node.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
