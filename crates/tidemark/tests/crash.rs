@@ -1,24 +1,16 @@
 //! Crash test: a real `tidemark serve` is `kill -9`ed in the middle of concurrent sends and
-//! restarted on the same data dir: every acknowledged message is readable with its seq and id,
-//! seqs stay dense, and retries of acknowledged sends return the original ACK.
+//! restarted on the same data dir. The checks after the restart are `tidemark_bench::acks`
+//! (the crash soak's, `tidemark-bench soak`): every acknowledged message is readable with its
+//! seq, id and body, seqs stay dense, retries of acknowledged sends return the original ACK,
+//! and a send the kill left unanswered, retried, ends with one seq.
 
 mod common;
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use common::*;
-use tokio::sync::Mutex;
-
-#[derive(Debug, Clone)]
-struct Acked {
-    cid: String,
-    sender: String,
-    client_msg_id: String,
-    seq: u64,
-    message_id: String,
-}
+use tidemark_bench::acks::{Api, Ledger, Outcome, Retries, Send};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn acknowledged_messages_survive_kill_9() {
@@ -28,45 +20,43 @@ async fn acknowledged_messages_survive_kill_9() {
     for i in 0..4 {
         cids.push(create_conversation(&c, &server, &[&format!("a{i}"), &format!("b{i}")]).await);
     }
-    let acked: Arc<Mutex<Vec<Acked>>> = Arc::default();
-    let base = server.base.clone();
+    let mut api = Api {
+        client: c.clone(),
+        base: server.base.clone(),
+        key: KEY.to_owned(),
+    };
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
     let mut senders = Vec::new();
     for w in 0..8 {
-        let (c, cids, acked, base) = (c.clone(), cids.clone(), Arc::clone(&acked), base.clone());
+        let (api, cids, ledger) = (api.clone(), cids.clone(), Arc::clone(&ledger));
         senders.push(tokio::spawn(async move {
             for n in 0.. {
                 let i = (w + n) % cids.len();
-                let sender = if n % 2 == 0 { format!("a{i}") } else { format!("b{i}") };
                 let id = format!("w{w}-n{n}");
-                let resp = c
-                    .post(format!("{base}/v1/conversations/{}/messages", cids[i]))
-                    .bearer_auth(KEY)
-                    .json(&serde_json::json!({"client_msg_id": id, "sender": sender, "body": format!("body {id}")}))
-                    .send()
-                    .await;
-                let Ok(resp) = resp else { return };
-                if resp.status().as_u16() != 201 {
+                let send = Send {
+                    cid: cids[i].clone(),
+                    sender: format!("{}{i}", if n % 2 == 0 { 'a' } else { 'b' }),
+                    body: format!("body {id}"),
+                    client_msg_id: id,
+                };
+                let outcome = api.send(&send).await;
+                let acked = matches!(outcome, Outcome::Acked { .. });
+                ledger.lock().unwrap().record(send, outcome);
+                if !acked {
                     return;
                 }
-                let Ok(v) = resp.json::<serde_json::Value>().await else { return };
-                acked.lock().await.push(Acked {
-                    cid: cids[i].clone(),
-                    sender,
-                    client_msg_id: id,
-                    seq: v["conversation_seq"].as_u64().unwrap(),
-                    message_id: v["message_id"].as_str().unwrap().to_owned(),
-                });
             }
         }));
     }
     // Let load build up (at least 150 acknowledged sends, however slow the machine is), then
     // pull the plug mid-flight.
     let started = std::time::Instant::now();
-    while acked.lock().await.len() < 150 {
+    let acked = || ledger.lock().unwrap().acked().len();
+    while acked() < 150 {
         assert!(
             started.elapsed() < Duration::from_secs(60),
             "only {} sends acknowledged in 60 s",
-            acked.lock().await.len()
+            acked()
         );
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
@@ -74,62 +64,18 @@ async fn acknowledged_messages_survive_kill_9() {
     for s in senders {
         s.await.unwrap();
     }
-    let acked = acked.lock().await.clone();
+    let mut ledger = Arc::try_unwrap(ledger).unwrap().into_inner().unwrap();
     assert!(
-        acked.len() > 100,
+        ledger.acked().len() > 100,
         "only {} sends were acknowledged before the kill",
-        acked.len()
+        ledger.acked().len()
     );
 
     server.spawn().await;
-    let mut by_conv: BTreeMap<String, BTreeMap<u64, String>> = BTreeMap::new();
-    for a in &acked {
-        let prev = by_conv
-            .entry(a.cid.clone())
-            .or_default()
-            .insert(a.seq, a.message_id.clone());
-        assert!(
-            prev.is_none(),
-            "seq {} acknowledged twice in {}",
-            a.seq,
-            a.cid
-        );
-    }
-    for cid in &cids {
-        let (latest, msgs) = all_messages(&c, &server, cid).await;
-        let seqs: Vec<u64> = msgs
-            .iter()
-            .map(|m| m["conversation_seq"].as_u64().unwrap())
-            .collect();
-        assert_eq!(
-            seqs,
-            (1..=latest).collect::<Vec<_>>(),
-            "seqs of {cid} are dense"
-        );
-        let stored: BTreeMap<u64, String> = msgs
-            .iter()
-            .map(|m| {
-                (
-                    m["conversation_seq"].as_u64().unwrap(),
-                    m["message_id"].as_str().unwrap().to_owned(),
-                )
-            })
-            .collect();
-        for (seq, id) in by_conv.get(cid).cloned().unwrap_or_default() {
-            assert_eq!(
-                stored.get(&seq),
-                Some(&id),
-                "acknowledged seq {seq} of {cid} is readable"
-            );
-        }
-    }
-    // A retry of an acknowledged send after the crash returns the original ACK.
-    for a in acked.iter().step_by(37) {
-        let (st, v) = send(&c, &server, &a.cid, &a.sender, &a.client_msg_id, "retry").await;
-        assert_eq!(st, 200, "{v}");
-        assert_eq!(v["conversation_seq"].as_u64(), Some(a.seq));
-        assert_eq!(v["message_id"].as_str(), Some(a.message_id.as_str()));
-    }
+    api.base = server.base.clone();
+    let check = ledger.check(&api, &cids, Retries::ALL).await.unwrap();
+    assert_eq!(check.violations, Vec::<String>::new());
+    assert_eq!(check.acks_checked, ledger.acked().len());
     // New sends continue the dense sequence.
     let (st, v) = send(&c, &server, &cids[0], "a0", "after-restart", "x").await;
     assert_eq!(st, 201);

@@ -33,6 +33,8 @@
 //! HTTP parts measure whatever engines the server child is configured with.
 //!
 //! Modules:
+//! - `acks`: the ACK ledger of a crash test and its checks after a restart (used by
+//!   `tidemark`'s crash test).
 //! - `chat`: the `chat` subcommand (open-loop SEND load, engines, fsync probe).
 //! - `events`: the `events` subcommand (ingest, rollup, report, InfluxDB schema).
 //! - `links`: the `links` subcommand (rewrite, render, link-store insert, redirect).
@@ -44,6 +46,7 @@
 //!
 //! Here: the temp dir of a run, the machine's load average and the closing summary of bars.
 
+pub mod acks;
 pub mod chat;
 pub mod events;
 pub mod links;
