@@ -16,6 +16,10 @@
 //! - `tidemark-bench events` ([`events`]): events/s ingested over HTTP as JSON and as InfluxDB
 //!   line protocol, the rollup of one big UTC day, the yearly account report's latency (SQLite or
 //!   MariaDB), and (on request) InfluxDB series cardinality with identifiers as tags vs fields.
+//! - `tidemark-bench soak` ([`soak`]): a crash soak, not a benchmark: `kill -9` cycles of a
+//!   server under concurrent SENDs, on the embedded engines and on Redis + MariaDB, with the
+//!   checks of [`acks`] over every ACK after each restart; it counts violations and fails on
+//!   one.
 //!
 //! How servers are driven: the HTTP parts start a fresh `tidemark serve` child per run
 //! (`process`) on a free loopback port, with its own temp data dir and environment overrides
@@ -33,8 +37,8 @@
 //! HTTP parts measure whatever engines the server child is configured with.
 //!
 //! Modules:
-//! - `acks`: the ACK ledger of a crash test and its checks after a restart (used by
-//!   `tidemark`'s crash test).
+//! - `acks`: the ACK ledger of a crash test and its checks after a restart (used by `soak`
+//!   and by `tidemark`'s crash test).
 //! - `chat`: the `chat` subcommand (open-loop SEND load, engines, fsync probe).
 //! - `events`: the `events` subcommand (ingest, rollup, report, InfluxDB schema).
 //! - `links`: the `links` subcommand (rewrite, render, link-store insert, redirect).
@@ -43,6 +47,7 @@
 //!   and closed loops.
 //! - `plot` (private): SVG charts written with `--plot-dir`.
 //! - `process` (private): the server child, its metrics, CPU time and disk writes.
+//! - `soak`: the `soak` subcommand (kill -9 cycles, engines kept across them).
 //!
 //! Here: the temp dir of a run, the machine's load average and the closing summary of bars.
 
@@ -54,6 +59,7 @@ mod load;
 mod nodes;
 mod plot;
 mod process;
+pub mod soak;
 
 pub use process::ServerBin;
 
@@ -71,6 +77,8 @@ pub enum BenchCommand {
     Links(links::LinksBenchArgs),
     /// Events: ingest events/s (JSON, line protocol), rollup of a big day, yearly report latency.
     Events(events::EventsBenchArgs),
+    /// Crash soak: kill -9 cycles under concurrent SENDs, every ACK checked after each restart.
+    Soak(soak::SoakArgs),
 }
 
 /// Runs the chosen benchmark.
@@ -79,6 +87,7 @@ pub async fn run(cmd: BenchCommand) -> anyhow::Result<()> {
         BenchCommand::Chat(args) => chat::run(args).await,
         BenchCommand::Links(args) => links::run(args).await,
         BenchCommand::Events(args) => events::run(args).await,
+        BenchCommand::Soak(args) => soak::run(args).await,
     }
 }
 

@@ -1,5 +1,5 @@
-//! The `tidemark-bench` binary: `chat`, `links` and `events` (see the crate documentation for
-//! what each measures and how it starts `tidemark serve`).
+//! The `tidemark-bench` binary: `chat`, `links`, `events` and `soak` (see the crate
+//! documentation for what each measures and how it starts `tidemark serve`).
 
 use clap::Parser;
 use tidemark_bench::BenchCommand;

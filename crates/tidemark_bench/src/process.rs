@@ -178,6 +178,15 @@ impl ServerProcess {
         self.child.id()
     }
 
+    /// `kill -9`: SIGKILL (no shutdown, nothing written beyond what was already durable), then
+    /// waits for the exit.
+    pub(super) async fn kill9(mut self) -> anyhow::Result<()> {
+        self.child
+            .kill()
+            .await
+            .with_context(|| format!("kill -9 of the server on {}", self.addr))
+    }
+
     /// Sends SIGTERM (graceful shutdown) and waits up to `within`; kills it after that.
     pub(super) async fn stop(mut self, within: Duration) -> anyhow::Result<ExitStatus> {
         if let Some(pid) = self.child.id() {

@@ -37,7 +37,7 @@ fn text(out: &[u8]) -> String {
 }
 
 #[test]
-fn help_lists_the_three_benchmarks_and_each_takes_a_server_bin() {
+fn help_lists_the_subcommands_and_each_takes_a_server_bin() {
     let out = bench(&["--help"]);
     assert!(out.status.success());
     let help = text(&out.stdout);
@@ -48,8 +48,12 @@ fn help_lists_the_three_benchmarks_and_each_takes_a_server_bin() {
         .take_while(|l| l.starts_with("  "))
         .filter_map(|l| l.split_whitespace().next())
         .collect();
-    assert_eq!(commands, ["chat", "links", "events", "help"], "{help}");
-    for sub in ["chat", "links", "events"] {
+    assert_eq!(
+        commands,
+        ["chat", "links", "events", "soak", "help"],
+        "{help}"
+    );
+    for sub in ["chat", "links", "events", "soak"] {
         let out = bench(&[sub, "--help"]);
         assert!(out.status.success());
         assert!(
@@ -257,4 +261,41 @@ fn links_and_events_run_on_two_nodes_sharing_mariadb_and_influxdb() {
             "{what}: nothing failed, nothing mismatched: {row:?}"
         );
     }
+}
+
+#[test]
+fn soak_kills_and_checks_the_embedded_server_for_the_cycles_asked() {
+    let server = server_bin();
+    let dir = tempfile::tempdir().unwrap();
+    // Flags repeat as scripts/soak passes them: the last value wins.
+    let out = bench(&[
+        "soak",
+        "--config",
+        "all",
+        "--config",
+        "embedded",
+        "--cycles",
+        "2",
+        "--senders",
+        "2",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.starts_with(&format!(
+            "tidemark-bench soak — server {}",
+            server.display()
+        )),
+        "{stdout}"
+    );
+    let summary = stdout
+        .lines()
+        .find(|l| l.starts_with("embedded: "))
+        .unwrap_or_else(|| panic!("no summary in:\n{stdout}"));
+    assert!(summary.starts_with("embedded: 2 cycles in "), "{summary}");
+    assert!(summary.ends_with("; 0 violations"), "{summary}");
+    assert!(!stdout.contains("redis-mariadb"), "{stdout}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
