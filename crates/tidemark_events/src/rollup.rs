@@ -364,8 +364,9 @@ impl RollupService {
     /// process). Errors as [`roll_up_day`], and [`RollupError::Store`] of kind
     /// [`tidemark_core::store::ErrorKind::Conflict`] while another node holds the day.
     pub async fn roll_up(&self, day: UtcDay) -> Result<RollupOutcome, RollupError> {
-        // The turn first: two rollups of this process never hold the day's lease at once, so
-        // the first one's release cannot pull it from under the second.
+        // The turn first, kept until the lease is released: two rollups of this process never
+        // hold the day's lease at once, so the first one's release cannot pull the lease from
+        // under the second (which would have renewed it under the same holder and token).
         let turn = self.one_at_a_time.lock().await;
         let lease = self
             .leases
@@ -380,13 +381,13 @@ impl RollupService {
                 ))
             })?;
         let out = self.roll_up_in_turn(&lease).await;
-        drop(turn);
         // A lease this process's lifecycle holds (renewed here) stays with the lifecycle.
         if !lease.renewed
             && let Err(error) = self.leases.release(&lease).await
         {
             tracing::warn!(%day, %error, "could not release the day's lease; it expires by itself");
         }
+        drop(turn);
         out
     }
 

@@ -527,6 +527,55 @@ async fn a_day_larger_than_a_chunk_is_read_whole_in(mode: Mode) {
     );
 }
 
+/// Day leases whose release is slow to arrive, counting acquisitions made while another is
+/// still out: a rollup waiting for its turn must not take the day (renewing the same holder's
+/// lease) before the one ahead of it has let it go, or that release pulls the lease from
+/// under it.
+#[derive(Debug)]
+struct SlowRelease(Arc<dyn crate::leases::DayLeases>, AtomicUsize, AtomicUsize);
+
+#[async_trait]
+impl crate::leases::DayLeases for SlowRelease {
+    async fn acquire(&self, day: UtcDay) -> Result<Option<DayLease>, StoreError> {
+        if self.1.fetch_add(1, Ordering::SeqCst) > 0 {
+            self.2.fetch_add(1, Ordering::SeqCst);
+        }
+        self.0.acquire(day).await
+    }
+    async fn holds(&self, lease: &DayLease) -> Result<bool, StoreError> {
+        self.0.holds(lease).await
+    }
+    async fn release(&self, lease: &DayLease) -> Result<(), StoreError> {
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        let released = self.0.release(lease).await;
+        self.1.fetch_sub(1, Ordering::SeqCst);
+        released
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_rollups_of_one_day_in_one_process_follow_each_other_on_mariadb() {
+    let s = stores(Mode::Production).await;
+    s.raw.append(fixture(), T + 1).await.unwrap();
+    let clock = Arc::new(ManualClock::new(T + 7_200_000));
+    let leases = s.rollups.day_leases(std::time::Duration::from_secs(300));
+    let slow = Arc::new(SlowRelease(
+        leases,
+        AtomicUsize::new(0),
+        AtomicUsize::new(0),
+    ));
+    let svc = RollupService::new(Arc::clone(&s.raw) as _, Arc::clone(&s.rollups) as _, clock)
+        .with_leases(Arc::clone(&slow) as _);
+    let (a, b) = tokio::join!(svc.roll_up(day()), svc.roll_up(day()));
+    assert_eq!(a.unwrap(), b.unwrap());
+    assert_eq!(
+        slow.2.load(Ordering::SeqCst),
+        0,
+        "a lease taken before the last was released"
+    );
+    assert_eq!(svc.rollups().day_rows(day()).await.unwrap().len(), 3);
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_service_rolls_up_with_its_clock() {
     the_service_rolls_up_with_its_clock_in(Mode::Embedded).await;
