@@ -239,3 +239,53 @@ async fn nodes_sharing_the_summary_tier_agree_on_the_schema() {
     store.pool().close().await;
     drop_database(&url).await.unwrap();
 }
+
+/// Two nodes rolling up the days of one month at once update the same month rows: InnoDB may
+/// pick one of them as a deadlock victim, whose transaction is then run again. Every upsert
+/// succeeds and the month holds the sum of the days.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn days_of_one_month_upserted_at_once_on_two_nodes_all_land() {
+    use tidemark_core::day::UtcDay;
+    use tidemark_events::rollups::{DailyRow, RollupStore};
+
+    let url = scratch_database(&test_server_url(), "tm_rollups_month")
+        .await
+        .unwrap();
+    let a = MysqlRollups::connect(&url, 4).await.unwrap();
+    let b = MysqlRollups::connect(&url, 4).await.unwrap();
+    let first = UtcDay::parse("2026-11-01").unwrap();
+    let rows = |d: i32| -> Vec<DailyRow> {
+        (0..300)
+            .flat_map(|l| {
+                ["view", "click"].map(|kind| DailyRow {
+                    listing_id: 1_000 + l,
+                    kind: kind.into(),
+                    total: u64::try_from(d).unwrap() + 1,
+                    uniques: 1,
+                })
+            })
+            .collect()
+    };
+    let mut jobs = Vec::new();
+    for d in 0..16 {
+        let store = if d % 2 == 0 { a.clone() } else { b.clone() };
+        let rows = rows(d);
+        jobs.push(tokio::spawn(async move {
+            store.upsert_day(first.plus(d), rows).await
+        }));
+    }
+    for j in jobs {
+        assert_eq!(j.await.unwrap().unwrap(), 600);
+    }
+    let (total, days): (i64, i64) = sqlx::query_as(
+        "SELECT CAST(SUM(total) AS SIGNED), CAST(MAX(days) AS SIGNED) FROM listing_monthly",
+    )
+    .fetch_one(a.pool())
+    .await
+    .unwrap();
+    // Per listing and kind: 1 + 2 + … + 16 over the 16 days.
+    assert_eq!((total, days), (600 * 136, 16));
+    a.pool().close().await;
+    b.pool().close().await;
+    drop_database(&url).await.unwrap();
+}

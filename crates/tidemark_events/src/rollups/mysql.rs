@@ -28,7 +28,7 @@
 
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
-use sqlx::{QueryBuilder, Row};
+use sqlx::{Acquire, QueryBuilder, Row};
 use tidemark_core::day::UtcDay;
 use tidemark_core::mysql::{MysqlError, connect};
 use tidemark_core::schema::migrate_mysql;
@@ -43,6 +43,9 @@ mod monthly;
 
 /// Rows per multi-row `INSERT` (5 placeholders each, far below the 65,535 limit).
 const ROWS_PER_INSERT: usize = 1_000;
+/// Runs of a day's replacement transaction when the server rolls it back (deadlock, lock wait
+/// timeout, lost connection) before the error is the caller's.
+const REPLACE_ATTEMPTS: usize = 4;
 
 /// One part of the report (see [`RollupStore::report`] below): per listing of `tenant`'s
 /// account and kind, the sums of `table` (`listing_daily` by `day`, or `listing_monthly` by
@@ -150,8 +153,38 @@ impl MysqlRollups {
     ) -> Result<usize, StoreError> {
         // Key order: the rows of one listing land next to each other in the clustered index.
         rows.sort_by(|a, b| (a.listing_id, &a.kind).cmp(&(b.listing_id, &b.kind)));
+        // Two days of one month rolled up at once (two nodes) update the same month rows and
+        // may deadlock: InnoDB then rolls one transaction back whole, and it is run again.
+        let mut pause = std::time::Duration::from_millis(20);
+        for _ in 1..REPLACE_ATTEMPTS {
+            match self.replace_day_once(day, &rows, lease).await {
+                Err(e) if e.kind() == ErrorKind::Unavailable => {
+                    tracing::debug!(%day, error = %e, "rollup transaction rolled back; running it again");
+                    tokio::time::sleep(pause).await;
+                    pause *= 2;
+                }
+                done => return done,
+            }
+        }
+        self.replace_day_once(day, &rows, lease).await
+    }
+
+    async fn replace_day_once(
+        &self,
+        day: UtcDay,
+        rows: &[DailyRow],
+        lease: Option<&DayLease>,
+    ) -> Result<usize, StoreError> {
         let day_text = day.to_string();
-        let mut tx = self.pool.begin().await?;
+        // READ COMMITTED: the day's rows are locked, not the gaps beside them, so two nodes
+        // writing neighbouring days do not block each other's inserts (under REPEATABLE READ
+        // the `day` index's gap locks deadlocked them). One writer per day is the day lease's
+        // job; the month rows take atomic increments.
+        let mut conn = self.pool.acquire().await?;
+        sqlx::query("SET TRANSACTION ISOLATION LEVEL READ COMMITTED")
+            .execute(&mut *conn)
+            .await?;
+        let mut tx = conn.begin().await?;
         if let Some(lease) = lease {
             check_fence(&mut tx, lease).await?;
         }
@@ -182,7 +215,7 @@ impl MysqlRollups {
             q.build().execute(&mut *tx).await?;
         }
         let existing = old.iter().map(|(l, k, _, _)| (*l, k.clone()));
-        for (listing_id, event) in stale_keys(existing, &rows) {
+        for (listing_id, event) in stale_keys(existing, rows) {
             sqlx::query("DELETE FROM listing_daily WHERE listing_id = ? AND day = ? AND event = ?")
                 .bind(listing_id)
                 .bind(&day_text)
@@ -192,7 +225,7 @@ impl MysqlRollups {
         }
         // The month rows follow, in the same transaction.
         let month = monthly::month_of(day).to_string();
-        let deltas = monthly::deltas(&old, &rows);
+        let deltas = monthly::deltas(&old, rows);
         for chunk in deltas.chunks(ROWS_PER_INSERT) {
             let mut q = QueryBuilder::new(
                 "INSERT INTO listing_monthly (listing_id, month, event, total, uniques, days) ",
@@ -218,7 +251,7 @@ impl MysqlRollups {
                 .await?;
         }
         tx.commit().await?;
-        Ok(produced_keys(&rows).len())
+        Ok(produced_keys(rows).len())
     }
 }
 
