@@ -19,7 +19,7 @@ mod common;
 use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
-use common::demo_figures::{assert_demo_summary, corpus, otto};
+use common::demo_figures::{assert_demo_summary, corpus, otto, otto_events};
 use common::{Engines, KEY, TestServer, client};
 use serde_json::{Value, json};
 use tidemark_chat::testing::{KafkaBroker, RedisCluster};
@@ -103,13 +103,16 @@ async fn three_nodes_run_one_marketplace_day_with_exact_figures() {
     let today = summary["day"].as_str().unwrap().to_owned();
     let messages = summary["chat"]["messages_committed"].as_i64().unwrap();
     let links = summary["links"]["links_stored"].as_i64().unwrap();
+    let stored = || async {
+        (
+            Engines::mysql_count(&archive_db, "message_record").await,
+            Engines::mysql_count(&engines.links_db, "links").await,
+        )
+    };
     assert_eq!(
-        Engines::mysql_count(&archive_db, "message_record").await,
-        messages
-    );
-    assert_eq!(
-        Engines::mysql_count(&engines.links_db, "links").await,
-        links
+        stored().await,
+        (messages, links),
+        "archived messages, links"
     );
 
     // 3. kill -9 of one node mid-day, then a restart: nothing of the day changes.
@@ -129,14 +132,7 @@ async fn three_nodes_run_one_marketplace_day_with_exact_figures() {
             );
         }
     }
-    assert_eq!(
-        Engines::mysql_count(&archive_db, "message_record").await,
-        messages
-    );
-    assert_eq!(
-        Engines::mysql_count(&engines.links_db, "links").await,
-        links
-    );
+    assert_eq!(stored().await, (messages, links), "after the restart");
 
     // 4. Yesterday's events through the three nodes, then the lifecycles race for the day.
     let yesterday = UtcDay::of_ms(UtcDay::parse(&today).unwrap().start_ms() - DAY_MS);
@@ -283,25 +279,7 @@ type CatalogRow = (i32, i64, Option<i64>, Option<i64>, Option<i64>);
 /// The OTTO sample's events spread over `day` (JSON bodies for `POST /v1/events`), and what
 /// their rollup must hold: `(listing, kind)` → (total, distinct sessions).
 fn yesterday_events(day: UtcDay) -> (Vec<Value>, Rollup) {
-    let text = std::fs::read_to_string(corpus().join("events/otto-sample.jsonl")).unwrap();
-    let mut raw = Vec::new();
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        let v: Value = serde_json::from_str(line).unwrap();
-        let session = v["session"].as_i64().unwrap();
-        for e in v["events"].as_array().unwrap() {
-            let kind = match e["type"].as_str().unwrap() {
-                "clicks" => "view",
-                "carts" => "click",
-                _ => "contact",
-            };
-            raw.push((
-                e["ts"].as_i64().unwrap(),
-                e["aid"].as_i64().unwrap(),
-                kind,
-                session,
-            ));
-        }
-    }
+    let raw = otto_events();
     let lo = raw.iter().map(|e| e.0).min().unwrap();
     let span = (raw.iter().map(|e| e.0).max().unwrap() - lo).max(1) as i128;
     let mut expected: BTreeMap<(i64, String), (u64, BTreeSet<i64>)> = BTreeMap::new();

@@ -15,11 +15,11 @@ pub fn corpus() -> PathBuf {
 /// `(listing, kind)` → (total, distinct sessions).
 pub type OttoCounts = BTreeMap<(i64, String), (u64, BTreeSet<i64>)>;
 
-/// The listings (ascending), the counts and the number of events of the OTTO file.
-pub fn otto() -> (Vec<i64>, OttoCounts, u64) {
+/// The OTTO file's events: `(ts, listing, kind, session)`, kinds as the demo maps them
+/// (clicks → view, carts → click, orders → contact).
+pub fn otto_events() -> Vec<(i64, i64, &'static str, i64)> {
     let text = std::fs::read_to_string(corpus().join("events/otto-sample.jsonl")).unwrap();
-    let mut counts = OttoCounts::new();
-    let mut events = 0;
+    let mut events = Vec::new();
     for line in text.lines().filter(|l| !l.trim().is_empty()) {
         let v: Value = serde_json::from_str(line).unwrap();
         let session = v["session"].as_i64().unwrap();
@@ -29,16 +29,28 @@ pub fn otto() -> (Vec<i64>, OttoCounts, u64) {
                 "carts" => "click",
                 _ => "contact",
             };
-            let entry = counts
-                .entry((e["aid"].as_i64().unwrap(), kind.to_owned()))
-                .or_default();
-            entry.0 += 1;
-            entry.1.insert(session);
-            events += 1;
+            events.push((
+                e["ts"].as_i64().unwrap(),
+                e["aid"].as_i64().unwrap(),
+                kind,
+                session,
+            ));
         }
     }
+    events
+}
+
+/// The listings (ascending), the counts and the number of events of the OTTO file.
+pub fn otto() -> (Vec<i64>, OttoCounts, u64) {
+    let mut counts = OttoCounts::new();
+    let events = otto_events();
+    for &(_, listing, kind, session) in &events {
+        let entry = counts.entry((listing, kind.to_owned())).or_default();
+        entry.0 += 1;
+        entry.1.insert(session);
+    }
     let listings: BTreeSet<i64> = counts.keys().map(|k| k.0).collect();
-    (listings.into_iter().collect(), counts, events)
+    (listings.into_iter().collect(), counts, events.len() as u64)
 }
 
 /// Asserts every figure of the demo's JSON summary `s` for a run with `recipients` per
