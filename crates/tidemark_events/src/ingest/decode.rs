@@ -263,3 +263,34 @@ fn point_event(
     };
     event_from_parts(schema, &kind, time, p.fields)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn time_of(body: &str) -> i64 {
+        let events = decode_json(&Schema::default(), body, 10).expect("decodes");
+        events[0].time_ms
+    }
+
+    #[test]
+    fn rfc3339_times_are_floored_to_the_millisecond() {
+        // Before 1970 a fraction below the millisecond still belongs to the earlier one.
+        assert_eq!(
+            time_of(r#"{"time":"1969-12-31T23:59:59.9995Z","kind":"view"}"#),
+            -1
+        );
+        assert_eq!(
+            time_of(r#"{"time":"1969-12-31T23:59:59.999999999Z","kind":"view"}"#),
+            -1
+        );
+        assert_eq!(
+            time_of(r#"{"time":"1970-01-01T00:00:00.0019Z","kind":"view"}"#),
+            1
+        );
+        assert_eq!(
+            time_of(r#"[{"time":"2024-05-01T12:00:00.123999+02:00","kind":"view"}]"#),
+            1_714_557_600_123
+        );
+    }
+}
