@@ -201,3 +201,60 @@ pub fn pixel_html(url: &str) -> String {
         "<img src=\"{url}\" width=\"1\" height=\"1\" alt=\"\" border=\"0\" style=\"display:block;width:1px;height:1px;border:0\" />"
     )
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `html` rewritten with every tracked value replaced by `R` and the pixel `<P>`.
+    fn rewritten(html: &str) -> String {
+        let found = find_links(html, &RewriteConfig::default()).expect("tokenizes");
+        let reps = vec!["R".to_owned(); found.len()];
+        splice(html, &found, &reps, Some("<P>"))
+    }
+
+    #[test]
+    fn the_pixel_never_lands_in_an_attribute_a_comment_or_a_script() {
+        assert_eq!(
+            rewritten(r#"<body><a href="https://ex.com/?q=</body>">x</a></body>"#),
+            r#"<body><a href="R">x</a><P></body>"#
+        );
+        assert_eq!(
+            rewritten(r#"<body><p title="</body>">x</p>"#),
+            r#"<body><p title="</body>">x</p><P>"#
+        );
+        assert_eq!(
+            rewritten("<body><script>var s = '</body>';</script><!-- </body> -->"),
+            "<body><script>var s = '</body>';</script><!-- </body> --><P>"
+        );
+        assert_eq!(
+            rewritten("<body><a href=\"https://ex.com/a"),
+            "<body><P><a href=\"https://ex.com/a"
+        );
+        assert_eq!(rewritten("<b>x</b><!-- cut"), "<b>x</b><P><!-- cut");
+        assert_eq!(rewritten("<title>t"), "<P><title>t");
+    }
+
+    #[test]
+    fn text_it_does_not_rewrite_is_copied_as_written() {
+        let html = "<!DOCTYPE html><BODY><A HREF='https://ex.com/a?x=1&amp;y=2' Title=\"&eacute;\">\
+                    &nbsp;</A><!--[if mso]><v:roundrect HREF=\"https://ex.com/v\"></v:roundrect><![endif]-->\
+                    <a href=https://ex.com/b>b</a></BODY>";
+        let found = find_links(html, &RewriteConfig::default()).expect("tokenizes");
+        let urls: Vec<&str> = found.iter().map(|f| f.url.as_str()).collect();
+        assert_eq!(
+            urls,
+            [
+                "https://ex.com/a?x=1&y=2",
+                "https://ex.com/v",
+                "https://ex.com/b"
+            ]
+        );
+        assert_eq!(
+            rewritten(html),
+            "<!DOCTYPE html><BODY><A HREF='R' Title=\"&eacute;\">\
+             &nbsp;</A><!--[if mso]><v:roundrect HREF=\"R\"></v:roundrect><![endif]-->\
+             <a href=R>b</a><P></BODY>"
+        );
+    }
+}
