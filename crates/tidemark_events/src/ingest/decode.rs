@@ -44,14 +44,17 @@ pub fn event_from_parts(
     Ok(e)
 }
 
-/// Parses a JSON `time`: RFC 3339 string or Unix milliseconds.
+/// Parses a JSON `time`: RFC 3339 string or Unix milliseconds. An RFC 3339 time is floored to
+/// its millisecond (as line protocol's finer precisions are), so a time before 1970 with a
+/// fraction of a millisecond belongs to the earlier millisecond, not the later one; years
+/// 0000–9999 always fit in an `i64` of milliseconds.
 fn json_time(v: &Value) -> Result<i64, String> {
     match v {
         Value::Number(n) => n
             .as_i64()
             .ok_or_else(|| format!("time {n} is not whole Unix milliseconds")),
         Value::String(s) => OffsetDateTime::parse(s, &Rfc3339)
-            .map(|t| (t.unix_timestamp_nanos() / 1_000_000) as i64)
+            .map(|t| t.unix_timestamp_nanos().div_euclid(1_000_000) as i64)
             .map_err(|e| format!("time {s:?} is not RFC 3339: {e}")),
         other => Err(format!("time must be RFC 3339 or Unix ms, got {other}")),
     }
