@@ -8,13 +8,15 @@
 //!    (VML buttons such as `<v:roundrect href>`), which are tokenized again on their own.
 //!    [`crate::rules::classify`] decides per value.
 //! 2. [`splice`] copies the input and replaces exactly those spans, then inserts the open pixel
-//!    before the last `</body>` (or at the end).
+//!    before the last `</body>` end tag (or after the last complete token), as the tokenizer
+//!    sees them: never inside a tag, an attribute value, a comment or a `<script>`.
 
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::ops::Range;
+use std::rc::Rc;
 
-use lol_html::html_content::Element;
-use lol_html::{HtmlRewriter, Settings, doc_comments, element};
+use lol_html::html_content::{Element, TextType};
+use lol_html::{HtmlRewriter, Settings, doc_comments, doc_text, doctype, element, end_tag};
 
 use crate::rules::{Decision, RuleConfig, classify};
 
@@ -149,7 +151,8 @@ pub fn find_links(html: &str, cfg: &RewriteConfig) -> Result<Vec<FoundLink>, Rew
 }
 
 /// Copies `html`, replacing each span of `found` by `replacement[i]` and inserting `pixel`
-/// (if any) before the last `</body>`, or at the end when there is none.
+/// (if any) before the last `</body>` end tag, or after the last complete token when there is
+/// none (see [`pixel_position`]).
 pub fn splice(
     html: &str,
     found: &[FoundLink],
@@ -159,7 +162,7 @@ pub fn splice(
     let extra: usize =
         replacements.iter().map(String::len).sum::<usize>() + pixel.map_or(0, str::len);
     let mut out = String::with_capacity(html.len() + extra);
-    let pixel_at = pixel.map(|_| last_body_close(html).unwrap_or(html.len()));
+    let pixel_at = pixel.map(|_| pixel_position(html));
     let mut pos = 0;
     let mut pixel_done = false;
     for (f, rep) in found.iter().zip(replacements) {
@@ -188,11 +191,79 @@ pub fn splice(
     out
 }
 
-fn last_body_close(html: &str) -> Option<usize> {
-    let bytes = html.as_bytes();
-    (0..bytes.len().saturating_sub(6))
-        .rev()
-        .find(|&i| bytes[i] == b'<' && bytes[i..i + 7].eq_ignore_ascii_case(b"</body>"))
+/// Elements whose content the tokenizer reads as text: markup inside them is not markup.
+const TEXT_CONTENT: [&str; 10] = [
+    "script",
+    "style",
+    "title",
+    "textarea",
+    "xmp",
+    "iframe",
+    "noembed",
+    "noframes",
+    "noscript",
+    "plaintext",
+];
+
+/// Where the open pixel goes: just before the last `</body>` end tag the tokenizer meets;
+/// without one, just after the last complete token that leaves the tokenizer reading markup
+/// (a start tag other than [`TEXT_CONTENT`]'s, an end tag, a closed comment or doctype, plain
+/// text).
+/// A `</body>` written inside an attribute value, a comment or a `<script>` is not an end tag,
+/// and a message cut off inside a tag or comment gets the pixel before that tag, so the pixel
+/// is always an element of its own. 0 (always outside any markup) if tokenizing fails.
+fn pixel_position(html: &str) -> usize {
+    let body_close = Rc::new(Cell::new(None::<usize>));
+    let safe_end = Rc::new(Cell::new(0usize));
+    let after = |end: usize, safe: &Cell<usize>| safe.set(safe.get().max(end));
+    let closed = |at: Range<usize>, safe: &Cell<usize>| {
+        if html.as_bytes()[..at.end].ends_with(b">") {
+            after(at.end, safe);
+        }
+    };
+    let settings = Settings::new()
+        .append_element_content_handler(element!("*", |el| {
+            let tag = el.tag_name();
+            if !TEXT_CONTENT.contains(&tag.as_str()) {
+                after(el.source_location().bytes().end, &safe_end);
+            }
+            let (safe, body) = (Rc::clone(&safe_end), Rc::clone(&body_close));
+            let is_body = tag == "body";
+            // Void elements have no end tag: nothing to record.
+            let _ = el.on_end_tag(end_tag!(move |t| {
+                let at = t.source_location().bytes();
+                if is_body {
+                    body.set(Some(at.start));
+                }
+                safe.set(safe.get().max(at.end));
+                Ok(())
+            }));
+            Ok(())
+        }))
+        // A comment or doctype cut off by the end of the message is still reported; it
+        // ends in `>` only when it is closed.
+        .append_document_content_handler(doc_comments!(|c| {
+            closed(c.source_location().bytes(), &safe_end);
+            Ok(())
+        }))
+        .append_document_content_handler(doctype!(|d| {
+            closed(d.source_location().bytes(), &safe_end);
+            Ok(())
+        }))
+        .append_document_content_handler(doc_text!(|t| {
+            if t.text_type() == TextType::Data {
+                after(t.source_location().bytes().end, &safe_end);
+            }
+            Ok(())
+        }));
+    let mut rewriter = HtmlRewriter::new(settings, |_: &[u8]| {});
+    let tokenized = rewriter
+        .write(html.as_bytes())
+        .and_then(|()| rewriter.end());
+    match tokenized {
+        Ok(()) => body_close.get().unwrap_or(safe_end.get()),
+        Err(_) => 0,
+    }
 }
 
 /// The open pixel: a 1×1 image pointing at `url`.
