@@ -23,7 +23,7 @@ use utoipa::{IntoParams, ToSchema};
 
 use crate::model::{MessageClass, MessageRecord, SendAck, SendCommand, SendOutcome};
 use crate::reads::Anchor;
-use crate::service::{ChatService, MAX_ID_BYTES, NewConversation, parse_class};
+use crate::service::{ChatService, MAX_ID_BYTES, NewConversation, check_send, parse_class};
 
 /// The OpenAPI description of the chat routes (the server merges it into `/v1/openapi.json`).
 #[derive(Debug, utoipa::OpenApi)]
@@ -152,24 +152,64 @@ async fn create_conversation(
     Ok((status, axum::Json(body)).into_response())
 }
 
-/// A message to append to a conversation.
+/// A message to append to a conversation: the body of a SEND request.
 #[derive(Debug, Deserialize, ToSchema)]
 #[serde(deny_unknown_fields)]
-struct SendMessage {
+pub struct SendMessage {
     /// The client's idempotency key (non-blank, at most 128 bytes, no control characters, no
     /// whitespace at either end): a retry with the same `(sender, client_msg_id)` gets the
     /// first acknowledgement back (200) and appends nothing.
     #[schema(min_length = 1, max_length = 128)]
-    client_msg_id: String,
+    pub client_msg_id: String,
     /// The sending member (non-blank, at most 128 bytes, no whitespace at either end).
     #[schema(min_length = 1, max_length = 128)]
-    sender: String,
+    pub sender: String,
     /// The text, 1 byte up to the configured limit (`chat.max_body_bytes`, 64 KiB by default).
     #[schema(min_length = 1)]
-    body: String,
+    pub body: String,
     /// Retention class; `standard` when absent.
     #[schema(value_type = Option<MessageClass>)]
-    class: Option<String>,
+    pub class: Option<String>,
+}
+
+impl SendMessage {
+    /// Decodes a SEND request body as the route does once the content type and size are
+    /// checked ([`tidemark_core::http::json_body_from_bytes`]): JSON syntax and repeated keys
+    /// (400), not an object or an unknown, missing or mistyped field (422).
+    pub fn from_bytes(body: &[u8]) -> Result<Self, ApiError> {
+        tidemark_core::http::json_body_from_bytes(body, '{', "an object")
+    }
+
+    /// The command for `tenant` and conversation `conversation_id`, its fields checked as SEND
+    /// checks them before touching a store ([`crate::service::check_send`]) with a body limit of
+    /// `max_body_bytes` (`chat.max_body_bytes`): a body over it is 413, any other bad field 400.
+    pub fn into_command(
+        self,
+        tenant: String,
+        conversation_id: String,
+        max_body_bytes: usize,
+    ) -> Result<SendCommand, ApiError> {
+        if self.body.len() > max_body_bytes {
+            return Err(ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "payload_too_large",
+                format!(
+                    "body is {} bytes; the limit is {max_body_bytes} bytes",
+                    self.body.len()
+                ),
+            ));
+        }
+        let cmd = SendCommand {
+            tenant,
+            conversation_id,
+            sender: self.sender,
+            client_msg_id: self.client_msg_id,
+            body: self.body,
+            class: parse_class(self.class.as_deref())?,
+        };
+        check_send(&cmd, max_body_bytes)?;
+        Ok(cmd)
+    }
 }
 
 /// The acknowledgement of a committed message.
@@ -216,25 +256,7 @@ async fn send_message(
     Path(cid): Path<String>,
     ApiJson(req): ApiJson<SendMessage>,
 ) -> Result<Response, ApiError> {
-    if req.body.len() > svc.config().max_body_bytes {
-        return Err(ApiError::new(
-            StatusCode::PAYLOAD_TOO_LARGE,
-            "payload_too_large",
-            format!(
-                "body is {} bytes; the limit is {} bytes",
-                req.body.len(),
-                svc.config().max_body_bytes
-            ),
-        ));
-    }
-    let cmd = SendCommand {
-        tenant: tenant.0,
-        conversation_id: cid,
-        sender: req.sender,
-        client_msg_id: req.client_msg_id,
-        body: req.body,
-        class: parse_class(req.class.as_deref())?,
-    };
+    let cmd = req.into_command(tenant.0, cid, svc.config().max_body_bytes)?;
     let outcome = svc.send(cmd).await?;
     let status = match outcome {
         SendOutcome::Committed(_) => StatusCode::CREATED,

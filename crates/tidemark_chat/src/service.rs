@@ -538,18 +538,7 @@ impl ChatService {
     /// SEND. Errors: invalid fields, unknown conversation, sender not a member, store down;
     /// in `sync-archive` mode [`ChatError::NotArchived`] for a message committed but not archived.
     pub async fn send(&self, cmd: SendCommand) -> Result<SendOutcome> {
-        check_id("sender", &cmd.sender)?;
-        check_new_id("client_msg_id", &cmd.client_msg_id)?;
-        if cmd.body.is_empty() {
-            return Err(ChatError::Invalid("body must not be empty".into()));
-        }
-        if cmd.body.len() > self.cfg.max_body_bytes {
-            return Err(ChatError::Invalid(format!(
-                "body is {} bytes; the limit is {} bytes",
-                cmd.body.len(),
-                self.cfg.max_body_bytes
-            )));
-        }
+        check_send(&cmd, self.cfg.max_body_bytes)?;
         self.check_member(&cmd.tenant, &cmd.conversation_id, &cmd.sender)
             .await?;
         self.prepare_hot_store().await?;
@@ -792,6 +781,24 @@ impl ChatService {
         tasks.spawn(trimmer.run(cancel.clone()));
         Ok(())
     }
+}
+
+/// The checks SEND makes on its fields before it touches a store: `sender` and
+/// `client_msg_id` are ids ([`MAX_ID_BYTES`], no blank, no whitespace at either end), the body
+/// is 1 to `max_body_bytes` bytes. Errors: [`ChatError::Invalid`] naming the field.
+pub fn check_send(cmd: &SendCommand, max_body_bytes: usize) -> Result<()> {
+    check_id("sender", &cmd.sender)?;
+    check_new_id("client_msg_id", &cmd.client_msg_id)?;
+    if cmd.body.is_empty() {
+        return Err(ChatError::Invalid("body must not be empty".into()));
+    }
+    if cmd.body.len() > max_body_bytes {
+        return Err(ChatError::Invalid(format!(
+            "body is {} bytes; the limit is {max_body_bytes} bytes",
+            cmd.body.len()
+        )));
+    }
+    Ok(())
 }
 
 /// Parses a message class from its API name.

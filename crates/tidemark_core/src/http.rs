@@ -302,17 +302,36 @@ async fn json_of_kind<T: DeserializeOwned, S: Send + Sync>(
         ));
     }
     let Json(raw) = Json::<Box<serde_json::value::RawValue>>::from_request(req, state).await?;
-    crate::json::check_no_duplicate_keys(raw.get()).map_err(|e| {
+    json_of_kind_raw(raw.get(), open, kind)
+}
+
+/// Decodes a JSON request body as the body extractors do once its content type and size are
+/// checked: syntax (400), a key repeated in any object (400, [`crate::json`]), a top-level
+/// value that does not open with `open` (422, `kind` names what it must be, e.g. "an object"),
+/// then the shape of `T` (422 for a wrong field or type). Public so that the fuzz targets
+/// decode bodies exactly as the routes do.
+pub fn json_body_from_bytes<T: DeserializeOwned>(
+    bytes: &[u8],
+    open: char,
+    kind: &str,
+) -> Result<T, ApiError> {
+    let Json(raw) = Json::<Box<serde_json::value::RawValue>>::from_bytes(bytes)?;
+    json_of_kind_raw(raw.get(), open, kind)
+}
+
+/// The checks after the syntax: repeated keys, the top-level kind, then the shape of `T`.
+fn json_of_kind_raw<T: DeserializeOwned>(raw: &str, open: char, kind: &str) -> Result<T, ApiError> {
+    crate::json::check_no_duplicate_keys(raw).map_err(|e| {
         ApiError::bad_request(format!("Failed to parse the request body as JSON: {e}"))
     })?;
-    if !raw.get().starts_with(open) {
+    if !raw.starts_with(open) {
         return Err(ApiError::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "unprocessable_entity",
             format!("the JSON body must be {kind}"),
         ));
     }
-    let Json(v) = Json::<T>::from_bytes(raw.get().as_bytes())?;
+    let Json(v) = Json::<T>::from_bytes(raw.as_bytes())?;
     Ok(v)
 }
 
