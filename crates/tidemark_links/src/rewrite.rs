@@ -304,6 +304,10 @@ mod tests {
         );
         assert_eq!(rewritten("<b>x</b><!-- cut"), "<b>x</b><P><!-- cut");
         assert_eq!(rewritten("<title>t"), "<P><title>t");
+        // `</` (or `<`) at the very end is text, but `</` before the pixel would open a bogus
+        // comment that swallows it.
+        assert_eq!(rewritten("<b>x</b>\n</"), "<b>x</b>\n<P></");
+        assert_eq!(rewritten("x <"), "x <P><");
     }
 
     #[test]
