@@ -252,7 +252,12 @@ fn pixel_position(html: &str) -> usize {
         }))
         .append_document_content_handler(doc_text!(|t| {
             if t.text_type() == TextType::Data {
-                after(t.source_location().bytes().end, &safe_end);
+                // Only a message's last text can end in `<` or `</` (anywhere else they begin
+                // the next tag); before the pixel they would turn it into text or a comment.
+                let end = t.source_location().bytes().end;
+                let text = html.as_bytes()[..end].strip_suffix(b"<");
+                let text = text.or_else(|| html.as_bytes()[..end].strip_suffix(b"</"));
+                after(text.map_or(end, <[u8]>::len), &safe_end);
             }
             Ok(())
         }));
