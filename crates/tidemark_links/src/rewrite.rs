@@ -313,6 +313,8 @@ mod tests {
         // comment that swallows it.
         assert_eq!(rewritten("<b>x</b>\n</"), "<b>x</b>\n<P></");
         assert_eq!(rewritten("x <"), "x <P><");
+        // Minimized from a fuzz input: a `>` does not close a `<!--` comment.
+        assert_eq!(rewritten("<!--B>"), "<P><!--B>");
     }
 
     #[test]
