@@ -216,8 +216,16 @@ fn pixel_position(html: &str) -> usize {
     let body_close = Rc::new(Cell::new(None::<usize>));
     let safe_end = Rc::new(Cell::new(0usize));
     let after = |end: usize, safe: &Cell<usize>| safe.set(safe.get().max(end));
+    // A `<!--` comment closes with `-->` (or `--!>`); a doctype or a bogus comment (`<!x`,
+    // `<?x`, `</ x`) with `>`.
     let closed = |at: Range<usize>, safe: &Cell<usize>| {
-        if html.as_bytes()[..at.end].ends_with(b">") {
+        let raw = &html.as_bytes()[at.clone()];
+        let done = if raw.starts_with(b"<!--") {
+            raw.ends_with(b"-->") || raw.ends_with(b"--!>")
+        } else {
+            raw.ends_with(b">")
+        };
+        if done {
             after(at.end, safe);
         }
     };
