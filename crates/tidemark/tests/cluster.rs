@@ -20,7 +20,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::time::{Duration, Instant};
 
 use common::demo_figures::{assert_demo_summary, corpus, otto, otto_events};
-use common::{Engines, KEY, TestServer, client};
+use common::{Engines, KEY, TestServer, call, client, metric};
 use serde_json::{Value, json};
 use tidemark_chat::testing::{KafkaBroker, RedisCluster};
 use tidemark_core::day::{DAY_MS, UtcDay};
@@ -119,7 +119,13 @@ async fn three_nodes_run_one_marketplace_day_with_exact_figures() {
     nodes[1].kill9();
     nodes[1].spawn().await;
     let http = client();
-    let rolled = call(&http, &nodes[1], "POST", &format!("/v1/rollups/{today}")).await;
+    let rolled = call(
+        &http,
+        reqwest::Method::POST,
+        &nodes[1].url(&format!("/v1/rollups/{today}")),
+        None,
+    )
+    .await;
     assert_eq!(rolled.0, 200, "{}", rolled.1);
     for account in summary["accounts"].as_array().unwrap() {
         let id = account["account_id"].as_u64().unwrap();
@@ -166,7 +172,6 @@ async fn three_nodes_run_one_marketplace_day_with_exact_figures() {
 
     let mut jobs = [0u64; 3];
     for node in &nodes {
-        let m = metrics(&http, node).await;
         for (j, name) in [
             "tidemark_events_days_rolled_up_total",
             "tidemark_events_days_archived_total",
@@ -175,7 +180,7 @@ async fn three_nodes_run_one_marketplace_day_with_exact_figures() {
         .iter()
         .enumerate()
         {
-            jobs[j] += m.get(*name).copied().unwrap_or(0.0) as u64;
+            jobs[j] += metric(&http, node, name).await;
         }
     }
     assert_eq!(
@@ -221,25 +226,13 @@ async fn three_nodes_run_one_marketplace_day_with_exact_figures() {
     drop_database(&engines.rollups_db).await.unwrap();
 }
 
-/// `method path` on `node` with the key; the status and the JSON answer.
-async fn call(http: &reqwest::Client, node: &TestServer, method: &str, path: &str) -> (u16, Value) {
-    let r = http
-        .request(method.parse().unwrap(), node.url(path))
-        .bearer_auth(KEY)
-        .send()
-        .await
-        .unwrap();
-    let status = r.status().as_u16();
-    (status, r.json().await.unwrap_or(Value::Null))
-}
-
 /// Account `id`'s report rows for `day`, in (listing, kind) order.
 async fn report_rows(http: &reqwest::Client, node: &TestServer, id: u64, day: &str) -> Vec<Value> {
     let (status, v) = call(
         http,
-        node,
-        "GET",
-        &format!("/v1/accounts/{id}/report?from={day}&to={day}"),
+        reqwest::Method::GET,
+        &node.url(&format!("/v1/accounts/{id}/report?from={day}&to={day}")),
+        None,
     )
     .await;
     assert_eq!(status, 200, "{v}");
@@ -333,28 +326,6 @@ async fn wait_dropped(rollups_db: &str, day: UtcDay) -> CatalogDay {
         );
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
-}
-
-/// Every node's `/metrics` samples by name (labelled samples summed).
-async fn metrics(http: &reqwest::Client, node: &TestServer) -> BTreeMap<String, f64> {
-    let text = http
-        .get(node.url("/metrics"))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
-    let mut m = BTreeMap::new();
-    for line in text.lines().filter(|l| !l.starts_with('#')) {
-        if let Some((series, value)) = line.rsplit_once(' ')
-            && let Ok(v) = value.parse::<f64>()
-        {
-            let name = series.split_once('{').map_or(series, |(n, _)| n);
-            *m.entry(name.to_owned()).or_insert(0.0) += v;
-        }
-    }
-    m
 }
 
 /// The number of objects in the archive bucket.
