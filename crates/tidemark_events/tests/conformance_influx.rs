@@ -27,6 +27,17 @@ async fn influx_query(server: &InfluxServer, db: &str, q: &str) -> serde_json::V
     serde_json::from_slice(&out.stdout).unwrap()
 }
 
+/// The row of Tidemark's retention policy in `SHOW RETENTION POLICIES` of `db`: name,
+/// duration, shard group duration, replicas, default.
+async fn our_retention_policy(server: &InfluxServer, db: &str) -> serde_json::Value {
+    let v = influx_query(server, db, "SHOW RETENTION POLICIES").await;
+    let rps = v["results"][0]["series"][0]["values"].as_array().unwrap();
+    rps.iter()
+        .find(|r| r[0] == RETENTION_POLICY)
+        .unwrap_or_else(|| panic!("{v}"))
+        .clone()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn influx_raw_store() {
     let server = InfluxServer::start().unwrap();
@@ -85,12 +96,7 @@ async fn series_cardinality_is_the_number_of_kinds_and_retention_is_seven_days()
         "{v}"
     );
     // The retention policy: 7 days, day shards, the default.
-    let v = influx_query(&server, "tidemark", "SHOW RETENTION POLICIES").await;
-    let rps = v["results"][0]["series"][0]["values"].as_array().unwrap();
-    let ours = rps
-        .iter()
-        .find(|r| r[0] == RETENTION_POLICY)
-        .unwrap_or_else(|| panic!("{v}"));
+    let ours = our_retention_policy(&server, "tidemark").await;
     assert_eq!(
         (ours[1].as_str(), ours[2].as_str(), ours[4].as_bool()),
         (Some("168h0m0s"), Some("24h0m0s"), Some(true))
@@ -110,12 +116,7 @@ async fn a_retention_under_two_days_starts_with_hour_shards() {
     )
     .await
     .unwrap();
-    let v = influx_query(&server, "short", "SHOW RETENTION POLICIES").await;
-    let rps = v["results"][0]["series"][0]["values"].as_array().unwrap();
-    let ours = rps
-        .iter()
-        .find(|r| r[0] == RETENTION_POLICY)
-        .unwrap_or_else(|| panic!("{v}"));
+    let ours = our_retention_policy(&server, "short").await;
     assert_eq!(
         (ours[1].as_str(), ours[2].as_str()),
         (Some("12h0m0s"), Some("1h0m0s"))
