@@ -29,6 +29,7 @@ use hyper::{Request, StatusCode, Uri};
 use rand::{Rng, SeedableRng};
 
 use super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, TimelineEntry, call};
+use super::median;
 use super::process::{
     ServerBin, ServerProcess, clock_ticks_per_sec, cpu_ticks, disk_written_bytes,
     machine_busy_ticks, scrape_metrics,
@@ -940,18 +941,6 @@ fn describe_run(l: &LoadResult) -> String {
     )
 }
 
-/// The median of `v` (the mean of the middle two for an even count); `None` if empty.
-fn median(values: &[f64]) -> Option<f64> {
-    let mut v = values.to_vec();
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    match n {
-        0 => None,
-        _ if n % 2 == 1 => Some(v[n / 2]),
-        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
-    }
-}
-
 fn write_bars(out: &mut String, rows: &[Row], rounds: usize) -> std::fmt::Result {
     let find = |round: usize, mode: BenchMode, rate: u64| {
         rows.iter()
@@ -1215,13 +1204,6 @@ mod tests {
                 .to_owned()
         };
         (line("1."), line("2."))
-    }
-
-    #[test]
-    fn the_median_takes_the_middle_or_the_mean_of_the_middle_two() {
-        assert_eq!(median(&[]), None);
-        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
-        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
     }
 
     #[test]

@@ -22,6 +22,7 @@
 //! derived from the event's number, so every run writes the same data. It prints the figures,
 //! then each bar of the events benchmark with PASS/FAIL; it asserts nothing.
 
+mod duckdb;
 mod influx_schema;
 mod ingest;
 mod nodes;
@@ -41,12 +42,18 @@ const BAR_INGEST: f64 = 100_000.0;
 const BAR_BATCH: usize = 5_000;
 /// Bar: seconds to roll up a day of [`BAR_ROLLUP_EVENTS`] events.
 const BAR_ROLLUP_SECS: f64 = 10.0;
+/// Bar: the rollup's time at most this many times DuckDB's over the same rows.
+const BAR_ROLLUP_PEER_RATIO: f64 = 2.0;
 /// The day size the rollup bar is about.
 const BAR_ROLLUP_EVENTS: u64 = 2_000_000;
 /// Bar: report p99 (ms) for an account of [`BAR_LISTINGS`] listings over a year…
 const BAR_REPORT_P99_MS: f64 = 100.0;
 /// …and the seed's own bar.
 const SEED_REPORT_MS: f64 = 1_000.0;
+/// Bar: the report's p50 and p99 at most this many times DuckDB's over the same rows.
+const BAR_REPORT_PEER_RATIO: f64 = 1.5;
+/// Bar: `listing_daily`'s bytes on disk at most this many times a plain packed copy's.
+const BAR_DISK_RATIO: f64 = 1.5;
 /// The account size the report bar is about.
 const BAR_LISTINGS: u64 = 900;
 
@@ -219,12 +226,12 @@ async fn run_here(args: EventsBenchArgs) -> anyhow::Result<()> {
     if wants(Part::Rollup) {
         let r = rollup::bench_rollup(&args, &root.path().join("rollup")).await?;
         print!("{}", r.report());
-        bars.push(r.bar());
+        bars.extend(r.bars());
     }
     if wants(Part::Report) {
         let r = report::bench_report(&args, &root.path().join("report")).await?;
         print!("{}", r.report());
-        bars.push(r.bar());
+        bars.extend(r.bars());
         if let Some(dir) = &args.plot_dir {
             r.plot(dir, args.report_mysql.is_some())?;
         }

@@ -135,6 +135,18 @@ pub(crate) fn sqlite_bytes(db: &Path) -> u64 {
         .sum()
 }
 
+/// The median of `values` (the mean of the middle two for an even count); `None` if empty.
+pub(crate) fn median(values: &[f64]) -> Option<f64> {
+    let mut v = values.to_vec();
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    match n {
+        0 => None,
+        _ if n % 2 == 1 => Some(v[n / 2]),
+        _ => Some((v[n / 2 - 1] + v[n / 2]) / 2.0),
+    }
+}
+
 /// `/proc/loadavg`'s 1, 5 and 15 minute figures: other work on the machine disturbs these.
 pub(crate) fn load_average() -> String {
     std::fs::read_to_string("/proc/loadavg").map_or_else(
@@ -171,5 +183,17 @@ pub(crate) fn print_summary(subsystem: &str, bars: &[Bar]) {
     }
     if bars.is_empty() {
         println!("  (no part with a bar was run)");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::median;
+
+    #[test]
+    fn the_median_takes_the_middle_or_the_mean_of_the_middle_two() {
+        assert_eq!(median(&[]), None);
+        assert_eq!(median(&[3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(&[4.0, 1.0, 3.0, 2.0]), Some(2.5));
     }
 }

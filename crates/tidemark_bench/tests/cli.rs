@@ -190,6 +190,56 @@ fn events_ingest_drives_the_server_named_by_the_flag() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+#[test]
+fn rollup_and_report_run_beside_duckdb_over_the_same_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(&[
+        "events",
+        "--parts",
+        "rollup,report",
+        "--rollup-events",
+        "20000",
+        "--rollup-listings",
+        "300",
+        "--append-batch",
+        "5000",
+        "--report-listings",
+        "30",
+        "--report-accounts",
+        "3",
+        "--report-days",
+        "62",
+        "--report-runs",
+        "10",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // DuckDB answered both questions as Tidemark did, over five pairs of runs each.
+    assert!(
+        stdout.contains("DuckDB over the archived day (same answer: yes)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("DuckDB over the same rows (same answer: yes)"),
+        "{stdout}"
+    );
+    assert_eq!(stdout.matches("; median ratio ").count(), 2, "{stdout}");
+    let pairs = stdout
+        .lines()
+        .find_map(|l| l.split_once("pairs Tidemark/DuckDB: ").map(|(_, p)| p))
+        .unwrap_or_else(|| panic!("no pairs in:\n{stdout}"));
+    assert_eq!(pairs.matches(" s").count(), 5, "{pairs}");
+    // At rest, the summary tier's log is empty, and writing the days again adds nothing.
+    let disk = stdout
+        .lines()
+        .find(|l| l.starts_with("on disk: rollups.db "))
+        .unwrap_or_else(|| panic!("no disk line in:\n{stdout}"));
+    assert_eq!(disk.matches("+ log 0 MB").count(), 2, "{disk}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 /// The table row of node count `n` in a `--nodes` run: its cells, trimmed.
 fn nodes_row(stdout: &str, n: usize) -> Vec<String> {
     let line = stdout

@@ -21,7 +21,9 @@
 //!
 //! Checkpoints run off the commit path, on a companion thread of each writer, and background
 //! work (checkpoints; a writer or reader that may lag, such as the archive's) runs at a lower
-//! CPU priority than the commit path where the platform allows it: see [`background`].
+//! CPU priority than the commit path where the platform allows it: see [`background`]. Once a
+//! writer rests, its companion empties the log file, so a store at rest takes no more disk than
+//! its database file.
 
 mod background;
 mod cache;
@@ -228,7 +230,8 @@ impl GroupWriter {
     /// checkpoint on its own connection every [`CHECKPOINT_EVERY`], or every
     /// [`CHECKPOINT_BUSY_EVERY`] while the log grows fast ([`checkpoint_pause`]); the writer's
     /// automatic checkpoint, which rewinds the log, only triggers past [`AUTOCHECKPOINT_BYTES`];
-    /// and the writer truncates the WAL when it stops.
+    /// the companion truncates the WAL once a pass finds nothing written since the last one and
+    /// every frame copied, and the writer truncates it when it stops.
     pub fn start(name: &str, conn: Connection, max_batch: usize) -> Self {
         Self::spawn(name, conn, max_batch, Box::new(|_| {}), Priority::Normal)
     }
@@ -495,10 +498,26 @@ fn checkpoint_loop(path: &Path, stop: &mpsc::Receiver<()>) {
         // PASSIVE never waits for readers or the writer. Its row: (busy, frames in the log,
         // frames copied); (1, -1, -1) while another connection checkpoints.
         let pass = conn.query_row("PRAGMA wal_checkpoint(PASSIVE)", [], |r| {
-            Ok((r.get::<_, i64>(0)?, r.get::<_, i64>(1)?))
+            Ok((
+                r.get::<_, i64>(0)?,
+                r.get::<_, i64>(1)?,
+                r.get::<_, i64>(2)?,
+            ))
         });
         pause = match pass {
-            Ok((0, log)) if log >= 0 => {
+            Ok((0, log, copied)) if log > 0 && log == last_log && copied == log => {
+                // At rest: nothing written since the last pass and every frame copied. The log
+                // would otherwise keep its largest size on disk (up to AUTOCHECKPOINT_BYTES and
+                // beyond) until the next write rewinds it; TRUNCATE empties the file. It waits
+                // for no one (the 50 ms busy timeout): with a reader or a writer about, it is
+                // tried again at the next rest.
+                if let Err(e) = conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE)") {
+                    tracing::debug!(error = %e, "truncating checkpoint skipped");
+                }
+                last_log = 0;
+                CHECKPOINT_EVERY
+            }
+            Ok((0, log, _)) if log >= 0 => {
                 // A log smaller than before was rewound: all of it is new.
                 let grew = if log >= last_log { log - last_log } else { log };
                 let pause = checkpoint_pause(grew, last_pass.elapsed());
@@ -838,6 +857,30 @@ mod tests {
         }
         let bytes = AUTOCHECKPOINT_BYTES;
         assert_eq!(rewinds, [(1_000_000, bytes), (250_000, bytes)]);
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_writer_at_rest_leaves_an_empty_log() {
+        let (_dir, path, conn) = table_t();
+        let writer = GroupWriter::start("rest", conn, 8);
+        for v in 0..2_000 {
+            writer.write(insert(v)).await.unwrap();
+        }
+        let wal = format!("{}-wal", path.display());
+        let log_bytes = || std::fs::metadata(&wal).map_or(0, |m| m.len());
+        assert!(log_bytes() > 0, "the writes went through the log");
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while log_bytes() > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+        assert_eq!(log_bytes(), 0, "the log is emptied once the writer rests");
+        // The rows are all in the database file, and writing goes on.
+        writer.write(insert(2_000)).await.unwrap();
+        let n: i64 = Connection::open(&path)
+            .unwrap()
+            .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+            .unwrap();
+        assert_eq!(n, 2_001);
     }
 
     /// A fresh database file (kept while the returned dir lives) with table `t (v INTEGER)`, and

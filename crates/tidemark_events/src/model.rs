@@ -48,3 +48,38 @@ impl Event {
         self.fields.get("bot").and_then(serde_json::Value::as_bool) == Some(true)
     }
 }
+
+/// [`Event::is_bot`] of an event whose `fields` are stored as this JSON object text, without
+/// building the map for the usual `{}`. Text that is not a JSON object is not flagged.
+pub fn fields_flag_bot(fields: &str) -> bool {
+    if fields == "{}" {
+        return false;
+    }
+    serde_json::from_str::<serde_json::Map<String, serde_json::Value>>(fields)
+        .is_ok_and(|m| m.get("bot").and_then(serde_json::Value::as_bool) == Some(true))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stored_fields_flag_a_bot_as_the_event_does() {
+        for (fields, bot) in [
+            ("{}", false),
+            (r#"{"bot":true}"#, true),
+            (r#"{"ua_class":"scanner","bot":true}"#, true),
+            (r#"{"bot":false}"#, false),
+            (r#"{"bot":"true"}"#, false),
+            (r#"{"email":"a@b.example"}"#, false),
+            ("not json", false),
+        ] {
+            assert_eq!(fields_flag_bot(fields), bot, "{fields}");
+            if let Ok(map) = serde_json::from_str(fields) {
+                let mut e = Event::new("view", 0);
+                e.fields = map;
+                assert_eq!(e.is_bot(), bot, "{fields}");
+            }
+        }
+    }
+}

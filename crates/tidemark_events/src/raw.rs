@@ -16,7 +16,8 @@ use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
 use tidemark_core::store::{AsStoreError, StoreError};
 
-use crate::model::Event;
+use crate::model::{Event, fields_flag_bot};
+use crate::rollup::{DayAggregate, ROLLUP_CHUNK, RollupRow};
 
 pub mod catalog;
 pub mod influx;
@@ -161,6 +162,26 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
         None
     }
 
+    /// Feeds every event of `day` to `agg` (the daily rollup's aggregation,
+    /// [`crate::rollup`]) and hands it back. The default reads [`RawStore::read_chunk`] by
+    /// chunks of [`ROLLUP_CHUNK`] events; a backend that can lend its rows without copying
+    /// them into [`Event`]s overrides it.
+    async fn fold_day(
+        &self,
+        day: UtcDay,
+        mut agg: DayAggregate,
+    ) -> Result<DayAggregate, StoreError> {
+        let mut cursor = Some(0);
+        while let Some(after) = cursor {
+            let (chunk, next) = self.read_chunk(day, after, ROLLUP_CHUNK).await?;
+            for e in &chunk {
+                agg.add(RollupRow::of(e));
+            }
+            cursor = next;
+        }
+        Ok(agg)
+    }
+
     /// All events of one day, in arrival order (reads every chunk; for tests and tools).
     async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, StoreError> {
         let mut out = Vec::new();
@@ -302,6 +323,41 @@ impl RawStore for SqliteRaw {
                 }
                 let next = if out.len() == limit { last } else { None };
                 Ok((out, next))
+            })
+            .await
+    }
+
+    async fn fold_day(
+        &self,
+        day: UtcDay,
+        mut agg: DayAggregate,
+    ) -> Result<DayAggregate, StoreError> {
+        // One statement over the day: each row is lent to the aggregation as it is stepped
+        // through, nothing copied but the strings the aggregation keeps.
+        self.reads
+            .read(move |conn| {
+                if !table_exists(conn, day)? {
+                    return Ok(agg);
+                }
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT kind, listing_id, session_id, page_url, fields FROM {} ORDER BY seq",
+                    table(day)
+                ))?;
+                let mut rows = stmt.query([])?;
+                while let Some(r) = rows.next()? {
+                    let text = |i: usize| -> rusqlite::Result<&str> { Ok(r.get_ref(i)?.as_str()?) };
+                    let text_or_null = |i: usize| -> rusqlite::Result<Option<&str>> {
+                        Ok(r.get_ref(i)?.as_str_or_null()?)
+                    };
+                    agg.add(RollupRow {
+                        kind: text(0)?,
+                        listing_id: r.get(1)?,
+                        session_id: text_or_null(2)?,
+                        page_url: text_or_null(3)?,
+                        bot: fields_flag_bot(text(4)?),
+                    });
+                }
+                Ok(agg)
             })
             .await
     }

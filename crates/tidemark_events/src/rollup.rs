@@ -5,7 +5,8 @@
 //! 1. Take the day's catalog entry ([`DayState`]). No entry, or the partition was dropped →
 //!    [`RollupError::RawGone`] and nothing is written: existing totals are never replaced by
 //!    the zeros an empty read would give. Remember its `last_arrival_ms`.
-//! 2. Read the day in chunks of [`ROLLUP_CHUNK`] events. Skip events flagged `bot = true` and
+//! 2. Read the day ([`RawStore::fold_day`]: the embedded tier in one pass over borrowed rows,
+//!    others in chunks of [`ROLLUP_CHUNK`] events). Skip events flagged `bot = true` and
 //!    events without a `listing_id`. Per `(listing_id, kind)`:
 //!    - `total` = number of events. One event is one row, as in the seed (`b.total += 1`) and
 //!      as the dashboard counts; the `count` field is kept in the raw tier and the archive but
@@ -29,9 +30,7 @@
 //! each under the day's lease, whose token fences the summary write (so no two nodes
 //! interleave theirs either, [`crate::leases`]).
 
-use std::collections::HashMap;
-use std::collections::HashSet;
-use std::collections::hash_map::Entry;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
 use serde::{Serialize, Serializer};
@@ -115,34 +114,77 @@ impl AsStoreError for RollupError {
     }
 }
 
-/// Totals of one `(listing_id, kind)` while reading.
-#[derive(Debug, Default)]
-struct Bucket {
-    total: u64,
-    /// Distinct `(session, page)` as pairs of interned numbers.
-    seen: HashSet<(u32, u32)>,
+/// One event as the rollup reads it, borrowed from the raw tier's row ([`RawStore::fold_day`]):
+/// only the columns the rule needs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RollupRow<'a> {
+    /// The event kind.
+    pub kind: &'a str,
+    /// The listing, if any.
+    pub listing_id: Option<i64>,
+    /// The session, if any.
+    pub session_id: Option<&'a str>,
+    /// The page, if any.
+    pub page_url: Option<&'a str>,
+    /// Flagged `bot = true` ([`Event::is_bot`]).
+    pub bot: bool,
 }
 
-/// Interns strings to dense numbers, so each bucket's set of visitors holds 8-byte pairs
-/// instead of string copies (a day of 2,000,000 events has far fewer distinct sessions and
-/// pages than events).
-#[derive(Debug, Default)]
-struct Interner {
-    ids: HashMap<String, u32>,
-}
-
-impl Interner {
-    fn id(&mut self, s: String) -> u32 {
-        let next = self.ids.len() as u32;
-        *self.ids.entry(s).or_insert(next)
+impl<'a> RollupRow<'a> {
+    /// The rollup's view of `e`.
+    pub fn of(e: &'a Event) -> Self {
+        Self {
+            kind: &e.kind,
+            listing_id: e.listing_id,
+            session_id: e.session_id.as_deref(),
+            page_url: e.page_url.as_deref(),
+            bot: e.is_bot(),
+        }
     }
 }
 
-/// Aggregation of one day (step 2 of the module docs).
+/// Hash maps of the aggregation: foldhash, seeded per map, several times faster than the
+/// standard SipHash on these short keys.
+type Fast = foldhash::fast::RandomState;
+
+/// Interns strings to dense numbers, so the set of visitors holds small numbers instead of
+/// string copies (a day of 2,000,000 events has far fewer distinct sessions and pages than
+/// events); a string is copied once, when first seen.
 #[derive(Debug, Default)]
-struct DayAggregate {
+struct Interner {
+    ids: HashMap<Box<str>, u32, Fast>,
+}
+
+impl Interner {
+    fn id(&mut self, s: &str) -> u32 {
+        if let Some(&id) = self.ids.get(s) {
+            return id;
+        }
+        let id = self.ids.len() as u32;
+        self.ids.insert(s.into(), id);
+        id
+    }
+}
+
+/// Totals of one `(listing_id, kind)` while reading.
+#[derive(Debug)]
+struct Bucket {
+    listing_id: i64,
+    kind: u32,
+    total: u64,
+    uniques: u64,
+}
+
+/// The aggregation of one day, step 2 of the module docs: fed one [`RollupRow`] at a time by
+/// [`RawStore::fold_day`], which hands it back when the day is read.
+#[derive(Debug, Default)]
+pub struct DayAggregate {
     kinds: Vec<String>,
-    buckets: HashMap<(i64, usize), Bucket>,
+    /// `(listing_id, kind)` → index in `buckets`.
+    bucket_of: HashMap<(i64, u32), u32, Fast>,
+    buckets: Vec<Bucket>,
+    /// `(bucket, session, page)` seen: a visitor counts once per bucket.
+    seen: HashSet<(u32, u32, u32), Fast>,
     sessions: Interner,
     pages: Interner,
     events_read: u64,
@@ -154,9 +196,10 @@ struct DayAggregate {
 const NO_PAGE: u32 = u32::MAX;
 
 impl DayAggregate {
-    fn add(&mut self, e: Event) {
+    /// Counts one event of the day.
+    pub fn add(&mut self, e: RollupRow<'_>) {
         self.events_read += 1;
-        if e.is_bot() {
+        if e.bot {
             self.bots_skipped += 1;
             return;
         }
@@ -164,22 +207,31 @@ impl DayAggregate {
             self.without_listing_skipped += 1;
             return;
         };
-        let kind = match self.kinds.iter().position(|k| *k == e.kind) {
-            Some(k) => k,
+        let kind = match self.kinds.iter().position(|k| k == e.kind) {
+            Some(k) => k as u32,
             None => {
-                self.kinds.push(e.kind);
-                self.kinds.len() - 1
+                self.kinds.push(e.kind.to_owned());
+                self.kinds.len() as u32 - 1
             }
         };
-        let bucket = match self.buckets.entry((listing_id, kind)) {
-            Entry::Occupied(o) => o.into_mut(),
-            Entry::Vacant(v) => v.insert(Bucket::default()),
-        };
+        let next = self.buckets.len() as u32;
+        let b = *self.bucket_of.entry((listing_id, kind)).or_insert(next);
+        if b == next {
+            self.buckets.push(Bucket {
+                listing_id,
+                kind,
+                total: 0,
+                uniques: 0,
+            });
+        }
+        let bucket = &mut self.buckets[b as usize];
         bucket.total += 1;
         if let Some(session) = e.session_id {
             let session = self.sessions.id(session);
             let page = e.page_url.map_or(NO_PAGE, |p| self.pages.id(p));
-            bucket.seen.insert((session, page));
+            if self.seen.insert((b, session, page)) {
+                bucket.uniques += 1;
+            }
         }
     }
 
@@ -188,11 +240,11 @@ impl DayAggregate {
         let mut rows: Vec<DailyRow> = self
             .buckets
             .into_iter()
-            .map(|((listing_id, k), b)| DailyRow {
-                listing_id,
-                kind: kinds[k].clone(),
+            .map(|b| DailyRow {
+                listing_id: b.listing_id,
+                kind: kinds[b.kind as usize].clone(),
                 total: b.total,
-                uniques: b.seen.len() as u64,
+                uniques: b.uniques,
             })
             .collect();
         rows.sort();
@@ -251,18 +303,10 @@ async fn roll_up(
     };
     let as_of = state.last_arrival_ms;
 
-    let mut agg = DayAggregate::default();
-    let mut cursor = Some(0);
-    while let Some(after) = cursor {
-        let (chunk, next) = raw
-            .read_chunk(day, after, ROLLUP_CHUNK)
-            .await
-            .map_err(RollupError::Raw)?;
-        for e in chunk {
-            agg.add(e);
-        }
-        cursor = next;
-    }
+    let agg = raw
+        .fold_day(day, DayAggregate::default())
+        .await
+        .map_err(RollupError::Raw)?;
     if agg.events_read < state.events {
         return Err(gone(format!(
             "the catalog counts {} events but only {} could be read",

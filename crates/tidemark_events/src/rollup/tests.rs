@@ -599,3 +599,45 @@ async fn the_service_rolls_up_with_its_clock_in(mode: Mode) {
         Err(RollupError::NoEvents { future: true, .. })
     ));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_embedded_one_pass_read_counts_as_the_chunked_read() {
+    let s = stores(Mode::Embedded).await;
+    let mut events = fixture();
+    let mut flagged = ev("click", Some(2), Some("s9"), None);
+    flagged.fields.insert("ua_class".into(), "scanner".into());
+    flagged.fields.insert("bot".into(), true.into());
+    let mut not_flagged = ev("click", Some(2), Some("s9"), None);
+    not_flagged.fields.insert("bot".into(), false.into());
+    events.extend([flagged, not_flagged]);
+    s.raw.append(events, T).await.unwrap();
+
+    let one_pass = s
+        .raw
+        .fold_day(day(), DayAggregate::default())
+        .await
+        .unwrap();
+    // The trait's own fold, through `read_chunk`, one event per chunk.
+    let chunked = meddling(&s.raw, false, false);
+    let mut by_chunks = DayAggregate::default();
+    let mut cursor = Some(0);
+    while let Some(after) = cursor {
+        let (chunk, next) = chunked.read_chunk(day(), after, 1).await.unwrap();
+        for e in &chunk {
+            by_chunks.add(RollupRow::of(e));
+        }
+        cursor = next;
+    }
+    let default_fold = chunked
+        .fold_day(day(), DayAggregate::default())
+        .await
+        .unwrap();
+    let counts = |a: &DayAggregate| (a.events_read, a.bots_skipped, a.without_listing_skipped);
+    assert_eq!(counts(&one_pass), (14, 2, 1));
+    assert_eq!(counts(&by_chunks), counts(&one_pass));
+    assert_eq!(counts(&default_fold), counts(&one_pass));
+    let rows = one_pass.rows();
+    assert!(rows.contains(&row(2, "click", 1, 1)), "{rows:?}");
+    assert_eq!(by_chunks.rows(), rows);
+    assert_eq!(default_fold.rows(), rows);
+}
