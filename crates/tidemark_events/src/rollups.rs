@@ -15,6 +15,7 @@
 //! schemas: `migrations`.
 
 mod migrations;
+mod monthly;
 mod mysql;
 mod sqlite;
 

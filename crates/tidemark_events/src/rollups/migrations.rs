@@ -5,6 +5,8 @@
 //! reasons for its keys):
 //! - version 1: `listing_daily` keyed `(listing_id, event, day)` with an index on `day`,
 //!   `rollup_kinds`, and `listings` with its index `(tenant, account_id)`.
+//! - version 2: `listing_monthly`, the month sums of `listing_daily` (as on MariaDB), built
+//!   from the days already there.
 //! - adopting a file made before versions were recorded: a `listing_daily` keyed
 //!   `(listing_id, day, event)` is rebuilt with version 1's key ([`rekey_listing_daily`]), and
 //!   `rollup_kinds` gets every kind `listing_daily` holds ([`fill_rollup_kinds`]): the report
@@ -30,10 +32,16 @@ use tidemark_core::schema::{MysqlFuture, MysqlUp, SqliteUp, Step, Versions};
 pub(super) static SQLITE: Versions<SqliteUp> = Versions {
     store: "rollups.db",
     marks: &["listing_daily", "listings"],
-    migrations: &[Step {
-        what: "listing_daily, rollup_kinds and listings",
-        up: SqliteUp::Sql(SQLITE_V1),
-    }],
+    migrations: &[
+        Step {
+            what: "listing_daily, rollup_kinds and listings",
+            up: SqliteUp::Sql(SQLITE_V1),
+        },
+        Step {
+            what: "listing_monthly, built from listing_daily",
+            up: SqliteUp::Sql(SQLITE_V2),
+        },
+    ],
     adopt: &[
         Step {
             what: "key listing_daily (listing_id, event, day)",
@@ -64,6 +72,25 @@ CREATE TABLE IF NOT EXISTS listings (
     PRIMARY KEY (tenant, listing_id)
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS listings_account ON listings (tenant, account_id);
+";
+
+/// Version 2: `listing_monthly`, the month sums of `listing_daily` (`month` is the day number of
+/// the month's first day; `days` the daily rows summed), clustered like `listing_daily`, and
+/// built from the days already there.
+pub(super) const SQLITE_V2: &str = "
+CREATE TABLE IF NOT EXISTS listing_monthly (
+    listing_id INTEGER NOT NULL,
+    month INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    total INTEGER NOT NULL,
+    uniques INTEGER NOT NULL,
+    days INTEGER NOT NULL,
+    PRIMARY KEY (listing_id, event, month)
+) WITHOUT ROWID;
+INSERT INTO listing_monthly (listing_id, month, event, total, uniques, days)
+    SELECT listing_id, unixepoch(date(day * 86400, 'unixepoch', 'start of month')) / 86400 AS m,
+           event, sum(total), sum(uniques), count(*)
+    FROM listing_daily GROUP BY listing_id, event, m ORDER BY listing_id, event, m;
 ";
 
 /// The primary key columns of `listing_daily`, in key order, comma-separated.

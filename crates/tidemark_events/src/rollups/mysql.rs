@@ -34,12 +34,11 @@ use tidemark_core::mysql::{MysqlError, connect};
 use tidemark_core::schema::migrate_mysql;
 use tidemark_core::store::{ErrorKind, StoreError};
 
+use super::monthly::{self, Source, report_parts};
 use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
 use crate::leases::mysql::{MysqlDayLeases, check_fence};
 use crate::leases::{DayLease, DayLeases};
 use crate::schema::Schema;
-
-mod monthly;
 
 /// Rows per multi-row `INSERT` (5 placeholders each, far below the 65,535 limit).
 const ROWS_PER_INSERT: usize = 1_000;
@@ -65,49 +64,6 @@ pub fn report_part_sql(table: &str, column: &str, with_kind: bool) -> String {
          GROUP BY d.listing_id, d.event",
         if with_kind { " AND d.event = ?" } else { "" }
     )
-}
-
-/// One part of a report: `sign` × the sums of `table` over `a..=b` by `column`.
-type Part = (&'static str, &'static str, UtcDay, UtcDay, i8);
-
-/// The parts of the report of `from..=to`: whole months from `listing_monthly`; each edge
-/// month's days from `listing_daily` — or, when fewer days of that month lie outside the
-/// period than inside it, the whole month minus those outside days (a report up to yesterday
-/// then subtracts the few days of the current month still to come, usually none).
-fn report_parts(from: UtcDay, to: UtcDay) -> Vec<Part> {
-    const DAILY: (&str, &str) = ("listing_daily", "day");
-    const MONTHLY: (&str, &str) = ("listing_monthly", "month");
-    let split = monthly::split(from, to);
-    let mut parts: Vec<Part> = Vec::new();
-    let whole = split.months.is_some();
-    if let Some((a, b)) = split.head {
-        let month = monthly::month_of(a);
-        let outside = a.0 - month.0;
-        if whole && outside < b.0 - a.0 + 1 {
-            parts.push((MONTHLY.0, MONTHLY.1, month, month, 1));
-            if outside > 0 {
-                parts.push((DAILY.0, DAILY.1, month, a.plus(-1), -1));
-            }
-        } else {
-            parts.push((DAILY.0, DAILY.1, a, b, 1));
-        }
-    }
-    if let Some((a, end)) = split.months {
-        parts.push((MONTHLY.0, MONTHLY.1, a, end.plus(-1), 1));
-    }
-    if let Some((a, b)) = split.tail {
-        let last = monthly::next_month(a).plus(-1);
-        let outside = last.0 - b.0;
-        if outside < b.0 - a.0 + 1 {
-            parts.push((MONTHLY.0, MONTHLY.1, a, a, 1));
-            if outside > 0 {
-                parts.push((DAILY.0, DAILY.1, b.plus(1), last, -1));
-            }
-        } else {
-            parts.push((DAILY.0, DAILY.1, a, b, 1));
-        }
-    }
-    parts
 }
 
 /// The summary tier on MariaDB / MySQL (see the module docs).
@@ -348,9 +304,13 @@ impl RollupStore for MysqlRollups {
              ORDER BY listing_id, event",
             parts
                 .iter()
-                .map(|(table, column, _, _, sign)| {
+                .map(|p| {
+                    let (table, column) = match p.source {
+                        Source::Daily => ("listing_daily", "day"),
+                        Source::Monthly => ("listing_monthly", "month"),
+                    };
                     let part = report_part_sql(table, column, kind.is_some());
-                    if *sign < 0 {
+                    if p.sign < 0 {
                         format!(
                             "SELECT listing_id, event, -t AS t, -u AS u, -n AS n FROM ({part}) neg"
                         )
@@ -362,10 +322,10 @@ impl RollupStore for MysqlRollups {
                 .join(" UNION ALL ")
         );
         let mut q = sqlx::query(&sql);
-        for (_, _, a, b, _) in &parts {
+        for p in &parts {
             q = q
-                .bind(a.to_string())
-                .bind(b.to_string())
+                .bind(p.from.to_string())
+                .bind(p.to.to_string())
                 .bind(tenant)
                 .bind(account_id);
             if let Some(k) = kind {
@@ -403,68 +363,5 @@ impl RollupStore for MysqlRollups {
                 })
             })
             .collect()
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    fn d(s: &str) -> UtcDay {
-        UtcDay::parse(s).unwrap()
-    }
-
-    #[test]
-    fn a_report_reads_months_and_the_fewer_edge_days() {
-        // Up to yesterday: the current month whole, minus the day still to come.
-        assert_eq!(
-            report_parts(d("2025-11-29"), d("2026-11-29")),
-            vec![
-                ("listing_daily", "day", d("2025-11-29"), d("2025-11-30"), 1),
-                (
-                    "listing_monthly",
-                    "month",
-                    d("2025-12-01"),
-                    d("2026-10-31"),
-                    1
-                ),
-                (
-                    "listing_monthly",
-                    "month",
-                    d("2026-11-01"),
-                    d("2026-11-01"),
-                    1
-                ),
-                ("listing_daily", "day", d("2026-11-30"), d("2026-11-30"), -1),
-            ]
-        );
-        // From the 15th of January: the month minus its first 14 days.
-        assert_eq!(
-            report_parts(d("2024-01-15"), d("2024-03-10")),
-            vec![
-                (
-                    "listing_monthly",
-                    "month",
-                    d("2024-01-01"),
-                    d("2024-01-01"),
-                    1
-                ),
-                ("listing_daily", "day", d("2024-01-01"), d("2024-01-14"), -1),
-                (
-                    "listing_monthly",
-                    "month",
-                    d("2024-02-01"),
-                    d("2024-02-29"),
-                    1
-                ),
-                ("listing_daily", "day", d("2024-03-01"), d("2024-03-10"), 1),
-            ]
-        );
-        // Within one month: days only.
-        assert_eq!(
-            report_parts(d("2024-02-03"), d("2024-02-20")),
-            vec![("listing_daily", "day", d("2024-02-03"), d("2024-02-20"), 1)]
-        );
-        assert!(report_parts(d("2024-02-03"), d("2024-02-01")).is_empty());
     }
 }

@@ -44,7 +44,7 @@ async fn a_rollups_db_keyed_by_day_first_is_rekeyed_and_reports_its_days() {
         )
         .unwrap();
     let store = SqliteRollups::open(&path).unwrap();
-    assert_eq!(user_version(&path), 1);
+    assert_eq!(user_version(&path), 2);
     let conn = Connection::open(&path).unwrap();
     assert_eq!(listing_daily_key(&conn).unwrap(), "listing_id,event,day");
     let kinds: Vec<String> = conn
@@ -96,6 +96,60 @@ fn a_rollups_db_of_version_1_layout_keeps_its_rows() {
     assert_eq!((rows, kinds), (1, 1));
 }
 
+/// A `rollups.db` of version 1 gets version 2's `listing_monthly`, built from its days, and a
+/// year's report reading the months answers as the days did.
+#[tokio::test]
+async fn a_version_1_rollups_db_gets_month_sums_of_its_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("rollups.db");
+    let conn = Connection::open(&path).unwrap();
+    conn.execute_batch(SQLITE_V1).unwrap();
+    // 2024-01-30, 2024-01-31 and 2024-02-01 as day numbers: 19752, 19753, 19754.
+    conn.execute_batch(
+        "PRAGMA user_version = 1;
+         INSERT INTO listings VALUES ('t', 7, 1);
+         INSERT INTO rollup_kinds VALUES ('view'), ('click');
+         INSERT INTO listing_daily VALUES (7, 19752, 'view', 10, 4), (7, 19753, 'view', 5, 2),
+             (7, 19754, 'view', 1, 1), (7, 19754, 'click', 3, 1);",
+    )
+    .unwrap();
+    drop(conn);
+    let store = SqliteRollups::open(&path).unwrap();
+    assert_eq!(user_version(&path), 2);
+    let months: Vec<(i64, String, i64, i64, i64)> = Connection::open(&path)
+        .unwrap()
+        .prepare(
+            "SELECT month, event, total, uniques, days FROM listing_monthly ORDER BY month, event",
+        )
+        .unwrap()
+        .query_map([], |r| {
+            Ok((r.get(0)?, r.get(1)?, r.get(2)?, r.get(3)?, r.get(4)?))
+        })
+        .unwrap()
+        .collect::<rusqlite::Result<_>>()
+        .unwrap();
+    // 2024-01-01 is day 19723, 2024-02-01 day 19754.
+    assert_eq!(
+        months,
+        [
+            (19_723, "view".to_owned(), 15, 6, 2),
+            (19_754, "click".to_owned(), 3, 1, 1),
+            (19_754, "view".to_owned(), 1, 1, 1),
+        ]
+    );
+    let year = store
+        .report("t", 1, UtcDay(19_723), UtcDay(19_723 + 365), None)
+        .await
+        .unwrap();
+    let row = |kind: &str, total, uniques_daily_sum| ReportRow {
+        listing_id: 7,
+        kind: kind.into(),
+        total,
+        uniques_daily_sum,
+    };
+    assert_eq!(year, [row("click", 3, 1), row("view", 16, 7)]);
+}
+
 /// A `rollups.db` of a newer build is refused, naming the file and both versions.
 #[test]
 fn a_rollups_db_of_a_newer_build_is_refused() {
@@ -110,7 +164,7 @@ fn a_rollups_db_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "{} has schema version 9, this build knows up to 1: use a newer tidemark",
+            "{} has schema version 9, this build knows up to 2: use a newer tidemark",
             path.display()
         )
     );

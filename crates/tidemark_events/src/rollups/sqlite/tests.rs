@@ -13,21 +13,25 @@ fn open() -> (tempfile::TempDir, SqliteRollups) {
 async fn the_report_seeks_each_listing_and_kind_and_sums_without_sorting() {
     let (dir, _s) = open();
     let conn = Connection::open(dir.path().join("rollups.db")).unwrap();
-    let plan: Vec<String> = conn
-        .prepare(&format!("EXPLAIN QUERY PLAN {REPORT_SUMS}"))
-        .unwrap()
-        .query_map(params![1, 0, 1, Option::<String>::None], |r| r.get(3))
-        .unwrap()
-        .collect::<rusqlite::Result<_>>()
-        .unwrap();
-    assert_eq!(
-        plan,
-        vec![
-            "SCAN k".to_owned(),
-            "SEARCH d USING PRIMARY KEY (listing_id=? AND event=? AND day>? AND day<?)".to_owned()
-        ],
-        "no temp B-tree, no scan of listing_daily"
-    );
+    for (sql, table, column) in [(REPORT_DAYS, "d", "day"), (REPORT_MONTHS, "d", "month")] {
+        let plan: Vec<String> = conn
+            .prepare(&format!("EXPLAIN QUERY PLAN {sql}"))
+            .unwrap()
+            .query_map(params![1, 0, 1, Option::<String>::None], |r| r.get(3))
+            .unwrap()
+            .collect::<rusqlite::Result<_>>()
+            .unwrap();
+        assert_eq!(
+            plan,
+            vec![
+                "SCAN k".to_owned(),
+                format!(
+                    "SEARCH {table} USING PRIMARY KEY (listing_id=? AND event=? AND {column}>? AND {column}<?)"
+                )
+            ],
+            "no temp B-tree, no scan of the table"
+        );
+    }
     let plan: String = conn
         .query_row(
             "EXPLAIN QUERY PLAN SELECT listing_id FROM listings WHERE tenant = ?1 AND account_id = ?2

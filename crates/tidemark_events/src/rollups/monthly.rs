@@ -1,5 +1,6 @@
-//! `listing_monthly`: the month sums of `listing_daily`, kept by [`super::MysqlRollups`] so that
-//! a year's report reads about 12 rows per listing and kind instead of about 366.
+//! `listing_monthly`: the month sums of `listing_daily`, kept by both backends
+//! ([`super::SqliteRollups`], [`super::MysqlRollups`]) so that a year's report reads about 12
+//! rows per listing and kind instead of about 366.
 //!
 //! - Writing: each `upsert_day` adds, in its own transaction, the difference between the day's
 //!   new rows and its old ones to the month's rows ([`deltas`]); `days` counts the daily rows
@@ -113,6 +114,69 @@ pub(crate) fn deltas(old: &[(i64, String, u64, u64)], new: &[DailyRow]) -> Vec<D
         .collect()
 }
 
+/// Where a [`Part`] of a report reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Source {
+    /// `listing_daily`, by `day`.
+    Daily,
+    /// `listing_monthly`, by `month` (the first day of the month).
+    Monthly,
+}
+
+/// One part of a report: `sign` × the sums of `source` over `from..=to`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Part {
+    pub(crate) source: Source,
+    pub(crate) from: UtcDay,
+    pub(crate) to: UtcDay,
+    /// 1 to add, -1 to subtract.
+    pub(crate) sign: i8,
+}
+
+/// The parts of the report of `from..=to`: whole months from `listing_monthly`; each edge
+/// month's days from `listing_daily` — or, when fewer days of that month lie outside the
+/// period than inside it, the whole month minus those outside days (a report up to yesterday
+/// then subtracts the few days of the current month still to come, usually none).
+pub(crate) fn report_parts(from: UtcDay, to: UtcDay) -> Vec<Part> {
+    let part = |source, from, to, sign| Part {
+        source,
+        from,
+        to,
+        sign,
+    };
+    let split = split(from, to);
+    let mut parts = Vec::new();
+    let whole = split.months.is_some();
+    if let Some((a, b)) = split.head {
+        let month = month_of(a);
+        let outside = a.0 - month.0;
+        if whole && outside < b.0 - a.0 + 1 {
+            parts.push(part(Source::Monthly, month, month, 1));
+            if outside > 0 {
+                parts.push(part(Source::Daily, month, a.plus(-1), -1));
+            }
+        } else {
+            parts.push(part(Source::Daily, a, b, 1));
+        }
+    }
+    if let Some((a, end)) = split.months {
+        parts.push(part(Source::Monthly, a, end.plus(-1), 1));
+    }
+    if let Some((a, b)) = split.tail {
+        let last = next_month(a).plus(-1);
+        let outside = last.0 - b.0;
+        if outside < b.0 - a.0 + 1 {
+            parts.push(part(Source::Monthly, a, a, 1));
+            if outside > 0 {
+                parts.push(part(Source::Daily, b.plus(1), last, -1));
+            }
+        } else {
+            parts.push(part(Source::Daily, a, b, 1));
+        }
+    }
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,5 +233,42 @@ mod tests {
             ]
         );
         assert!(deltas(&old, &[row(1, "view", 5, 3), row(2, "click", 1, 1)]).is_empty());
+    }
+
+    #[test]
+    fn a_report_reads_months_and_the_fewer_edge_days() {
+        use Source::{Daily, Monthly};
+        let p = |source, from, to, sign| Part {
+            source,
+            from: d(from),
+            to: d(to),
+            sign,
+        };
+        // Up to yesterday: the current month whole, minus the day still to come.
+        assert_eq!(
+            report_parts(d("2025-11-29"), d("2026-11-29")),
+            vec![
+                p(Daily, "2025-11-29", "2025-11-30", 1),
+                p(Monthly, "2025-12-01", "2026-10-31", 1),
+                p(Monthly, "2026-11-01", "2026-11-01", 1),
+                p(Daily, "2026-11-30", "2026-11-30", -1),
+            ]
+        );
+        // From the 15th of January: the month minus its first 14 days.
+        assert_eq!(
+            report_parts(d("2024-01-15"), d("2024-03-10")),
+            vec![
+                p(Monthly, "2024-01-01", "2024-01-01", 1),
+                p(Daily, "2024-01-01", "2024-01-14", -1),
+                p(Monthly, "2024-02-01", "2024-02-29", 1),
+                p(Daily, "2024-03-01", "2024-03-10", 1),
+            ]
+        );
+        // Within one month: days only.
+        assert_eq!(
+            report_parts(d("2024-02-03"), d("2024-02-20")),
+            vec![p(Daily, "2024-02-03", "2024-02-20", 1)]
+        );
+        assert!(report_parts(d("2024-02-03"), d("2024-02-01")).is_empty());
     }
 }
