@@ -135,6 +135,20 @@ pub(crate) fn sqlite_bytes(db: &Path) -> u64 {
         .sum()
 }
 
+/// Bytes of the file at `path` (0 if missing).
+pub(crate) fn file_bytes(path: &Path) -> u64 {
+    std::fs::metadata(path).map_or(0, |m| m.len())
+}
+
+/// Waits until the write-ahead log of the SQLite file `db` is emptied (its writer at rest), at
+/// most 5 s: figures on disk are those of a store at rest.
+pub(crate) async fn at_rest(db: &Path) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while sqlite_bytes(db) > file_bytes(db) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+    }
+}
+
 /// The median of `values` (the mean of the middle two for an even count); `None` if empty.
 pub(crate) fn median(values: &[f64]) -> Option<f64> {
     let mut v = values.to_vec();

@@ -226,9 +226,17 @@ fn rollup_and_report_run_beside_duckdb_over_the_same_rows() {
         "{stdout}"
     );
     assert_eq!(stdout.matches("; median ratio ").count(), 2, "{stdout}");
+    // The raw tier's bytes per event beside InfluxDB's for the same events.
+    assert!(
+        stdout
+            .lines()
+            .any(|l| l.starts_with("on disk per event: raw.db ") && l.contains(", InfluxDB ")),
+        "{stdout}"
+    );
     let pairs = stdout
         .lines()
         .find_map(|l| l.split_once("pairs Tidemark/DuckDB: ").map(|(_, p)| p))
+        .and_then(|p| p.split(';').next())
         .unwrap_or_else(|| panic!("no pairs in:\n{stdout}"));
     assert_eq!(pairs.matches(" s").count(), 5, "{pairs}");
     // At rest, the summary tier's log is empty, and writing the days again adds nothing.

@@ -69,6 +69,11 @@ bind-address = \"127.0.0.1:{rpc}\"
   dir = \"{d}/data\"
   wal-dir = \"{d}/wal\"
   query-log-enabled = false
+  # The cache goes to TSM files, and a shard is compacted fully, a second after writes stop
+  # (defaults 10 min and 4 h), so a test or a benchmark sees the data as InfluxDB keeps it at
+  # rest.
+  cache-snapshot-write-cold-duration = \"1s\"
+  compact-full-write-cold-duration = \"1s\"
   # No cardinality limits (defaults: 100,000 values per tag, 1,000,000 series): the schema
   # bench measures what identifiers as tags cost without them, as seed 002 saw it.
   max-values-per-tag = 0
@@ -119,6 +124,14 @@ bind-address = \"127.0.0.1:{rpc}\"
         self.child.as_ref().map(Child::id)
     }
 
+    /// Bytes on disk of its data: `(TSM files and indexes, write-ahead log)`.
+    pub fn data_bytes(&self) -> (u64, u64) {
+        (
+            tree_bytes(&self.dir.join("data")),
+            tree_bytes(&self.dir.join("wal")),
+        )
+    }
+
     /// The Tidemark URL of database `db` on this server: `influxdb://127.0.0.1:<port>/<db>`.
     pub fn url(&self, db: &str) -> String {
         format!("influxdb://127.0.0.1:{}/{db}", self.port)
@@ -137,6 +150,20 @@ bind-address = \"127.0.0.1:{rpc}\"
         self.stop();
         self.spawn()
     }
+}
+
+/// Bytes of the files under `dir`, recursively (0 if missing).
+fn tree_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir).map_or(0, |entries| {
+        entries
+            .flatten()
+            .map(|e| match e.file_type() {
+                Ok(t) if t.is_dir() => tree_bytes(&e.path()),
+                Ok(_) => e.metadata().map_or(0, |m| m.len()),
+                Err(_) => 0,
+            })
+            .sum()
+    })
 }
 
 impl Drop for InfluxServer {

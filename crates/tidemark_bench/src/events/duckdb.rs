@@ -102,6 +102,13 @@ impl DuckDb {
         self.answer().await
     }
 
+    /// Runs the query on `n` worker threads from now on (0: DuckDB's default, one per core).
+    pub(super) async fn set_threads(&mut self, n: usize) -> anyhow::Result<()> {
+        self.ask(&format!("threads {n}")).await?;
+        self.answer::<serde_json::Value>().await?;
+        Ok(())
+    }
+
     /// The database file's size in bytes.
     pub(super) async fn bytes(&mut self) -> anyhow::Result<u64> {
         #[derive(Deserialize)]

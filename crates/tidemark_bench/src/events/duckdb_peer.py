@@ -6,7 +6,8 @@
 # every line on stdin asks for one timed run of the query, answered with one line of JSON:
 # {"secs": wall seconds, "rows": result rows, "sums": [sum of each numeric column]}.
 # Each run reads the result whole, so its time includes handing the rows over, as Tidemark's
-# does. A line "bytes" answers {"bytes": the database file's size}.
+# does. A line "bytes" answers {"bytes": the database file's size}; a line "threads N" sets
+# DuckDB's worker threads (0: back to its default, one per core) and answers {"threads": N}.
 import json
 import os
 import sys
@@ -25,6 +26,11 @@ print(json.dumps({"ready": True}), flush=True)
 for line in sys.stdin:
     if line.strip() == "bytes":
         print(json.dumps({"bytes": os.path.getsize(spec["db"])}), flush=True)
+        continue
+    if line.startswith("threads "):
+        n = int(line.split()[1])
+        con.execute("RESET threads" if n == 0 else f"SET threads = {n}")
+        print(json.dumps({"threads": n}), flush=True)
         continue
     t = time.perf_counter()
     rows = con.execute(spec["query"]).fetchall()

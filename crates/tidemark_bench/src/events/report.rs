@@ -27,7 +27,7 @@ use tidemark_core::day::UtcDay;
 use tidemark_core::mysql::{drop_database, scratch_database};
 use tidemark_events::rollups::{DailyRow, MysqlRollups, ReportRow, RollupStore, SqliteRollups};
 
-use super::super::{median, sqlite_bytes};
+use super::super::{at_rest, file_bytes, median, sqlite_bytes};
 use super::duckdb::{self, DuckDb};
 use super::rollup::PAIRS;
 use super::{
@@ -357,19 +357,6 @@ pub(super) async fn bench_report(
             Ok(figures)
         }
     }
-}
-
-/// Waits until the write-ahead log of `db` is emptied (the writer at rest), at most 5 s: the
-/// figures on disk are those of a store at rest.
-async fn at_rest(db: &Path) {
-    let deadline = Instant::now() + Duration::from_secs(5);
-    while sqlite_bytes(db) > file_bytes(db) && Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-}
-
-fn file_bytes(path: &Path) -> u64 {
-    std::fs::metadata(path).map_or(0, |m| m.len())
 }
 
 /// What [`fill`] wrote.

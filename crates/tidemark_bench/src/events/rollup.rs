@@ -20,9 +20,10 @@ use tidemark_core::day::{DAY_MS, UtcDay};
 use tidemark_events::archive::RawArchive;
 use tidemark_events::rollup::{RollupOutcome, roll_up_day};
 use tidemark_events::rollups::{DailyRow, RollupStore, SqliteRollups};
-use tidemark_events::{Event, RawStore, SqliteRaw};
+use tidemark_events::testing::InfluxServer;
+use tidemark_events::{Event, InfluxRaw, RawStore, SqliteRaw};
 
-use super::super::{median, sqlite_bytes};
+use super::super::{at_rest, median, sqlite_bytes};
 use super::duckdb::{self, DuckDb};
 use super::{
     BAR_ROLLUP_EVENTS, BAR_ROLLUP_PEER_RATIO, BAR_ROLLUP_SECS, Bar, EventsBenchArgs, Population,
@@ -50,6 +51,8 @@ struct PeerFigures {
     duckdb_bytes: u64,
     /// Seconds of each pair: (Tidemark's re-run, DuckDB's query).
     pairs: Vec<(f64, f64)>,
+    /// Seconds of DuckDB's query on one thread, as Tidemark's rollup runs, after the pairs.
+    one_thread: Vec<f64>,
     /// DuckDB's rows and sums of total and uniques equal Tidemark's.
     same_answer: bool,
 }
@@ -83,6 +86,8 @@ pub(super) struct RollupFigures {
     unchanged: bool,
     /// `None` when DuckDB is not installed.
     peer: Option<PeerFigures>,
+    /// InfluxDB's bytes for the same events, `(TSM files, log)`; `None` without `influxd`.
+    influx_bytes: Option<(u64, u64)>,
 }
 
 impl RollupFigures {
@@ -92,8 +97,8 @@ impl RollupFigures {
             "\n3. rollup: roll_up_day of {} ({} events, {} listings, {} sessions, kinds \
              view/click/contact, 1 in {BOT_EVERY} a bot) from the SQLite raw tier into \
              listing_daily\n\
-             filled through RawStore::append in batches in {:.1} s ({:.0} events/s; raw.db {:.0} \
-             MB)\n\
+             filled through RawStore::append in batches in {:.1} s ({:.0} events/s; raw.db at \
+             rest {:.0} MB)\n\
              rollup: {:.2} s ({:.0} events/s); {} events read, {} bots skipped, {} rows \
              written\n\
              re-run over the existing rows: {:.2} s ({} rows; every row as before: {})\n",
@@ -112,10 +117,12 @@ impl RollupFigures {
             self.again_secs,
             self.again.rows_written,
             if self.unchanged { "yes" } else { "NO" }
-        ) + &self.peer_report()
+        ) + &self.disk_report()
+            + &self.peer_report()
     }
 
-    /// The part's bars: the absolute one and the one against DuckDB.
+    /// The part's bars: the absolute one, the one against DuckDB, and bytes on disk against
+    /// InfluxDB's.
     pub(super) fn bars(&self) -> Vec<Bar> {
         let full = self.events >= BAR_ROLLUP_EVENTS;
         let mut bars = vec![Bar {
@@ -149,6 +156,22 @@ impl RollupFigures {
                     && ratio.is_some_and(|r| r <= BAR_ROLLUP_PEER_RATIO)
             }),
         });
+        let per_event = |b: u64| b as f64 / self.events as f64;
+        bars.push(Bar {
+            name: "raw events on disk ≤ InfluxDB's bytes per event".into(),
+            figure: match self.influx_bytes {
+                Some((tsm, log)) => format!(
+                    "raw.db {:.1} B, InfluxDB {:.1} B per event",
+                    per_event(self.raw_bytes),
+                    per_event(tsm + log)
+                ),
+                None => "influxd not installed".into(),
+            },
+            pass: self
+                .influx_bytes
+                .filter(|_| full)
+                .map(|(tsm, log)| self.raw_bytes <= tsm + log),
+        });
         bars
     }
 
@@ -157,23 +180,44 @@ impl RollupFigures {
         let Some(p) = &self.peer else {
             return format!("DuckDB peer: not installed ({})\n", duckdb::INSTALL);
         };
-        let per_event = |b: u64| b as f64 / self.events as f64;
         let pairs: Vec<String> = p
             .pairs
             .iter()
             .map(|(t, d)| format!("{t:.2}/{d:.2} s"))
             .collect();
         format!(
-            "on disk per event: raw.db {:.1} B, Parquet archive {:.1} B, DuckDB {:.1} B\n\
-             DuckDB over the archived day (same answer: {}); pairs Tidemark/DuckDB: {}; \
-             median ratio {}\n",
-            per_event(self.raw_bytes),
-            per_event(p.parquet_bytes),
-            per_event(p.duckdb_bytes),
+            "DuckDB over the archived day (same answer: {}); pairs Tidemark/DuckDB: {}; median \
+             ratio {}; DuckDB on one thread: median {} s\n",
             if p.same_answer { "yes" } else { "NO" },
             pairs.join(", "),
-            p.ratio().map_or_else(|| "-".into(), |r| format!("{r:.2}×"))
+            p.ratio().map_or_else(|| "-".into(), |r| format!("{r:.2}×")),
+            median(&p.one_thread).map_or_else(|| "-".into(), |s| format!("{s:.2}"))
         )
+    }
+
+    /// Bytes per event on disk: the raw tier, InfluxDB's, the archive's and DuckDB's.
+    fn disk_report(&self) -> String {
+        let per_event = |b: u64| b as f64 / self.events as f64;
+        let mut line = format!(
+            "on disk per event: raw.db {:.1} B",
+            per_event(self.raw_bytes)
+        );
+        if let Some((tsm, log)) = self.influx_bytes {
+            line += &format!(
+                ", InfluxDB {:.1} B ({:.1} B of it its log; raw.db {:.2}× InfluxDB)",
+                per_event(tsm + log),
+                per_event(log),
+                self.raw_bytes as f64 / (tsm + log).max(1) as f64
+            );
+        }
+        if let Some(p) = &self.peer {
+            line += &format!(
+                ", Parquet archive {:.1} B, DuckDB {:.1} B",
+                per_event(p.parquet_bytes),
+                per_event(p.duckdb_bytes)
+            );
+        }
+        line + "\n"
     }
 }
 
@@ -204,31 +248,11 @@ pub(super) async fn bench_rollup(
         bot_every: BOT_EVERY,
     };
     let n = args.rollup_events;
-    let generate = move |from: u64, to: u64| -> Vec<Event> {
-        (from..to)
-            // Spread evenly over the day.
-            .map(|i| population.event(i, day.start_ms() + (i as i64 * DAY_MS / n as i64)))
-            .collect()
-    };
     eprintln!("rollup: filling {day} with {n} events …");
     let t = Instant::now();
-    let mut batch = generate(0, args.append_batch.min(n));
-    let mut from = batch.len() as u64;
-    loop {
-        let following = (from < n).then(|| {
-            let (make, to) = (generate, (from + args.append_batch).min(n));
-            tokio::task::spawn_blocking(move || make(from, to))
-        });
-        raw.append(batch, now).await?;
-        match following {
-            Some(next) => {
-                batch = next.await?;
-                from += batch.len() as u64;
-            }
-            None => break,
-        }
-    }
+    fill(&raw, population, day, n, args.append_batch, now).await?;
     let fill_secs = t.elapsed().as_secs_f64();
+    at_rest(&dir.join("raw.db")).await;
     let raw_bytes = sqlite_bytes(&dir.join("raw.db"));
 
     eprintln!("rollup: rolling up {day} …");
@@ -250,6 +274,13 @@ pub(super) async fn bench_rollup(
     } else {
         None
     };
+    let influx_bytes = match InfluxServer::start() {
+        Ok(server) => Some(influx_bytes(&server, population, day, args, now, dir).await?),
+        Err(e) => {
+            eprintln!("rollup: no InfluxDB to compare bytes on disk with ({e})");
+            None
+        }
+    };
     Ok(RollupFigures {
         events: n,
         listings: args.rollup_listings,
@@ -262,7 +293,76 @@ pub(super) async fn bench_rollup(
         again_secs,
         unchanged,
         peer,
+        influx_bytes,
     })
+}
+
+/// Appends `n` events of `population`, spread evenly over `day`, to `raw` in batches of
+/// `batch`, the next batch generated while the last is written.
+async fn fill(
+    raw: &dyn RawStore,
+    population: Population,
+    day: UtcDay,
+    n: u64,
+    batch: u64,
+    now: i64,
+) -> anyhow::Result<()> {
+    let generate = move |from: u64, to: u64| -> Vec<Event> {
+        (from..to)
+            .map(|i| population.event(i, day.start_ms() + (i as i64 * DAY_MS / n as i64)))
+            .collect()
+    };
+    let mut next = generate(0, batch.min(n));
+    let mut from = next.len() as u64;
+    loop {
+        let following = (from < n).then(|| {
+            let to = (from + batch).min(n);
+            tokio::task::spawn_blocking(move || generate(from, to))
+        });
+        raw.append(next, now).await?;
+        match following {
+            Some(f) => {
+                next = f.await?;
+                from += next.len() as u64;
+            }
+            None => return Ok(()),
+        }
+    }
+}
+
+/// The same events appended to InfluxDB through the product's own InfluxDB tier
+/// ([`InfluxRaw`]), and its bytes on disk at rest (its cache written out and the shard
+/// compacted, which the test server does a second after writes stop): `(TSM files, log)`.
+async fn influx_bytes(
+    server: &InfluxServer,
+    population: Population,
+    day: UtcDay,
+    args: &EventsBenchArgs,
+    now: i64,
+    dir: &Path,
+) -> anyhow::Result<(u64, u64)> {
+    eprintln!("rollup: the same events into InfluxDB …");
+    let raw = InfluxRaw::connect(&server.url("bench"), &dir.join("influx-catalog.db")).await?;
+    fill(
+        &raw,
+        population,
+        day,
+        args.rollup_events,
+        args.append_batch,
+        now,
+    )
+    .await?;
+    // At rest: the log written out and the shard compacted, seen as three seconds without a
+    // change; at most 120 s.
+    let deadline = Instant::now() + std::time::Duration::from_secs(120);
+    let (mut last, mut still) = (server.data_bytes(), 0);
+    while (last.1 > 0 || still < 3) && Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+        let now = server.data_bytes();
+        still = if now == last { still + 1 } else { 0 };
+        last = now;
+    }
+    Ok(last)
 }
 
 /// Archives `day`, loads it into DuckDB and times [`PAIRS`] pairs of runs (see the module
@@ -298,10 +398,18 @@ async fn versus_duckdb(
         same &= same_answer(rows, &theirs);
         pairs.push((ours, theirs.secs));
     }
+    peer.set_threads(1).await?;
+    let mut one_thread = Vec::with_capacity(PAIRS);
+    for _ in 0..PAIRS {
+        let run = peer.run().await?;
+        same &= same_answer(rows, &run);
+        one_thread.push(run.secs);
+    }
     Ok(PeerFigures {
         parquet_bytes,
         duckdb_bytes,
         pairs,
+        one_thread,
         same_answer: same,
     })
 }
