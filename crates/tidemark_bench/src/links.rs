@@ -16,6 +16,7 @@
 //! nothing.
 
 mod hit;
+mod nginx;
 mod nodes;
 mod redirect;
 mod schemas;
@@ -58,6 +59,8 @@ const BAR_FLAT: f64 = 0.85;
 const BAR_REDIRECTS: f64 = 10_000.0;
 /// …with a p99 at most this (ms).
 const BAR_P99_MS: f64 = 10.0;
+/// Bar: the redirector's req/s at least this share of nginx's `return 302` in the same run.
+const BAR_NGINX_SHARE: f64 = 0.3;
 
 /// A part of the benchmark.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -130,6 +133,10 @@ pub struct LinksBenchArgs {
     /// Measured seconds of each redirect run (wrk, open loop).
     #[arg(long, default_value_t = 10.0)]
     pub redirect_seconds: f64,
+    /// Seconds of each wrk run of the pairs against nginx's `return 302` (five pairs, when
+    /// nginx and wrk are installed).
+    #[arg(long, default_value_t = 5.0)]
+    pub pair_seconds: f64,
     /// wrk threads.
     #[arg(long, default_value_t = 2)]
     pub wrk_threads: usize,

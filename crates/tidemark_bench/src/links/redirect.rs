@@ -5,8 +5,11 @@
 //! `--recipients` recipients; the `/c/` ids in the rendered messages are the real ids the runs
 //! ask for, at random, with a browser User-Agent so that each hit counts as a click (a
 //! redirect, a lookup of one day partition and an `email_click` event stored durably). Two
-//! runs: `wrk` (closed loop, if installed) and the open-loop driver at `--rate`. The server's
-//! counters afterwards tell whether every answered request was counted as a click.
+//! runs: `wrk` (closed loop, if installed) and the open-loop driver at `--rate`. Then, with
+//! wrk and nginx installed, [`PAIRS`] pairs of wrk runs of `--pair-seconds`, the redirector's
+//! then nginx's `return 302` ([`super::nginx`]: the machine's HTTP limit), give the median
+//! ratio of their rates. The server's counters afterwards tell whether every answered request
+//! was counted as a click.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -22,10 +25,15 @@ use rand::{Rng, SeedableRng};
 use serde_json::json;
 
 use super::super::load::{self, Failure, HttpClient, LoadResult, OpenLoop, call};
+use super::super::median;
 use super::super::process::{Cpu, CpuMark, ServerProcess, scrape_metrics};
 use super::hit::{HitSplit, bench_hit_split};
+use super::nginx::{self, Nginx};
 use super::wrk::{self, WrkReport};
-use super::{BAR_P99_MS, BAR_REDIRECTS, Bar, LinksBenchArgs, SUBJECT};
+use super::{BAR_NGINX_SHARE, BAR_P99_MS, BAR_REDIRECTS, Bar, LinksBenchArgs, SUBJECT};
+
+/// Pairs of wrk runs against nginx.
+const PAIRS: usize = 5;
 
 /// The API key of the default `demo` tenant of the spawned server.
 const BEARER: &str = "Bearer dev-key";
@@ -48,6 +56,30 @@ const TEMPLATE: &str = r#"<!doctype html>
 /// Recipients per render call (the API takes up to 10,000).
 const RENDER_CALL: usize = 1_000;
 
+/// The pairs against nginx: each `(redirector, nginx)`.
+#[derive(Debug)]
+enum VersusNginx {
+    /// wrk or nginx is not installed.
+    Missing(&'static str),
+    Failed(String),
+    Ran(Vec<(WrkReport, WrkReport)>),
+}
+
+impl VersusNginx {
+    /// The median of the pairs' redirector / nginx req/s.
+    fn share(&self) -> Option<f64> {
+        match self {
+            VersusNginx::Ran(pairs) => median(
+                &pairs
+                    .iter()
+                    .map(|(t, n)| t.requests_per_sec / n.requests_per_sec)
+                    .collect::<Vec<_>>(),
+            ),
+            _ => None,
+        }
+    }
+}
+
 #[derive(Debug)]
 enum WrkOutcome {
     Missing,
@@ -66,6 +98,8 @@ pub(super) struct RedirectFigures {
     connections: usize,
     seconds: f64,
     wrk: WrkOutcome,
+    nginx: VersusNginx,
+    pair_seconds: f64,
     open: LoadResult,
     open_cpu: Cpu,
     /// Server counters over both runs: clicks, bot hits, not found, event failures.
@@ -168,6 +202,7 @@ impl RedirectFigures {
                     .map_or_else(|| "-".into(), |c| format!("{c:.0}"))
             ));
         }
+        s.push_str(&self.nginx_report());
         s.push_str(&self.split.report());
         let [clicks, bots, not_found, failures] = self.counted;
         s.push_str(&format!(
@@ -181,6 +216,39 @@ impl RedirectFigures {
             }
         ));
         s
+    }
+
+    fn nginx_report(&self) -> String {
+        match &self.nginx {
+            VersusNginx::Missing(what) => format!("beside nginx: skipped, {what}\n"),
+            VersusNginx::Failed(e) => format!("beside nginx: FAILED — {e}\n"),
+            VersusNginx::Ran(pairs) => {
+                let each: Vec<String> = pairs
+                    .iter()
+                    .map(|(t, n)| {
+                        format!(
+                            "{:.0}/{:.0} req/s (p99 {:.1}/{:.1} ms)",
+                            t.requests_per_sec,
+                            n.requests_per_sec,
+                            t.p99(),
+                            n.p99()
+                        )
+                    })
+                    .collect();
+                format!(
+                    "beside nginx `return 302` (wrk -t{} -c{}, {} pairs of {:.0} s), \
+                     redirector/nginx: {}; median share {}\n",
+                    self.threads,
+                    self.connections,
+                    pairs.len(),
+                    self.pair_seconds,
+                    each.join(", "),
+                    self.nginx
+                        .share()
+                        .map_or_else(|| "-".into(), |r| format!("{r:.2}×"))
+                )
+            }
+        }
     }
 
     pub(super) fn bars(&self) -> Vec<Bar> {
@@ -232,7 +300,27 @@ impl RedirectFigures {
                     && p99.is_some_and(|p| p <= BAR_P99_MS)
             }),
         };
-        vec![wrk_bar, open_bar]
+        let share = self.nginx.share();
+        let nginx_bar = Bar {
+            name: format!(
+                "redirect ≥ {BAR_NGINX_SHARE}× nginx's `return 302` req/s (wrk -c{}, same run), \
+                 every click stored",
+                self.connections
+            ),
+            figure: match (&self.nginx, share) {
+                (VersusNginx::Ran(p), Some(r)) => {
+                    format!("median {r:.2}× over {} pairs", p.len())
+                }
+                (VersusNginx::Missing(what), _) => (*what).to_owned(),
+                (VersusNginx::Failed(e), _) => format!("failed: {e}"),
+                _ => "-".into(),
+            },
+            pass: match &self.nginx {
+                VersusNginx::Missing(_) => None,
+                _ => Some(share.is_some_and(|r| r >= BAR_NGINX_SHARE)),
+            },
+        };
+        vec![wrk_bar, open_bar, nginx_bar]
     }
 }
 
@@ -424,6 +512,8 @@ pub(super) async fn bench_redirect(
         }
     };
 
+    let nginx = versus_nginx(args, addr, &ids, &location, dir).await;
+
     eprintln!("redirect: open loop at {} req/s …", args.rate);
     let cfg = OpenLoop {
         rate: args.rate,
@@ -465,10 +555,14 @@ pub(super) async fn bench_redirect(
         eprintln!("redirect: {e:#}");
     }
 
-    let wrk_ok = match &wrk {
-        WrkOutcome::Ran { report, .. } => report.requests.saturating_sub(report.bad_status),
+    let answered = |r: &WrkReport| r.requests.saturating_sub(r.bad_status);
+    let mut wrk_ok = match &wrk {
+        WrkOutcome::Ran { report, .. } => answered(report),
         _ => 0,
     };
+    if let VersusNginx::Ran(pairs) = &nginx {
+        wrk_ok += pairs.iter().map(|(t, _)| answered(t)).sum::<u64>();
+    }
     Ok(RedirectFigures {
         addr,
         ids: ids.len(),
@@ -478,10 +572,54 @@ pub(super) async fn bench_redirect(
         connections: args.wrk_connections,
         seconds,
         wrk,
+        nginx,
+        pair_seconds: args.pair_seconds,
         open,
         open_cpu,
         counted: std::array::from_fn(|i| after[i] - before[i]),
         answered: wrk_ok + open_ok.get(),
         split,
     })
+}
+
+/// [`PAIRS`] pairs of wrk runs, the redirector at `addr` then nginx answering `location`, over
+/// the same `ids` (see the module docs).
+async fn versus_nginx(
+    args: &LinksBenchArgs,
+    addr: SocketAddr,
+    ids: &[String],
+    location: &str,
+    dir: &Path,
+) -> VersusNginx {
+    let (Some(wrk_exe), Some(nginx_exe)) = (wrk::find(), nginx::find()) else {
+        return VersusNginx::Missing(nginx::INSTALL);
+    };
+    let run = async {
+        let peer = Nginx::start(&nginx_exe, &dir.join("nginx"), location)?;
+        let script = dir.join("ids.lua");
+        std::fs::write(&script, wrk::script(ids, BROWSER))?;
+        let seconds = Duration::from_secs_f64(args.pair_seconds);
+        let mut pairs = Vec::with_capacity(PAIRS);
+        for i in 0..PAIRS {
+            eprintln!("redirect: pair {} of {PAIRS} beside nginx …", i + 1);
+            let one = |to| {
+                wrk::run(
+                    &wrk_exe,
+                    to,
+                    &script,
+                    args.wrk_threads,
+                    args.wrk_connections,
+                    seconds,
+                )
+            };
+            let (ours, _) = one(addr).await?;
+            let (theirs, _) = one(peer.addr).await?;
+            pairs.push((ours, theirs));
+        }
+        anyhow::Ok(pairs)
+    };
+    match run.await {
+        Ok(pairs) => VersusNginx::Ran(pairs),
+        Err(e) => VersusNginx::Failed(format!("{e:#}")),
+    }
 }
