@@ -7,6 +7,8 @@
 //! | `POST /api/v2/write?org=&bucket=&precision=ns\|us\|ms\|s` (line protocol) | 204 |
 //! | `POST /write?db=&precision=` (line protocol, InfluxDB v1) | 204 |
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::State;
@@ -55,7 +57,7 @@ pub fn ingest_router(state: EventsHttp) -> Router {
         .route("/write", post(write));
     // The limit counts the body as sent; `decode` applies it again to the body as
     // decompressed.
-    body_limit(routes, MAX_BODY_BYTES).with_state(state)
+    body_limit(routes, MAX_BODY_BYTES).with_state(Arc::new(state))
 }
 
 impl From<IngestError> for ApiError {
@@ -191,7 +193,7 @@ struct Accepted {
     )
 )]
 async fn post_events(
-    State(s): State<EventsHttp>,
+    State(s): State<Arc<EventsHttp>>,
     _: NoQuery,
     _t: Tenant,
     headers: HeaderMap,
@@ -228,7 +230,7 @@ struct WriteParams {
 }
 
 async fn write(
-    State(s): State<EventsHttp>,
+    State(s): State<Arc<EventsHttp>>,
     _t: Tenant,
     ApiQuery(q): ApiQuery<WriteParams>,
     headers: HeaderMap,

@@ -16,6 +16,7 @@
 //! partition was dropped (after rollup and archive): the raw tier no longer knows it.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::State;
@@ -51,7 +52,7 @@ pub fn router(state: EventsHttp) -> Router {
     Router::new()
         .route("/v1/events/recent", get(recent))
         .route("/v1/events/top", get(top))
-        .with_state(state)
+        .with_state(Arc::new(state))
 }
 
 /// One minute of the window.
@@ -160,7 +161,7 @@ fn parse_minutes(raw: Option<&str>) -> Result<u32, ApiError> {
     responses((status = 200, description = "Every minute of the window, every kind in every minute", body = Recent))
 )]
 async fn recent(
-    State(s): State<EventsHttp>,
+    State(s): State<Arc<EventsHttp>>,
     _t: Tenant,
     ApiQuery(q): ApiQuery<RecentParams>,
 ) -> Result<axum::Json<Recent>, ApiError> {
@@ -245,7 +246,7 @@ fn parse_limit(raw: Option<&str>) -> Result<usize, ApiError> {
     )
 )]
 async fn top(
-    State(s): State<EventsHttp>,
+    State(s): State<Arc<EventsHttp>>,
     _t: Tenant,
     ApiQuery(q): ApiQuery<TopParams>,
 ) -> Result<axum::Json<Top>, ApiError> {

@@ -10,6 +10,8 @@
 //! Bad ids, dates, a range with `from > to` or longer than [`MAX_REPORT_DAYS`], and a kind
 //! outside the configured set are 400 with a JSON error, and change nothing.
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -53,7 +55,7 @@ pub fn analytics_router(state: AnalyticsHttp) -> Router {
         .route("/v1/listings", post(post_listings))
         .route("/v1/accounts/{aid}/report", get(report))
         .route("/v1/rollups/{day}", post(roll_up));
-    body_limit(routes, 16 * 1024 * 1024).with_state(state)
+    body_limit(routes, 16 * 1024 * 1024).with_state(Arc::new(state))
 }
 
 impl From<RollupError> for ApiError {
@@ -117,7 +119,7 @@ struct AccountBody {
     )
 )]
 async fn put_listing(
-    State(s): State<AnalyticsHttp>,
+    State(s): State<Arc<AnalyticsHttp>>,
     _: NoQuery,
     Tenant(tenant): Tenant,
     Path(lid): Path<String>,
@@ -164,7 +166,7 @@ struct Upserted {
     )
 )]
 async fn post_listings(
-    State(s): State<AnalyticsHttp>,
+    State(s): State<Arc<AnalyticsHttp>>,
     _: NoQuery,
     Tenant(tenant): Tenant,
     ApiJsonArray(items): ApiJsonArray<ListingBody>,
@@ -232,7 +234,7 @@ struct ReportBody {
     responses((status = 200, description = "The report (no rows: an empty list)", body = ReportBody))
 )]
 async fn report(
-    State(s): State<AnalyticsHttp>,
+    State(s): State<Arc<AnalyticsHttp>>,
     Tenant(tenant): Tenant,
     Path(aid): Path<String>,
     ApiQuery(q): ApiQuery<ReportParams>,
@@ -285,7 +287,7 @@ async fn report(
     )
 )]
 async fn roll_up(
-    State(s): State<AnalyticsHttp>,
+    State(s): State<Arc<AnalyticsHttp>>,
     _: NoQuery,
     _t: Tenant,
     Path(d): Path<String>,

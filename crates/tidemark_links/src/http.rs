@@ -11,6 +11,8 @@
 //!
 //! Public: `GET|HEAD /c/{id}`, `GET|HEAD /o/{id}`, `GET /expired`.
 
+use std::sync::Arc;
+
 use axum::Router;
 use axum::body::Body;
 use axum::extract::{Path, State};
@@ -47,7 +49,9 @@ pub fn api_router(svc: LinksService) -> Router {
         .route("/v1/mailings/{mid}/send", post(send))
         .route("/v1/suppressions", post(suppress))
         .route("/v1/suppressions/{email}", delete(unsuppress));
-    body_limit(routes, MAX_REQUEST_BYTES).with_state(svc)
+    // Shared: one reference count per request, not a copy of the service's config, codec and
+    // metrics handles (axum clones the state for every request).
+    body_limit(routes, MAX_REQUEST_BYTES).with_state(Arc::new(svc))
 }
 
 /// The public tracking routes.
@@ -56,7 +60,8 @@ pub fn public_router(svc: LinksService) -> Router {
         .route("/c/{id}", get(click))
         .route("/o/{id}", get(open))
         .route("/expired", get(expired))
-        .with_state(svc)
+        // Shared, as in `api_router`: the redirector's hot path clones it per request.
+        .with_state(Arc::new(svc))
 }
 
 /// A new mailing: a template rendered per recipient.
@@ -94,7 +99,7 @@ struct MailingCreated {
     )
 )]
 async fn create_mailing(
-    State(svc): State<LinksService>,
+    State(svc): State<Arc<LinksService>>,
     _: NoQuery,
     tenant: Tenant,
     ApiJson(m): ApiJson<NewMailing>,
@@ -144,7 +149,7 @@ struct Rendered {
     )
 )]
 async fn render(
-    State(svc): State<LinksService>,
+    State(svc): State<Arc<LinksService>>,
     _: NoQuery,
     tenant: Tenant,
     Path(mid): Path<String>,
@@ -152,7 +157,9 @@ async fn render(
     ApiJson(body): ApiJson<Recipients>,
 ) -> Result<Response, ApiError> {
     if ndjson::wants_ndjson(&headers) {
-        return Ok(ndjson::render(svc, tenant.0, &mid, body.recipients).await?);
+        return Ok(
+            ndjson::render(LinksService::clone(&svc), tenant.0, &mid, body.recipients).await?,
+        );
     }
     let (_, build) = svc.render(&tenant.0, &mid, body.recipients).await?;
     Ok(axum::Json(Rendered {
@@ -185,7 +192,7 @@ struct Queued {
     )
 )]
 async fn send(
-    State(svc): State<LinksService>,
+    State(svc): State<Arc<LinksService>>,
     _: NoQuery,
     tenant: Tenant,
     Path(mid): Path<String>,
@@ -236,7 +243,7 @@ struct Suppressed {
     )
 )]
 async fn suppress(
-    State(svc): State<LinksService>,
+    State(svc): State<Arc<LinksService>>,
     _: NoQuery,
     tenant: Tenant,
     ApiJson(body): ApiJson<Emails>,
@@ -257,7 +264,7 @@ async fn suppress(
     )
 )]
 async fn unsuppress(
-    State(svc): State<LinksService>,
+    State(svc): State<Arc<LinksService>>,
     _: NoQuery,
     tenant: Tenant,
     Path(email): Path<String>,
@@ -337,7 +344,7 @@ async fn track(
 pub const REDIRECT_RETRY_AFTER_SECS: &str = "5";
 
 async fn click(
-    State(svc): State<LinksService>,
+    State(svc): State<Arc<LinksService>>,
     method: Method,
     Path(id): Path<String>,
     headers: HeaderMap,
@@ -346,7 +353,7 @@ async fn click(
 }
 
 async fn open(
-    State(svc): State<LinksService>,
+    State(svc): State<Arc<LinksService>>,
     method: Method,
     Path(id): Path<String>,
     headers: HeaderMap,
