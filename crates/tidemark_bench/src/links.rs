@@ -15,6 +15,7 @@
 //! It prints the figures, then each bar of the links benchmark with PASS/FAIL; it asserts
 //! nothing.
 
+mod clicks;
 mod hit;
 mod nginx;
 mod nodes;
@@ -73,6 +74,8 @@ pub enum Part {
     Insert,
     /// Redirect requests/s and latency against a server.
     Redirect,
+    /// The redirect rate as clicks accumulate (not run by default: `--clicks`, 10 M).
+    Clicks,
 }
 
 /// Arguments of `tidemark-bench links`.
@@ -133,6 +136,12 @@ pub struct LinksBenchArgs {
     /// Measured seconds of each redirect run (wrk, open loop).
     #[arg(long, default_value_t = 10.0)]
     pub redirect_seconds: f64,
+    /// Clicks the clicks part stores before it stops.
+    #[arg(long, default_value_t = 10_000_000)]
+    pub clicks: u64,
+    /// Seconds of each wrk step of the clicks part.
+    #[arg(long, default_value_t = 10.0)]
+    pub clicks_step_seconds: f64,
     /// Seconds of each wrk run of the pairs against nginx's `return 302` (five pairs, when
     /// nginx and wrk are installed).
     #[arg(long, default_value_t = 5.0)]
@@ -216,7 +225,7 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
     }
     let wants = |p: Part| args.parts.contains(&p);
     // Found before any part runs, so a missing server fails the run at once.
-    let server_bin = wants(Part::Redirect)
+    let server_bin = (wants(Part::Redirect) || wants(Part::Clicks))
         .then(|| args.server.resolve())
         .transpose()?;
     let root = temp_root(args.dir.as_deref(), "links")?;
@@ -313,10 +322,27 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
             pass: r.ratio().map(|x| x >= BAR_FLAT),
         });
     }
-    if let Some(server_bin) = &server_bin {
+    if let Some(server_bin) = server_bin.as_deref().filter(|_| wants(Part::Redirect)) {
         let r = redirect::bench_redirect(&args, server_bin, &root.path().join("redirect")).await?;
         print!("{}", r.report());
         bars.extend(r.bars());
+    }
+    if let Some(server_bin) = server_bin.as_deref().filter(|_| wants(Part::Clicks)) {
+        let r = clicks::bench_clicks(&args, server_bin, &root.path().join("clicks")).await?;
+        print!("{}", r.report());
+        bars.push(r.bar());
+        if let Some(dir) = &args.plot_dir {
+            super::plot::write_chart(
+                &dir.join("redirect-clicks.svg"),
+                "Redirects (each a click stored) as clicks accumulate, wrk -c64",
+                "clicks stored",
+                "redirects/s (per step)",
+                &[super::plot::Series {
+                    name: "GET /c/<id>, embedded default".into(),
+                    points: r.curve(),
+                }],
+            )?;
+        }
     }
 
     print_summary("links", &bars);

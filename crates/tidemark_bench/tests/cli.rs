@@ -248,6 +248,50 @@ fn rollup_and_report_run_beside_duckdb_over_the_same_rows() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+#[test]
+fn the_clicks_part_steps_until_the_clicks_are_stored() {
+    let server = server_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(&[
+        "links",
+        "--parts",
+        "clicks",
+        "--server-bin",
+        server.to_str().unwrap(),
+        "--clicks",
+        "3000",
+        "--clicks-step-seconds",
+        "1",
+        "--recipients",
+        "100",
+        "--wrk-connections",
+        "8",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    let steps = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("5. clicks: "))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no steps in:\n{stdout}"));
+    assert!(
+        steps.contains(" M: ") && steps.contains("/s (p99 "),
+        "{steps}"
+    );
+    // Too few clicks for a million-against-million verdict: not judged.
+    assert!(
+        stdout.contains("last million / first million: - (fewer than 2 M clicks)"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("NOT MEASURED redirect rate flat"),
+        "{stdout}"
+    );
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 /// The table row of node count `n` in a `--nodes` run: its cells, trimmed.
 fn nodes_row(stdout: &str, n: usize) -> Vec<String> {
     let line = stdout

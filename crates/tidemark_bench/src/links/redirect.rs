@@ -38,7 +38,7 @@ const PAIRS: usize = 5;
 /// The API key of the default `demo` tenant of the spawned server.
 const BEARER: &str = "Bearer dev-key";
 /// A desktop browser: counted as a click, not as a bot.
-const BROWSER: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, \
+pub(super) const BROWSER: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, \
                        like Gecko) Chrome/131.0.0.0 Safari/537.36";
 /// The mailing: six tracked links (one in VML), an unsubscribe link that is not tracked.
 const TEMPLATE: &str = r#"<!doctype html>

@@ -5,6 +5,16 @@ use tidemark_core::day::UtcDay;
 use super::*;
 use crate::rollups::{ReportRow, RollupStore, SqliteRollups};
 
+/// A report row of listing 7, the listing of these tests.
+fn row(kind: &str, total: u64, uniques_daily_sum: u64) -> ReportRow {
+    ReportRow {
+        listing_id: 7,
+        kind: kind.into(),
+        total,
+        uniques_daily_sum,
+    }
+}
+
 fn user_version(path: &Path) -> i64 {
     Connection::open(path)
         .unwrap()
@@ -67,12 +77,6 @@ async fn a_rollups_db_keyed_by_day_first_is_rekeyed_and_reports_its_days() {
         .report("t", 1, UtcDay(20_000), UtcDay(20_001), None)
         .await
         .unwrap();
-    let row = |kind: &str, total, uniques_daily_sum| ReportRow {
-        listing_id: 7,
-        kind: kind.into(),
-        total,
-        uniques_daily_sum,
-    };
     assert_eq!(report, [row("click", 3, 1), row("view", 15, 6)]);
     assert_eq!(store.day_rows(UtcDay(20_000)).await.unwrap().len(), 2);
 }
@@ -141,12 +145,6 @@ async fn a_version_1_rollups_db_gets_month_sums_of_its_days() {
         .report("t", 1, UtcDay(19_723), UtcDay(19_723 + 365), None)
         .await
         .unwrap();
-    let row = |kind: &str, total, uniques_daily_sum| ReportRow {
-        listing_id: 7,
-        kind: kind.into(),
-        total,
-        uniques_daily_sum,
-    };
     assert_eq!(year, [row("click", 3, 1), row("view", 16, 7)]);
 }
 
