@@ -10,19 +10,21 @@
 //!    durably before the answer; two events with the same timestamp are two rows, never merged.
 //!    A day catalog counts each day's events and last arrival.
 //! 3. **Lifecycle** ([`lifecycle`]): once a day has closed plus the lateness window, it is
-//!    rolled up ([`rollup`]: per `(listing_id, day, kind)` `total` and `uniques`, bots
-//!    excluded) into the summary tier ([`rollups`]: `listing_daily`, `listings`), archived as
-//!    Parquet ([`archive`]), and only then, past `raw_retention`, dropped whole. A day with late
-//!    events is rolled up and archived again.
+//!    rolled up ([`rollup`]: the raw tier lends the day's rows one by one,
+//!    [`RawStore::fold_day`]; per `(listing_id, day, kind)` `total` and `uniques`, bots
+//!    excluded) into the summary tier ([`rollups`]: `listing_daily`, its month sums
+//!    `listing_monthly`, `listings`), archived as Parquet ([`archive`]), and only then, past
+//!    `raw_retention`, dropped whole. A day with late events is rolled up and archived again.
 //! 4. **Reads**: the live dashboard ([`recent`], page in [`dashboard`]) reads the raw tier;
-//!    account reports ([`report_http`]) read the summary tier only.
+//!    account reports ([`report_http`]) read the summary tier only: whole months from
+//!    `listing_monthly`, the edge days from `listing_daily`.
 //!
 //! Backends, picked by URL in [`stores`] (the archive by `events.archive_url`):
 //! - **Raw tier**: SQLite, the embedded default (`raw.db`, one table per UTC day), or
 //!   InfluxDB 1.x ([`raw::influx`]: line protocol, `event` the only tag, a unique nanosecond
 //!   per event, one shard per day, its day catalog in a local SQLite file).
 //! - **Rollups**: SQLite, the embedded default (`rollups.db`), or MariaDB / MySQL
-//!   ([`rollups::MysqlRollups`], with month sums for year-long reports).
+//!   ([`rollups::MysqlRollups`]); both keep month sums for year-long reports.
 //! - **Raw archive**: Parquet through `object_store`: a local directory by default, or any
 //!   object store URL it understands (e.g. `s3://bucket/prefix`).
 //!

@@ -11,8 +11,9 @@
 //! Embedded default: [`SqliteRollups`] (`data/events/rollups.db`). Production engine:
 //! [`MysqlRollups`] (MariaDB / MySQL, `events.rollups = "mysql://…"`). Both replace a day the
 //! same way — upsert every produced row, then delete the day's rows [`stale_keys`] finds no
-//! longer produced, in one transaction — and differ only in their SQL. The versions of both
-//! schemas: `migrations`.
+//! longer produced, in one transaction, adding the day's difference to its month's row of
+//! `listing_monthly` — and differ only in their SQL. The month plan both follow (the deltas of
+//! a day, the parts of a report): `monthly`. The versions of both schemas: `migrations`.
 
 mod migrations;
 mod monthly;
