@@ -129,10 +129,7 @@ pub(crate) fn temp_root(parent: Option<&Path>, name: &str) -> anyhow::Result<tem
 pub(crate) fn sqlite_bytes(db: &Path) -> u64 {
     let mut wal = db.as_os_str().to_owned();
     wal.push("-wal");
-    [db, Path::new(&wal)]
-        .iter()
-        .map(|f| std::fs::metadata(f).map_or(0, |m| m.len()))
-        .sum()
+    file_bytes(db) + file_bytes(Path::new(&wal))
 }
 
 /// Bytes of the file at `path` (0 if missing).

@@ -26,6 +26,21 @@ pub(super) struct PeerRun {
     pub(super) sums: Vec<f64>,
 }
 
+impl PeerRun {
+    /// Whether this run answered `rows`, each `[listing, total, uniques]`: as many rows, and
+    /// the result's numeric columns (listing, total, uniques) sum to the same.
+    pub(super) fn answers(&self, rows: impl IntoIterator<Item = [f64; 3]>) -> bool {
+        let (mut n, mut sums) = (0u64, [0.0; 3]);
+        for row in rows {
+            n += 1;
+            for (s, v) in sums.iter_mut().zip(row) {
+                *s += v;
+            }
+        }
+        self.rows == n && self.sums == sums
+    }
+}
+
 /// A running peer with its tables loaded.
 #[derive(Debug)]
 pub(super) struct DuckDb {

@@ -459,17 +459,6 @@ async fn fill(
     })
 }
 
-/// Whether DuckDB's answer (rows, then sums of listing, total, uniques) is `expected`.
-fn same_answer(expected: &[ReportRow], peer: &duckdb::PeerRun) -> bool {
-    let sum = |f: fn(&ReportRow) -> f64| expected.iter().map(f).sum::<f64>();
-    let ours = [
-        sum(|r| r.listing_id as f64),
-        sum(|r| r.total as f64),
-        sum(|r| r.uniques_daily_sum as f64),
-    ];
-    peer.rows == expected.len() as u64 && peer.sums == ours
-}
-
 /// Times the report of `store` (filled by `fill`), in [`PAIRS`] rounds against DuckDB when it
 /// is installed (loading the CSV files in `dir`).
 async fn time(
@@ -517,7 +506,13 @@ async fn time(
             let mut theirs = Vec::with_capacity(per_round);
             for _ in 0..per_round {
                 let run = peer.run().await?;
-                same &= same_answer(&fill.expected, &run);
+                same &= run.answers(fill.expected.iter().map(|r| {
+                    [
+                        r.listing_id as f64,
+                        r.total as f64,
+                        r.uniques_daily_sum as f64,
+                    ]
+                }));
                 theirs.push(Duration::from_secs_f64(run.secs));
             }
             theirs.sort();

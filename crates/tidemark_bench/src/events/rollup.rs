@@ -221,15 +221,10 @@ impl RollupFigures {
     }
 }
 
-/// Whether DuckDB's answer (rows, then sums of listing, total, uniques) is Tidemark's `rows`.
-fn same_answer(rows: &[DailyRow], peer: &duckdb::PeerRun) -> bool {
-    let sum = |f: fn(&DailyRow) -> f64| rows.iter().map(f).sum::<f64>();
-    let ours = [
-        sum(|r| r.listing_id as f64),
-        sum(|r| r.total as f64),
-        sum(|r| r.uniques as f64),
-    ];
-    peer.rows == rows.len() as u64 && peer.sums == ours
+/// Tidemark's `rows` as DuckDB's run is checked against ([`duckdb::PeerRun::answers`]).
+fn peer_rows(rows: &[DailyRow]) -> impl Iterator<Item = [f64; 3]> + '_ {
+    rows.iter()
+        .map(|r| [r.listing_id as f64, r.total as f64, r.uniques as f64])
 }
 
 /// Fills yesterday with the events and times its rollup twice; data under `dir`.
@@ -395,14 +390,14 @@ async fn versus_duckdb(
         roll_up_day(raw, rollups, day, now).await?;
         let ours = t.elapsed().as_secs_f64();
         let theirs = peer.run().await?;
-        same &= same_answer(rows, &theirs);
+        same &= theirs.answers(peer_rows(rows));
         pairs.push((ours, theirs.secs));
     }
     peer.set_threads(1).await?;
     let mut one_thread = Vec::with_capacity(PAIRS);
     for _ in 0..PAIRS {
         let run = peer.run().await?;
-        same &= same_answer(rows, &run);
+        same &= run.answers(peer_rows(rows));
         one_thread.push(run.secs);
     }
     Ok(PeerFigures {

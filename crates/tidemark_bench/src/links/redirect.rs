@@ -483,18 +483,22 @@ pub(super) async fn bench_redirect(
     let before = counters(&client, addr).await?;
     let seconds = args.redirect_seconds;
 
-    let wrk = match wrk::find() {
+    // One script for every wrk run: the closed-loop run and the pairs beside nginx.
+    let wrk_exe = wrk::find();
+    let script = dir.join("ids.lua");
+    if wrk_exe.is_some() {
+        std::fs::write(&script, wrk::script(&ids, BROWSER))?;
+    }
+    let wrk = match &wrk_exe {
         None => WrkOutcome::Missing,
         Some(exe) => {
-            let script = dir.join("ids.lua");
-            std::fs::write(&script, wrk::script(&ids, BROWSER))?;
             eprintln!(
                 "redirect: wrk -t{} -c{} -d{seconds}s …",
                 args.wrk_threads, args.wrk_connections
             );
             let mark = CpuMark::now(pid);
             match wrk::run(
-                &exe,
+                exe,
                 addr,
                 &script,
                 args.wrk_threads,
@@ -512,7 +516,16 @@ pub(super) async fn bench_redirect(
         }
     };
 
-    let nginx = versus_nginx(args, addr, &ids, &location, dir).await;
+    let nginx = match (&wrk_exe, nginx::find()) {
+        (Some(wrk_exe), Some(nginx_exe)) => {
+            let peer_dir = dir.join("nginx");
+            versus_nginx(
+                args, addr, wrk_exe, &script, &nginx_exe, &location, &peer_dir,
+            )
+            .await
+        }
+        _ => VersusNginx::Missing(nginx::INSTALL),
+    };
 
     eprintln!("redirect: open loop at {} req/s …", args.rate);
     let cfg = OpenLoop {
@@ -582,31 +595,28 @@ pub(super) async fn bench_redirect(
     })
 }
 
-/// [`PAIRS`] pairs of wrk runs, the redirector at `addr` then nginx answering `location`, over
-/// the same `ids` (see the module docs).
+/// [`PAIRS`] pairs of runs of `wrk_exe` with `script` (see the module docs): the redirector at
+/// `addr`, then `nginx_exe` answering `location` with its files under `nginx_dir`.
 async fn versus_nginx(
     args: &LinksBenchArgs,
     addr: SocketAddr,
-    ids: &[String],
+    wrk_exe: &Path,
+    script: &Path,
+    nginx_exe: &Path,
     location: &str,
-    dir: &Path,
+    nginx_dir: &Path,
 ) -> VersusNginx {
-    let (Some(wrk_exe), Some(nginx_exe)) = (wrk::find(), nginx::find()) else {
-        return VersusNginx::Missing(nginx::INSTALL);
-    };
     let run = async {
-        let peer = Nginx::start(&nginx_exe, &dir.join("nginx"), location)?;
-        let script = dir.join("ids.lua");
-        std::fs::write(&script, wrk::script(ids, BROWSER))?;
+        let peer = Nginx::start(nginx_exe, nginx_dir, location)?;
         let seconds = Duration::from_secs_f64(args.pair_seconds);
         let mut pairs = Vec::with_capacity(PAIRS);
         for i in 0..PAIRS {
             eprintln!("redirect: pair {} of {PAIRS} beside nginx …", i + 1);
             let one = |to| {
                 wrk::run(
-                    &wrk_exe,
+                    wrk_exe,
                     to,
-                    &script,
+                    script,
                     args.wrk_threads,
                     args.wrk_connections,
                     seconds,
