@@ -641,3 +641,29 @@ async fn the_embedded_one_pass_read_counts_as_the_chunked_read() {
     assert_eq!(by_chunks.rows(), rows);
     assert_eq!(default_fold.rows(), rows);
 }
+
+#[test]
+fn visits_compacted_midway_still_count_each_visitor_once() {
+    let mut agg = DayAggregate::default();
+    let add = |agg: &mut DayAggregate, session: &str, page: Option<&str>| {
+        agg.add(RollupRow {
+            kind: "view",
+            listing_id: Some(7),
+            session_id: Some(session),
+            page_url: page,
+            bot: false,
+        });
+    };
+    add(&mut agg, "s1", Some("/a"));
+    add(&mut agg, "s2", None);
+    add(&mut agg, "s1", Some("/a"));
+    agg.compact();
+    assert_eq!(agg.visits.len(), 2);
+    // The same visits again after the compaction, and one new.
+    add(&mut agg, "s2", None);
+    add(&mut agg, "s1", Some("/a"));
+    add(&mut agg, "s1", Some("/b"));
+    agg.compact();
+    add(&mut agg, "s1", Some("/b"));
+    assert_eq!(agg.rows(), vec![row(7, "view", 7, 3)]);
+}
