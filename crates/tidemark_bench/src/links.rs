@@ -1,4 +1,4 @@
-//! `tidemark-bench links`: the figures of the links subsystem (seed 001), in four parts:
+//! `tidemark-bench links`: the figures of the links subsystem (seed 001), in six parts:
 //! 1. **rewrite** — [`find_links`] + [`splice`] over every corpus template, repeated for
 //!    `--rewrite-seconds` on one thread: MB/s of input HTML.
 //! 2. **render** — [`LinksService::render`] of `--template` (merge fields, rewrite, ids, and all
@@ -7,7 +7,10 @@
 //!    one call's time split into merge fields, rewrite + ids, and the store.
 //! 3. **insert** — [`store`]: link-store insert rate per million rows up to `--rows`.
 //! 4. **redirect** — [`redirect`]: `GET /c/<id>` against a `tidemark serve` child
-//!    (`--server-bin`), with `wrk` and with the open-loop driver.
+//!    (`--server-bin`), with `wrk` and with the open-loop driver, and beside nginx.
+//! 5. **clicks** (not by default) — [`clicks`]: the redirect rate as clicks accumulate.
+//! 6. **records** (not by default) — [`records`]: the redirect rate as link records
+//!    accumulate.
 //!
 //! With `--nodes 1,2,3` it runs instead the redirector on that many nodes sharing MariaDB and
 //! the events engines (`nodes.rs`, on [`crate::nodes`]).
@@ -19,6 +22,7 @@ mod clicks;
 mod hit;
 mod nginx;
 mod nodes;
+mod records;
 mod redirect;
 mod schemas;
 mod store;
@@ -76,6 +80,9 @@ pub enum Part {
     Redirect,
     /// The redirect rate as clicks accumulate (not run by default: `--clicks`, 10 M).
     Clicks,
+    /// The redirect rate as link records accumulate (not run by default:
+    /// `--records-steps`, up to 50 M).
+    Records,
 }
 
 /// Arguments of `tidemark-bench links`.
@@ -139,9 +146,16 @@ pub struct LinksBenchArgs {
     /// Clicks the clicks part stores before it stops.
     #[arg(long, default_value_t = 10_000_000)]
     pub clicks: u64,
-    /// Seconds of each wrk step of the clicks part.
+    /// Seconds of each wrk step of the clicks and records parts.
     #[arg(long, default_value_t = 10.0)]
     pub clicks_step_seconds: f64,
+    /// Link records stored at each step of the records part (increasing).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "1000000,10000000,20000000,30000000,40000000,50000000"
+    )]
+    pub records_steps: Vec<u64>,
     /// Seconds of each wrk run of the pairs against nginx's `return 302` (five pairs, when
     /// nginx and wrk are installed).
     #[arg(long, default_value_t = 5.0)]
@@ -225,7 +239,7 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
     }
     let wants = |p: Part| args.parts.contains(&p);
     // Found before any part runs, so a missing server fails the run at once.
-    let server_bin = (wants(Part::Redirect) || wants(Part::Clicks))
+    let server_bin = (wants(Part::Redirect) || wants(Part::Clicks) || wants(Part::Records))
         .then(|| args.server.resolve())
         .transpose()?;
     let root = temp_root(args.dir.as_deref(), "links")?;
@@ -336,6 +350,26 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
                 &dir.join("redirect-clicks.svg"),
                 "Redirects (each a click stored) as clicks accumulate, wrk -c64",
                 "clicks stored",
+                "redirects/s (per step)",
+                &[super::plot::Series {
+                    name: "GET /c/<id>, embedded default".into(),
+                    points: r.curve(),
+                }],
+            )?;
+        }
+    }
+
+    if let Some(server_bin) = server_bin.as_deref().filter(|_| wants(Part::Records)) {
+        let dir = root.path().join("records");
+        let r = records::bench_records(&args, server_bin, &dir).await?;
+        let _ = std::fs::remove_dir_all(&dir);
+        print!("{}", r.report());
+        bars.push(r.bar());
+        if let Some(dir) = &args.plot_dir {
+            super::plot::write_chart(
+                &dir.join("redirect-records.svg"),
+                "Redirects (each a click stored) as link records accumulate, wrk -c64",
+                "link records stored",
                 "redirects/s (per step)",
                 &[super::plot::Series {
                     name: "GET /c/<id>, embedded default".into(),

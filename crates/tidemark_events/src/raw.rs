@@ -332,34 +332,34 @@ impl RawStore for SqliteRaw {
         day: UtcDay,
         mut agg: DayAggregate,
     ) -> Result<DayAggregate, StoreError> {
-        // One statement over the day: each row is lent to the aggregation as it is stepped
-        // through, nothing copied but the strings the aggregation keeps.
-        self.reads
+        // The day's seq range is split between readers that step their part at once, each on
+        // its own pooled connection, and their aggregations are merged. Rows are only ever
+        // appended (seq grows), so a part reads the same rows whatever snapshot it gets; a day
+        // dropped meanwhile reads short, which the rollup refuses.
+        let range = self
+            .reads
             .read(move |conn| {
                 if !table_exists(conn, day)? {
-                    return Ok(agg);
+                    return Ok(None);
                 }
-                let mut stmt = conn.prepare_cached(&format!(
-                    "SELECT kind, listing_id, session_id, page_url, fields FROM {} ORDER BY seq",
-                    table(day)
-                ))?;
-                let mut rows = stmt.query([])?;
-                while let Some(r) = rows.next()? {
-                    let text = |i: usize| -> rusqlite::Result<&str> { Ok(r.get_ref(i)?.as_str()?) };
-                    let text_or_null = |i: usize| -> rusqlite::Result<Option<&str>> {
-                        Ok(r.get_ref(i)?.as_str_or_null()?)
-                    };
-                    agg.add(RollupRow {
-                        kind: text(0)?,
-                        listing_id: r.get(1)?,
-                        session_id: text_or_null(2)?,
-                        page_url: text_or_null(3)?,
-                        bot: fields_flag_bot(text(4)?),
-                    });
-                }
-                Ok(agg)
+                let sql = format!("SELECT min(seq), max(seq) FROM {}", table(day));
+                let (lo, hi) = conn.query_row(&sql, [], |r| {
+                    Ok((r.get::<_, Option<i64>>(0)?, r.get::<_, Option<i64>>(1)?))
+                })?;
+                Ok::<_, StoreError>(lo.zip(hi))
             })
-            .await
+            .await?;
+        let Some((lo, hi)) = range else {
+            return Ok(agg);
+        };
+        let parts = split_seqs(lo, hi, FOLD_READERS);
+        let folds = parts
+            .into_iter()
+            .map(|(from, to)| self.fold_seqs(day, from, to));
+        for part in futures::future::try_join_all(folds).await? {
+            agg.merge(part);
+        }
+        Ok(agg)
     }
 
     async fn days(&self) -> Result<Vec<DayState>, StoreError> {
@@ -452,10 +452,71 @@ fn table_exists(conn: &Connection, day: UtcDay) -> rusqlite::Result<bool> {
     .query_row([table(day)], |r| r.get(0))
 }
 
+/// Readers of one day's rollup at once ([`SqliteRaw::fold_day`]): one per core of a small
+/// server; the pool holds more.
+const FOLD_READERS: i64 = 2;
+
+/// `lo..=hi` cut into at most `n` consecutive, non-empty ranges of about equal size.
+fn split_seqs(lo: i64, hi: i64, n: i64) -> Vec<(i64, i64)> {
+    let len = hi - lo + 1;
+    let n = n.clamp(1, len.max(1));
+    (0..n)
+        .map(|i| (lo + len * i / n, lo + len * (i + 1) / n - 1))
+        .collect()
+}
+
 impl SqliteRaw {
+    /// The events of `day` with `from <= seq <= to` fed to a new aggregation, in one
+    /// statement: each row is lent as it is stepped through, nothing copied but the strings
+    /// the aggregation keeps.
+    async fn fold_seqs(&self, day: UtcDay, from: i64, to: i64) -> Result<DayAggregate, StoreError> {
+        self.reads
+            .read(move |conn| {
+                let mut agg = DayAggregate::default();
+                if !table_exists(conn, day)? {
+                    return Ok(agg);
+                }
+                let mut stmt = conn.prepare_cached(&format!(
+                    "SELECT kind, listing_id, session_id, page_url, fields FROM {}
+                     WHERE seq BETWEEN ?1 AND ?2 ORDER BY seq",
+                    table(day)
+                ))?;
+                let mut rows = stmt.query([from, to])?;
+                while let Some(r) = rows.next()? {
+                    let text = |i: usize| -> rusqlite::Result<&str> { Ok(r.get_ref(i)?.as_str()?) };
+                    let text_or_null = |i: usize| -> rusqlite::Result<Option<&str>> {
+                        Ok(r.get_ref(i)?.as_str_or_null()?)
+                    };
+                    agg.add(RollupRow {
+                        kind: text(0)?,
+                        listing_id: r.get(1)?,
+                        session_id: text_or_null(2)?,
+                        page_url: text_or_null(3)?,
+                        bot: fields_flag_bot(text(4)?),
+                    });
+                }
+                Ok(agg)
+            })
+            .await
+    }
+
     async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.writer
             .write(move |conn| Ok::<_, StoreError>(catalog::set_mark(conn, mark, day, arrival_ms)?))
             .await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_seqs;
+
+    #[test]
+    fn the_seq_range_is_cut_into_adjacent_parts_of_about_equal_size() {
+        assert_eq!(split_seqs(1, 10, 2), vec![(1, 5), (6, 10)]);
+        assert_eq!(split_seqs(1, 11, 2), vec![(1, 5), (6, 11)]);
+        assert_eq!(split_seqs(4, 4, 2), vec![(4, 4)]);
+        assert_eq!(split_seqs(1, 3, 4), vec![(1, 1), (2, 2), (3, 3)]);
+        assert_eq!(split_seqs(7, 9, 1), vec![(7, 9)]);
     }
 }

@@ -5,8 +5,9 @@
 //! 1. Take the day's catalog entry ([`DayState`]). No entry, or the partition was dropped →
 //!    [`RollupError::RawGone`] and nothing is written: existing totals are never replaced by
 //!    the zeros an empty read would give. Remember its `last_arrival_ms`.
-//! 2. Read the day ([`RawStore::fold_day`]: the embedded tier in one pass over borrowed rows,
-//!    others in chunks of [`ROLLUP_CHUNK`] events). Skip events flagged `bot = true` and
+//! 2. Read the day ([`RawStore::fold_day`]: the embedded tier in two halves of its rows read
+//!    at once, each lent row by row and the two aggregations merged
+//!    ([`DayAggregate::merge`]); others in chunks of [`ROLLUP_CHUNK`] events). Skip events flagged `bot = true` and
 //!    events without a `listing_id`. Per `(listing_id, kind)`:
 //!    - `total` = number of events. One event is one row, as in the seed (`b.total += 1`) and
 //!      as the dashboard counts; the `count` field is kept in the raw tier and the archive but
@@ -166,6 +167,15 @@ impl Interner {
         self.ids.insert(s.into(), id);
         id
     }
+
+    /// Interns every string of `other`: its numbers mapped to this interner's.
+    fn absorb(&mut self, other: &Interner) -> Vec<u32> {
+        let mut to = vec![0; other.ids.len()];
+        for (s, id) in &other.ids {
+            to[*id as usize] = self.id(s);
+        }
+        to
+    }
 }
 
 /// Totals of one `(listing_id, kind)` while reading.
@@ -221,13 +231,70 @@ impl DayAggregate {
             self.without_listing_skipped += 1;
             return;
         };
-        let kind = match self.kinds.iter().position(|k| k == e.kind) {
+        let kind = self.kind_id(e.kind);
+        let b = self.bucket_id(listing_id, kind);
+        self.buckets[b as usize].total += 1;
+        if let Some(session) = e.session_id {
+            let session = self.sessions.id(session);
+            let page = e.page_url.map_or(NO_PAGE, |p| self.pages.id(p));
+            self.visits.push(visit(b, session, page));
+            if self.visits.len() >= 2 * self.distinct_upto + COMPACT_EVERY {
+                self.compact();
+            }
+        }
+    }
+
+    /// Folds `other`, an aggregation of other events of the same day, into this one: the
+    /// result is the aggregation of both sets of events (a visitor seen by both counts once).
+    pub fn merge(&mut self, mut other: DayAggregate) {
+        if self.events_read == 0 {
+            // Nothing to fold into: take `other` whole, nothing renumbered.
+            *self = other;
+            return;
+        }
+        self.events_read += other.events_read;
+        self.bots_skipped += other.bots_skipped;
+        self.without_listing_skipped += other.without_listing_skipped;
+        let kinds: Vec<u32> = other.kinds.iter().map(|k| self.kind_id(k)).collect();
+        let buckets: Vec<u32> = other
+            .buckets
+            .iter()
+            .map(|o| {
+                let b = self.bucket_id(o.listing_id, kinds[o.kind as usize]);
+                self.buckets[b as usize].total += o.total;
+                b
+            })
+            .collect();
+        let sessions = self.sessions.absorb(&other.sessions);
+        let pages = self.pages.absorb(&other.pages);
+        other.compact();
+        self.visits.reserve(other.visits.len());
+        for v in other.visits {
+            let page = v as u32;
+            self.visits.push(visit(
+                buckets[(v >> 64) as usize],
+                sessions[(v >> 32) as u32 as usize],
+                if page == NO_PAGE {
+                    NO_PAGE
+                } else {
+                    pages[page as usize]
+                },
+            ));
+        }
+        self.compact();
+    }
+
+    fn kind_id(&mut self, kind: &str) -> u32 {
+        match self.kinds.iter().position(|k| k == kind) {
             Some(k) => k as u32,
             None => {
-                self.kinds.push(e.kind.to_owned());
+                self.kinds.push(kind.to_owned());
                 self.kinds.len() as u32 - 1
             }
-        };
+        }
+    }
+
+    fn bucket_id(&mut self, listing_id: i64, kind: u32) -> u32 {
         let next = self.buckets.len() as u32;
         let b = *self.bucket_of.entry((listing_id, kind)).or_insert(next);
         if b == next {
@@ -238,16 +305,7 @@ impl DayAggregate {
                 uniques: 0,
             });
         }
-        let bucket = &mut self.buckets[b as usize];
-        bucket.total += 1;
-        if let Some(session) = e.session_id {
-            let session = self.sessions.id(session);
-            let page = e.page_url.map_or(NO_PAGE, |p| self.pages.id(p));
-            self.visits.push(visit(b, session, page));
-            if self.visits.len() >= 2 * self.distinct_upto + COMPACT_EVERY {
-                self.compact();
-            }
-        }
+        b
     }
 
     /// Sorts the visits and drops repeated ones, so they take memory in proportion to the

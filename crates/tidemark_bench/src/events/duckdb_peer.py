@@ -17,6 +17,9 @@ import duckdb
 
 spec = json.loads(sys.argv[1])
 con = duckdb.connect(spec["db"])
+# A load or query longer than 2 s would otherwise draw a progress bar on stdout, the
+# protocol's channel.
+con.execute("SET enable_progress_bar = false")
 for table, kind, path in spec["load"]:
     reader = "read_parquet(?)" if kind == "parquet" else "read_csv(?, header = true)"
     con.execute(f"CREATE TABLE {table} AS SELECT * FROM {reader}", [path])

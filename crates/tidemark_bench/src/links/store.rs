@@ -121,7 +121,7 @@ impl InsertFigures {
 }
 
 /// Record `i` of `rows`, made at a time `i / rows` of the way through `day_start`'s day.
-fn record(codec: &IdCodec, day_start: i64, i: u64, rows: u64) -> LinkRecord {
+pub(super) fn record(codec: &IdCodec, day_start: i64, i: u64, rows: u64) -> LinkRecord {
     let t = day_start + (u128::from(i) * u128::from(DAY_MS) / u128::from(rows)) as i64;
     let recipient = i / 5;
     LinkRecord {

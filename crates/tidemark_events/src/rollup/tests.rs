@@ -667,3 +667,43 @@ fn visits_compacted_midway_still_count_each_visitor_once() {
     add(&mut agg, "s1", Some("/b"));
     assert_eq!(agg.rows(), vec![row(7, "view", 7, 3)]);
 }
+
+#[test]
+fn two_merged_halves_count_as_the_whole_day() {
+    let events = [
+        ev("view", Some(1), Some("s1"), Some("/a")),
+        ev("view", Some(1), Some("s2"), None),
+        bot(ev("view", Some(1), Some("s3"), None)),
+        ev("click", Some(2), Some("s1"), Some("/b")),
+        ev("view", Some(1), Some("s1"), Some("/a")),
+        ev("view", None, Some("s1"), None),
+        ev("view", Some(1), Some("s4"), None),
+        ev("click", Some(2), None, None),
+        ev("contact", Some(3), Some("s2"), Some("/a")),
+    ];
+    let fold = |events: &[Event]| {
+        let mut agg = DayAggregate::default();
+        for e in events {
+            agg.add(RollupRow::of(e));
+        }
+        agg
+    };
+    let whole = fold(&events);
+    let counts = |a: &DayAggregate| (a.events_read, a.bots_skipped, a.without_listing_skipped);
+    for cut in 0..=events.len() {
+        let mut merged = fold(&events[..cut]);
+        // The second half interns in its own order: kinds, sessions and pages renumbered.
+        merged.merge(fold(&events[cut..]));
+        assert_eq!(counts(&merged), (9, 1, 1), "cut at {cut}");
+        assert_eq!(
+            merged.rows(),
+            vec![
+                row(1, "view", 4, 3),
+                row(2, "click", 2, 1),
+                row(3, "contact", 1, 1)
+            ],
+            "cut at {cut}"
+        );
+    }
+    assert_eq!(counts(&whole), (9, 1, 1));
+}

@@ -31,7 +31,7 @@
 //!
 //! Days are stored as days since 1970-01-01 (UTC), as [`UtcDay`] and the raw catalog do.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use async_trait::async_trait;
@@ -120,8 +120,17 @@ fn replace_day(
              WHERE total != excluded.total OR uniques != excluded.uniques",
     )?;
     let mut kind = conn.prepare_cached("INSERT OR IGNORE INTO rollup_kinds (kind) VALUES (?1)")?;
+    // A row already stored with the same figures is left alone: a re-run over an unchanged
+    // day writes nothing, and a late re-roll writes the rows it changed.
+    let stored: HashMap<(i64, &str), (u64, u64)> = old
+        .iter()
+        .map(|(l, k, t, u)| ((*l, k.as_str()), (*t, *u)))
+        .collect();
     let mut last_kind: Option<&str> = None;
     for r in &rows {
+        if stored.get(&(r.listing_id, r.kind.as_str())) == Some(&(r.total, r.uniques)) {
+            continue;
+        }
         if last_kind != Some(r.kind.as_str()) {
             kind.execute([&r.kind])?;
             last_kind = Some(r.kind.as_str());
