@@ -9,6 +9,12 @@ use std::path::PathBuf;
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 
+/// mimalloc rather than the C library's allocator: a redirect or an ingest allocates and
+/// frees many small blocks across threads, where glibc's arenas spend a large share of the
+/// CPU (its `malloc_consolidate` and locks showed in the redirector's profile).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 const SERVE_ENV_HELP: &str = "\
 Configuration: defaults < --config TOML file < TIDEMARK_* env vars < flags.
 Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by __.

@@ -644,6 +644,23 @@ impl ReadPool {
         })
     }
 
+    /// Runs `f` at once on the calling thread if a pooled read connection is free, else as
+    /// [`ReadPool::read`] does. For point reads of a few pages (a link lookup by primary key):
+    /// a hand-off to a blocking thread and back costs more than the read, and a free
+    /// connection never makes the caller wait. The read itself may still touch the disk when
+    /// its pages are not in the OS cache; longer reads use [`ReadPool::read`].
+    pub async fn read_point<R, E, F>(&self, f: F) -> Result<R, E>
+    where
+        F: FnOnce(&Connection) -> Result<R, E> + Send + 'static,
+        R: Send + 'static,
+        E: From<SqliteError> + AsStoreError + Send + 'static,
+    {
+        match self.pool.try_get() {
+            Some(conn) => f(&conn).map_err(|e| in_file(e, Some(&self.path))),
+            None => self.read(f).await,
+        }
+    }
+
     /// Runs `f` on a pooled read connection in a blocking task.
     pub async fn read<R, E, F>(&self, f: F) -> Result<R, E>
     where
@@ -795,6 +812,29 @@ mod tests {
             .await
             .unwrap();
         assert_eq!(count, 0);
+    }
+
+    #[tokio::test(flavor = "current_thread")]
+    async fn a_point_read_runs_on_the_caller_while_a_connection_is_free() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("p.db");
+        Connection::open(&path).unwrap();
+        let pool = ReadPool::open(&path, 1).unwrap();
+        async fn on(pool: &ReadPool) -> Result<std::thread::ThreadId, TestError> {
+            pool.read_point(|_| Ok(std::thread::current().id())).await
+        }
+        let caller = std::thread::current().id();
+        assert_eq!(on(&pool).await.unwrap(), caller);
+        // The only connection taken: the read waits for it on a blocking thread instead.
+        let held = pool.pool.get().unwrap();
+        let read = tokio::spawn({
+            let pool = pool.clone();
+            async move { on(&pool).await }
+        });
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(!read.is_finished());
+        drop(held);
+        assert_ne!(read.await.unwrap().unwrap(), caller);
     }
 
     #[test]

@@ -134,7 +134,7 @@ impl LinkStore for SqliteLinks {
         }
         let link_id = id.as_str().to_owned();
         self.reads
-            .read(move |conn| {
+            .read_point(move |conn| {
                 let sql = format!(
                     "SELECT url, email, mailing_id, position, kind, created_ms FROM {}
                      WHERE link_id = ?1",
