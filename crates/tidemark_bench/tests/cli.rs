@@ -292,6 +292,44 @@ fn the_clicks_part_steps_until_the_clicks_are_stored() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+#[test]
+fn the_records_part_redirects_over_records_stored_beside_the_server() {
+    let server = server_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(&[
+        "links",
+        "--parts",
+        "records",
+        "--server-bin",
+        server.to_str().unwrap(),
+        "--records-steps",
+        "2000,5000",
+        "--clicks-step-seconds",
+        "1",
+        "--warmup",
+        "0",
+        "--wrk-connections",
+        "8",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    // Every redirect over the records written beside the server was a 302 (the part fails
+    // otherwise), at both steps.
+    let steps = stdout
+        .lines()
+        .skip_while(|l| !l.starts_with("6. records: "))
+        .nth(1)
+        .unwrap_or_else(|| panic!("no steps in:\n{stdout}"));
+    assert!(
+        steps.trim_start().starts_with("0.0 M: ") && steps.contains(", 0.0 M: "),
+        "{steps}"
+    );
+    assert!(stdout.contains("last step / first step: "), "{stdout}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 /// The table row of node count `n` in a `--nodes` run: its cells, trimmed.
 fn nodes_row(stdout: &str, n: usize) -> Vec<String> {
     let line = stdout

@@ -103,8 +103,8 @@ impl RecordsFigures {
 
 /// `IDS` ids spread evenly over `kept` (or all of them if fewer).
 fn spread(kept: &[String]) -> Vec<String> {
-    let stride = kept.len().div_ceil(IDS).max(1);
-    kept.iter().step_by(stride).cloned().collect()
+    let n = kept.len().min(IDS);
+    (0..n).map(|i| kept[i * kept.len() / n].clone()).collect()
 }
 
 /// The records part against `server_bin serve` with its data under `dir`.
@@ -126,8 +126,9 @@ pub(super) async fn bench_records(
     let codec = IdCodec::new(SECRET);
     let secret: String = SECRET.iter().map(|b| format!("{b:02x}")).collect();
     let day_start = UtcDay::of_ms(SystemClock.now_ms()).start_ms();
-    // Every `keep`-th id is kept, so the last step still draws from ids over all records.
-    let keep = (total / (4 * IDS as u64)).max(1);
+    // Every `keep`-th id is kept: enough for the first step to draw all of its `IDS`, and
+    // every later step draws as many, spread over all the records stored by then.
+    let keep = (targets[0] / IDS as u64).max(1);
     let mut kept = Vec::new();
     let client = load::http_client(args.max_in_flight);
     let mut steps = Vec::new();
@@ -208,6 +209,9 @@ mod tests {
         let ids = spread(&kept);
         assert_eq!(ids.len(), IDS);
         assert_eq!((ids[0].as_str(), ids[IDS - 1].as_str()), ("0", "35997"));
+        let ids = spread(&kept[..IDS + 48]);
+        assert_eq!(ids.len(), IDS);
+        assert_eq!((ids[1].as_str(), ids[IDS - 1].as_str()), ("1", "12046"));
         assert_eq!(spread(&kept[..10]).len(), 10);
         let step = |records, per_sec| Step {
             records,
