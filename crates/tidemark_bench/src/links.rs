@@ -345,43 +345,56 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
         let r = clicks::bench_clicks(&args, server_bin, &root.path().join("clicks")).await?;
         print!("{}", r.report());
         bars.push(r.bar());
-        if let Some(dir) = &args.plot_dir {
-            super::plot::write_chart(
-                &dir.join("redirect-clicks.svg"),
-                "Redirects (each a click stored) as clicks accumulate, wrk -c64",
-                "clicks stored",
-                "redirects/s (per step)",
-                &[super::plot::Series {
-                    name: "GET /c/<id>, embedded default".into(),
-                    points: r.curve(),
-                }],
-            )?;
-        }
+        plot_redirects(
+            &args,
+            "redirect-clicks.svg",
+            "clicks",
+            "clicks stored",
+            r.curve(),
+        )?;
     }
-
     if let Some(server_bin) = server_bin.as_deref().filter(|_| wants(Part::Records)) {
         let dir = root.path().join("records");
         let r = records::bench_records(&args, server_bin, &dir).await?;
         let _ = std::fs::remove_dir_all(&dir);
         print!("{}", r.report());
         bars.push(r.bar());
-        if let Some(dir) = &args.plot_dir {
-            super::plot::write_chart(
-                &dir.join("redirect-records.svg"),
-                "Redirects (each a click stored) as link records accumulate, wrk -c64",
-                "link records stored",
-                "redirects/s (per step)",
-                &[super::plot::Series {
-                    name: "GET /c/<id>, embedded default".into(),
-                    points: r.curve(),
-                }],
-            )?;
-        }
+        plot_redirects(
+            &args,
+            "redirect-records.svg",
+            "link records",
+            "link records stored",
+            r.curve(),
+        )?;
     }
 
     print_summary("links", &bars);
     drop(root);
     Ok(())
+}
+
+/// With `--plot-dir`, `file` there: the redirect rate of each wrk step against the `what`
+/// stored when it ended.
+fn plot_redirects(
+    args: &LinksBenchArgs,
+    file: &str,
+    what: &str,
+    x_label: &str,
+    points: Vec<(f64, f64)>,
+) -> anyhow::Result<()> {
+    let Some(dir) = &args.plot_dir else {
+        return Ok(());
+    };
+    super::plot::write_chart(
+        &dir.join(file),
+        &format!("Redirects (each a click stored) as {what} accumulate, wrk -c64"),
+        x_label,
+        "redirects/s (per step)",
+        &[super::plot::Series {
+            name: "GET /c/<id>, embedded default".into(),
+            points,
+        }],
+    )
 }
 
 fn load_corpus(dir: &Path) -> anyhow::Result<Vec<(String, String)>> {

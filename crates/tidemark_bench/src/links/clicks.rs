@@ -15,16 +15,8 @@ use anyhow::{Context, ensure};
 use super::super::load;
 use super::super::process::{ServerProcess, scrape_metrics};
 use super::redirect::{BROWSER, setup};
-use super::wrk;
+use super::wrk::{self, Step};
 use super::{BAR_FLAT, Bar, LinksBenchArgs};
-
-/// One wrk step: clicks stored when it ended, and its rate.
-#[derive(Debug, Clone, Copy)]
-struct Step {
-    clicks: f64,
-    per_sec: f64,
-    p99_ms: f64,
-}
 
 /// Figures of the clicks part.
 #[derive(Debug)]
@@ -40,7 +32,7 @@ impl ClicksFigures {
         let r: Vec<f64> = self
             .steps
             .iter()
-            .filter(|s| s.clicks > lo && s.clicks <= hi)
+            .filter(|s| s.at > lo && s.at <= hi)
             .map(|s| s.per_sec)
             .collect();
         (!r.is_empty()).then(|| r.iter().sum::<f64>() / r.len() as f64)
@@ -48,31 +40,19 @@ impl ClicksFigures {
 
     /// Rate over the last million clicks / over the first million.
     pub(super) fn ratio(&self) -> Option<f64> {
-        let end = self.steps.last()?.clicks;
+        let end = self.steps.last()?.at;
         let first = self.rate_between(0.0, 1e6)?;
         let last = self.rate_between(end - 1e6, end)?;
         (end >= 2e6).then_some(last / first)
     }
 
     pub(super) fn report(&self) -> String {
-        let steps: Vec<String> = self
-            .steps
-            .iter()
-            .map(|s| {
-                format!(
-                    "{:.1} M: {:.0}/s (p99 {:.1} ms)",
-                    s.clicks / 1e6,
-                    s.per_sec,
-                    s.p99_ms
-                )
-            })
-            .collect();
         format!(
             "\n5. clicks: GET /c/<id> over {} ids with wrk until {} clicks are stored; per step, \
              clicks stored and the step's rate:\n  {}\nlast million / first million: {}\n",
             self.ids,
             self.target,
-            steps.join(", "),
+            wrk::steps_line(&self.steps),
             self.ratio()
                 .map_or_else(|| "- (fewer than 2 M clicks)".into(), |r| format!("{r:.2}"))
         )
@@ -89,7 +69,7 @@ impl ClicksFigures {
                 |x| {
                     format!(
                         "last/first = {x:.2} at {:.1} M clicks",
-                        self.steps.last().map_or(0.0, |s| s.clicks) / 1e6
+                        self.steps.last().map_or(0.0, |s| s.at) / 1e6
                     )
                 },
             ),
@@ -99,7 +79,7 @@ impl ClicksFigures {
 
     /// The rate against clicks stored, for `redirect-clicks.svg`.
     pub(super) fn curve(&self) -> Vec<(f64, f64)> {
-        self.steps.iter().map(|s| (s.clicks, s.per_sec)).collect()
+        wrk::curve(&self.steps)
     }
 }
 
@@ -157,7 +137,7 @@ pub(super) async fn bench_clicks(
             report.requests_per_sec
         );
         steps.push(Step {
-            clicks: stored,
+            at: stored,
             per_sec: report.requests_per_sec,
             p99_ms: report.p99(),
         });
@@ -179,8 +159,8 @@ mod tests {
 
     #[test]
     fn the_ratio_compares_the_last_million_with_the_first() {
-        let step = |clicks: f64, per_sec: f64| Step {
-            clicks,
+        let step = |at: f64, per_sec: f64| Step {
+            at,
             per_sec,
             p99_ms: 1.0,
         };

@@ -24,20 +24,13 @@ use super::super::load;
 use super::super::process::ServerProcess;
 use super::redirect::BROWSER;
 use super::store::record;
-use super::{BAR_FLAT, Bar, LinksBenchArgs, wrk};
+use super::wrk::{self, Step};
+use super::{BAR_FLAT, Bar, LinksBenchArgs};
 
 /// Ids each wrk step draws from.
 pub(super) const IDS: usize = 12_000;
 /// The id secret of the part (hex, as `links.id_secret` takes it).
 const SECRET: [u8; 16] = *b"tidemark-records";
-
-/// One step: records stored, and the redirect rate and p99 over them.
-#[derive(Debug, Clone, Copy)]
-struct Step {
-    records: u64,
-    per_sec: f64,
-    p99_ms: f64,
-}
 
 /// Figures of the records part.
 #[derive(Debug)]
@@ -55,30 +48,18 @@ impl RecordsFigures {
     }
 
     pub(super) fn report(&self) -> String {
-        let steps: Vec<String> = self
-            .steps
-            .iter()
-            .map(|s| {
-                format!(
-                    "{:.1} M: {:.0}/s (p99 {:.1} ms)",
-                    s.records as f64 / 1e6,
-                    s.per_sec,
-                    s.p99_ms
-                )
-            })
-            .collect();
         format!(
             "\n6. records: GET /c/<id> with wrk over {IDS} ids spread over every link record \
              stored (one day partition); per step, records stored and the rate:\n  {}\n\
              last step / first step: {}\n",
-            steps.join(", "),
+            wrk::steps_line(&self.steps),
             self.ratio()
                 .map_or_else(|| "- (fewer than 2 steps)".into(), |r| format!("{r:.2}"))
         )
     }
 
     pub(super) fn bar(&self) -> Bar {
-        let last = self.steps.last().map_or(0, |s| s.records);
+        let last = self.steps.last().map_or(0.0, |s| s.at);
         Bar {
             name: format!(
                 "redirect rate flat as link records grow: last step within {:.0} % of the first",
@@ -86,7 +67,7 @@ impl RecordsFigures {
             ),
             figure: self.ratio().map_or_else(
                 || "fewer than 2 steps".into(),
-                |x| format!("last/first = {x:.2} at {:.1} M records", last as f64 / 1e6),
+                |x| format!("last/first = {x:.2} at {:.1} M records", last / 1e6),
             ),
             pass: self.ratio().map(|x| x >= BAR_FLAT),
         }
@@ -94,10 +75,7 @@ impl RecordsFigures {
 
     /// The rate against records stored, for `redirect-records.svg`.
     pub(super) fn curve(&self) -> Vec<(f64, f64)> {
-        self.steps
-            .iter()
-            .map(|s| (s.records as f64, s.per_sec))
-            .collect()
+        wrk::curve(&self.steps)
     }
 }
 
@@ -191,7 +169,7 @@ pub(super) async fn bench_records(
             ids.len()
         );
         steps.push(Step {
-            records: stored,
+            at: stored as f64,
             per_sec: report.requests_per_sec,
             p99_ms: report.p99(),
         });
@@ -213,13 +191,13 @@ mod tests {
         assert_eq!(ids.len(), IDS);
         assert_eq!((ids[1].as_str(), ids[IDS - 1].as_str()), ("1", "12046"));
         assert_eq!(spread(&kept[..10]).len(), 10);
-        let step = |records, per_sec| Step {
-            records,
+        let step = |at, per_sec| Step {
+            at,
             per_sec,
             p99_ms: 1.0,
         };
         let f = RecordsFigures {
-            steps: vec![step(1, 100.0), step(2, 90.0), step(3, 80.0)],
+            steps: vec![step(1.0, 100.0), step(2.0, 90.0), step(3.0, 80.0)],
         };
         assert_eq!(f.ratio(), Some(0.8));
         assert!(!f.bar().pass.unwrap());
