@@ -7,8 +7,8 @@
 //!    the zeros an empty read would give. Remember its `last_arrival_ms`.
 //! 2. Read the day ([`RawStore::fold_day`]: the embedded tier in two halves of its rows read
 //!    at once, each lent row by row and the two aggregations merged
-//!    ([`DayAggregate::merge`]); others in chunks of [`ROLLUP_CHUNK`] events). Skip events flagged `bot = true` and
-//!    events without a `listing_id`. Per `(listing_id, kind)`:
+//!    ([`DayAggregate::merge`]); others in chunks of [`ROLLUP_CHUNK`] events). Skip events
+//!    flagged `bot = true` and events without a `listing_id`. Per `(listing_id, kind)`:
 //!    - `total` = number of events. One event is one row, as in the seed (`b.total += 1`) and
 //!      as the dashboard counts; the `count` field is kept in the raw tier and the archive but
 //!      not summed (its writers always send 1).
