@@ -3,9 +3,9 @@
 //!
 //! A hit takes a permit (at most [`MAX_PENDING_HIT_EVENTS`] wait at once: back-pressure on the
 //! redirector when the events store falls behind) and queues its event. The first hit to find
-//! no writer running starts one; the writer waits [`HIT_EVENT_LINGER`], takes everything
-//! queued (at most [`HIT_EVENT_GROUP`] per append), appends it in one call, and goes on until
-//! the queue is empty. While one group is being written the next one gathers, so a burst of
+//! no writer running starts one; the writer waits [`HIT_EVENT_LINGER`] unless a full group is
+//! already queued, takes everything queued (at most [`HIT_EVENT_GROUP`] per append), appends
+//! it in one call, and goes on until the queue is empty. While one group is being written the next one gathers, so a burst of
 //! clicks costs a few appends, not one each: on a raw tier whose appends are round trips
 //! (InfluxDB with its day catalog on MariaDB) that is what lets a node answer thousands of
 //! redirects a second, and on the embedded one it saves most of the commits. A permit is
@@ -35,6 +35,14 @@ pub const HIT_EVENT_GROUP: usize = 2_000;
 /// How long the writer lets a group gather before each append. At 40,000 hits/s that makes
 /// groups of about 400 and 100 commits a second; the redirects do not wait for it.
 pub const HIT_EVENT_LINGER: Duration = Duration::from_millis(10);
+
+/// How long the writer waits before taking its next group, with `waiting` hits queued: a
+/// group still filling gathers for [`HIT_EVENT_LINGER`] (fewer, bigger appends, each one
+/// commit, an fsync on the embedded tier); a full one is taken at once, so a burst is written
+/// as fast as the store appends.
+fn linger(waiting: usize) -> Option<Duration> {
+    (waiting < HIT_EVENT_GROUP).then_some(HIT_EVENT_LINGER)
+}
 
 /// The queue of hit events and its writer (see the module docs).
 #[derive(Debug, Clone)]
@@ -74,7 +82,7 @@ impl HitEvents {
             .await
             .map_err(|_| LinksError::Unavailable("event recording is closed".into()))?;
         let start_writer = {
-            let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut q = self.lock();
             q.waiting.push((event, now_ms, permit));
             !std::mem::replace(&mut q.writing, true)
         };
@@ -94,11 +102,12 @@ impl HitEvents {
     /// Writes groups until the queue is empty, then stops (the next push starts a writer).
     async fn write_all(self) {
         loop {
-            // Let the group gather: fewer, bigger appends, each one commit (an fsync on the
-            // embedded tier) instead of one per handful of hits.
-            tokio::time::sleep(HIT_EVENT_LINGER).await;
+            let waiting = self.lock().waiting.len();
+            if let Some(linger) = linger(waiting) {
+                tokio::time::sleep(linger).await;
+            }
             let group: Vec<(Event, i64, OwnedSemaphorePermit)> = {
-                let mut q = self.queue.lock().unwrap_or_else(PoisonError::into_inner);
+                let mut q = self.lock();
                 if q.waiting.is_empty() {
                     q.writing = false;
                     return;
@@ -108,6 +117,11 @@ impl HitEvents {
             };
             self.write(group).await;
         }
+    }
+
+    /// The queue (a panic elsewhere while holding it leaves it usable: it only holds events).
+    fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
+        self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
     /// Appends one group; a group refused for one bad event is appended event by event, so
@@ -225,6 +239,14 @@ mod tests {
             .duration_since(std::time::UNIX_EPOCH)
             .unwrap()
             .as_millis() as i64
+    }
+
+    #[test]
+    fn only_a_group_still_filling_lingers() {
+        assert_eq!(linger(0), Some(HIT_EVENT_LINGER));
+        assert_eq!(linger(HIT_EVENT_GROUP - 1), Some(HIT_EVENT_LINGER));
+        assert_eq!(linger(HIT_EVENT_GROUP), None);
+        assert_eq!(linger(3 * HIT_EVENT_GROUP), None);
     }
 
     #[tokio::test]

@@ -29,7 +29,7 @@ use super::{BAR_FLAT, Bar, LinksBenchArgs};
 
 /// Ids each wrk step draws from.
 pub(super) const IDS: usize = 12_000;
-/// The id secret of the part (hex, as `links.id_secret` takes it).
+/// The id secret of the part; the server gets it in hex (`links.id_secret`).
 const SECRET: [u8; 16] = *b"tidemark-records";
 
 /// Figures of the records part.
