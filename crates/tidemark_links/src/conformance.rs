@@ -13,6 +13,10 @@ use crate::model::{LinkRecord, Lookup, Mailing};
 use crate::rewrite::LinkKind;
 use crate::store::{LinkStore, MailingStore};
 
+mod stats;
+
+pub use stats::stats_store;
+
 fn record(id: &LinkId, url: &str, position: Option<u32>, kind: LinkKind) -> LinkRecord {
     LinkRecord {
         link_id: id.as_str().to_owned(),

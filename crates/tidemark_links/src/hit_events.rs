@@ -1,16 +1,22 @@
 //! Hit events written in groups: the events of tracking hits (`email_click`, `email_open`)
-//! go to the events ingest off the redirector's path, many per append.
+//! go to the events ingest, and the hits to their mailings' campaign statistics
+//! ([`crate::stats`]), off the redirector's path, many per append.
 //!
 //! A hit takes a permit (at most [`MAX_PENDING_HIT_EVENTS`] wait at once: back-pressure on the
 //! redirector when the events store falls behind) and queues its event. The first hit to find
 //! no writer running starts one; the writer waits [`HIT_EVENT_LINGER`] unless a full group is
 //! already queued, takes everything queued (at most [`HIT_EVENT_GROUP`] per append), appends
-//! it in one call, and goes on until the queue is empty. While one group is being written the next one gathers, so a burst of
+//! it in one call (and applies the group's hits to the statistics, beside it), and goes on
+//! until the queue is empty. While one group is being written the next one gathers, so a burst of
 //! clicks costs a few appends, not one each: on a raw tier whose appends are round trips
 //! (InfluxDB with its day catalog on MariaDB) that is what lets a node answer thousands of
 //! redirects a second, and on the embedded one it saves most of the commits. A permit is
 //! released when its event's group is written or has failed (counted and logged):
 //! [`HitEvents::drain`] waits for all of them, and a graceful shutdown drains.
+//!
+//! A group's statistics are applied under a group id of their own, tried
+//! [`STATS_ATTEMPTS`] times: a try whose outcome was unknown (a lost connection after the
+//! commit) is not counted twice, as the store applies a group id once.
 //!
 //! What a crash can lose: the visitor is redirected before the click is stored, so a process
 //! killed outright loses the hits queued and not yet appended — at most
@@ -25,6 +31,8 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{LinksError, Result};
 use crate::metrics::LinksMetrics;
+use crate::stats::StatsHit;
+use crate::store::MailingStore;
 
 /// Most hit events waiting to be written at once before the redirector waits.
 pub const MAX_PENDING_HIT_EVENTS: u32 = 10_000;
@@ -44,10 +52,17 @@ fn linger(waiting: usize) -> Option<Duration> {
     (waiting < HIT_EVENT_GROUP).then_some(HIT_EVENT_LINGER)
 }
 
+/// Tries of one group's statistics before its hits are counted as lost.
+pub const STATS_ATTEMPTS: u32 = 3;
+
+/// Wait before the second try of a group's statistics; it doubles for each further one.
+const STATS_RETRY: Duration = Duration::from_millis(200);
+
 /// The queue of hit events and its writer (see the module docs).
 #[derive(Debug, Clone)]
 pub struct HitEvents {
     ingest: Ingest,
+    stats: Arc<dyn MailingStore>,
     metrics: LinksMetrics,
     permits: Arc<Semaphore>,
     queue: Arc<Mutex<Queue>>,
@@ -55,35 +70,53 @@ pub struct HitEvents {
 
 #[derive(Debug, Default)]
 struct Queue {
-    /// Each event with its arrival (ms) and its permit.
-    waiting: Vec<(Event, i64, OwnedSemaphorePermit)>,
+    waiting: Vec<Pending>,
     writing: bool,
 }
 
+/// One queued hit.
+#[derive(Debug)]
+struct Pending {
+    event: Event,
+    /// What the mailing's statistics count of it.
+    stats: Option<StatsHit>,
+    /// Arrival (Unix ms).
+    at_ms: i64,
+    permit: OwnedSemaphorePermit,
+}
+
 impl HitEvents {
-    /// Hit events appended through `ingest`, counted in `metrics`
-    /// (`tidemark_links_events_recorded_total`, `…_event_failures_total`).
-    pub fn new(ingest: Ingest, metrics: LinksMetrics) -> Self {
+    /// Hit events appended through `ingest`, their hits applied to `stats`, counted in
+    /// `metrics` (`tidemark_links_events_recorded_total`, `…_event_failures_total`,
+    /// `…_stats_failures_total`).
+    pub fn new(ingest: Ingest, stats: Arc<dyn MailingStore>, metrics: LinksMetrics) -> Self {
         Self {
             ingest,
+            stats,
             metrics,
             permits: Arc::new(Semaphore::new(MAX_PENDING_HIT_EVENTS as usize)),
             queue: Arc::default(),
         }
     }
 
-    /// Queues `event`, which arrived at `now_ms`; waits only for a permit.
+    /// Queues `event` and its hit for the statistics, which arrived at `now_ms`; waits only
+    /// for a permit.
     ///
     /// # Errors
     /// [`LinksError::Unavailable`] once the queue is closed.
-    pub async fn push(&self, event: Event, now_ms: i64) -> Result<()> {
+    pub async fn push(&self, event: Event, stats: Option<StatsHit>, now_ms: i64) -> Result<()> {
         let permit = Arc::clone(&self.permits)
             .acquire_owned()
             .await
             .map_err(|_| LinksError::Unavailable("event recording is closed".into()))?;
         let start_writer = {
             let mut q = self.lock();
-            q.waiting.push((event, now_ms, permit));
+            q.waiting.push(Pending {
+                event,
+                stats,
+                at_ms: now_ms,
+                permit,
+            });
             !std::mem::replace(&mut q.writing, true)
         };
         if start_writer {
@@ -106,7 +139,7 @@ impl HitEvents {
             if let Some(linger) = linger(waiting) {
                 tokio::time::sleep(linger).await;
             }
-            let group: Vec<(Event, i64, OwnedSemaphorePermit)> = {
+            let group: Vec<Pending> = {
                 let mut q = self.lock();
                 if q.waiting.is_empty() {
                     q.writing = false;
@@ -124,12 +157,48 @@ impl HitEvents {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Appends one group; a group refused for one bad event is appended event by event, so
-    /// the others are kept.
-    async fn write(&self, group: Vec<(Event, i64, OwnedSemaphorePermit)>) {
-        let now = group.iter().map(|g| g.1).max().unwrap_or_default();
-        let (events, permits): (Vec<Event>, Vec<OwnedSemaphorePermit>) =
-            group.into_iter().map(|(e, _, p)| (e, p)).unzip();
+    /// Appends one group's events and applies its hits to the statistics, both at once.
+    async fn write(&self, group: Vec<Pending>) {
+        let now = group.iter().map(|g| g.at_ms).max().unwrap_or_default();
+        let mut events = Vec::with_capacity(group.len());
+        let mut hits = Vec::new();
+        let mut permits = Vec::with_capacity(group.len());
+        for p in group {
+            events.push(p.event);
+            hits.extend(p.stats);
+            permits.push(p.permit);
+        }
+        tokio::join!(self.append(events, now), self.apply_stats(hits, now));
+        drop(permits);
+    }
+
+    /// Applies hits to their mailings' statistics under one fresh group id, trying again
+    /// after a failure (see the module docs).
+    async fn apply_stats(&self, hits: Vec<StatsHit>, now: i64) {
+        if hits.is_empty() {
+            return;
+        }
+        let group = uuid::Uuid::now_v7().to_string();
+        let mut wait = STATS_RETRY;
+        for attempt in 1..=STATS_ATTEMPTS {
+            match self.stats.apply_hits(&group, hits.clone(), now).await {
+                Ok(_) => return,
+                Err(error) if attempt < STATS_ATTEMPTS => {
+                    tracing::debug!(%error, attempt, "campaign statistics: trying the group again");
+                    tokio::time::sleep(wait).await;
+                    wait *= 2;
+                }
+                Err(error) => {
+                    self.metrics.stats_failures.inc_by(hits.len() as u64);
+                    tracing::warn!(%error, hits = hits.len(), "could not count tracking hits");
+                }
+            }
+        }
+    }
+
+    /// Appends one group of events; a group refused for one bad event is appended event by
+    /// event, so the others are kept.
+    async fn append(&self, events: Vec<Event>, now: i64) {
         let n = events.len() as u64;
         match self.ingest.record(events.clone(), now).await {
             Ok(_) => self.metrics.events_recorded.inc_by(n),
@@ -144,7 +213,6 @@ impl HitEvents {
                 tracing::warn!(%error, events = n, "could not record tracking hits");
             }
         }
-        drop(permits);
     }
 
     async fn record_one(&self, event: Event, now: i64) {
@@ -169,6 +237,7 @@ mod tests {
     use tidemark_events::{EventsConfig, RawError, RawStore, SqliteRaw};
 
     use super::*;
+    use crate::sqlite::SqliteLinks;
 
     /// A SQLite raw tier whose appends take 20 ms and are counted.
     #[derive(Debug)]
@@ -227,8 +296,9 @@ mod tests {
             groups: Mutex::default(),
         });
         let ingest = Ingest::new(Arc::clone(&raw) as Arc<dyn RawStore>, cfg);
+        let stats = Arc::new(SqliteLinks::open(&dir.path().join("links.db")).unwrap());
         (
-            HitEvents::new(ingest, LinksMetrics::unregistered()),
+            HitEvents::new(ingest, stats, LinksMetrics::unregistered()),
             raw,
             dir,
         )
@@ -256,7 +326,7 @@ mod tests {
         for i in 0..3_000 {
             let mut e = Event::new("email_click", now);
             e.listing_id = Some(i);
-            hits.push(e, now).await.unwrap();
+            hits.push(e, None, now).await.unwrap();
         }
         hits.drain().await;
         let groups = raw.groups.lock().unwrap().clone();
@@ -276,7 +346,7 @@ mod tests {
         let (hits, raw, _dir) = hit_events(cfg);
         let now = now_ms();
         for kind in ["email_click", "email_open", "email_click"] {
-            hits.push(Event::new(kind, now), now).await.unwrap();
+            hits.push(Event::new(kind, now), None, now).await.unwrap();
         }
         hits.drain().await;
         assert_eq!(hits.metrics.events_recorded.get(), 2);

@@ -6,6 +6,7 @@
 //! | `POST /v1/mailings` `{"subject","html","from"}` | 201 `{"mailing_id"}` |
 //! | `POST /v1/mailings/{mid}/render` `{"recipients": [{"email","fields"}]}` | 200 `{"messages": [{"email","subject","html"}], "skipped": [{"email","reason"}]}`; NDJSON with `Accept: application/x-ndjson` ([`crate::ndjson`]) |
 //! | `POST /v1/mailings/{mid}/send` (same body) | 202 `{"queued", "skipped"}` |
+//! | `GET /v1/mailings/{mid}/stats` | 200 campaign statistics ([`crate::stats::MailingStats`]) |
 //! | `POST /v1/suppressions` `{"emails": [..]}` | 200 `{"suppressed": n}` |
 //! | `DELETE /v1/suppressions/{email}` | 204 (404 if it was not listed) |
 //!
@@ -28,6 +29,7 @@ use crate::builder::{Recipient, Skipped};
 use crate::ndjson;
 use crate::redirect::PIXEL_GIF;
 use crate::service::{Hit, LinksService, Route};
+use crate::stats::MailingStats;
 
 /// Largest request body of the mailing routes (10,000 recipients with fields).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
@@ -36,7 +38,7 @@ pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
 /// `/v1/openapi.json`).
 #[derive(Debug, utoipa::OpenApi)]
 #[openapi(
-    paths(create_mailing, render, send, suppress, unsuppress),
+    paths(create_mailing, render, send, stats, suppress, unsuppress),
     tags((name = "links", description = "Mailings, tracked links and the suppression list"))
 )]
 pub struct LinksApi;
@@ -47,6 +49,7 @@ pub fn api_router(svc: LinksService) -> Router {
         .route("/v1/mailings", post(create_mailing))
         .route("/v1/mailings/{mid}/render", post(render))
         .route("/v1/mailings/{mid}/send", post(send))
+        .route("/v1/mailings/{mid}/stats", get(stats))
         .route("/v1/suppressions", post(suppress))
         .route("/v1/suppressions/{email}", delete(unsuppress));
     // Shared: one reference count per request, not a copy of the service's config, codec and
@@ -207,6 +210,29 @@ async fn send(
         }),
     )
         .into_response())
+}
+
+/// A mailing's campaign statistics: recipients rendered and skipped, messages handed,
+/// delivered and failed, opens and clicks (total and unique recipients, machine opens and
+/// bots apart), per-link figures and an hourly timeline, from the mailing's summary (kept as
+/// hits arrive; it outlives the link records and the raw events).
+#[utoipa::path(
+    get,
+    path = "/v1/mailings/{mid}/stats",
+    tag = "links",
+    params(("mid" = String, Path, description = "The mailing id")),
+    responses(
+        (status = 200, description = "The statistics", body = MailingStats),
+        (status = 404, description = "No such mailing (`not_found`)", body = ErrorBody),
+    )
+)]
+async fn stats(
+    State(svc): State<Arc<LinksService>>,
+    _: NoQuery,
+    tenant: Tenant,
+    Path(mid): Path<String>,
+) -> Result<Response, ApiError> {
+    Ok(axum::Json(svc.stats(&tenant.0, &mid).await?).into_response())
 }
 
 /// An email address.

@@ -65,6 +65,7 @@ pub mod builder;
 pub mod config;
 #[cfg(feature = "testing")]
 pub mod conformance;
+pub mod deliveries;
 pub mod error;
 pub mod hit_events;
 pub mod http;
@@ -82,5 +83,6 @@ pub mod rules;
 pub mod send;
 pub mod service;
 pub mod sqlite;
+pub mod stats;
 pub mod store;
 pub mod user_agent;

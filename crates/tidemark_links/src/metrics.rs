@@ -25,6 +25,8 @@ pub struct LinksMetrics {
     pub event_failures: IntCounter,
     /// Hits whose analytics event was stored in the events subsystem.
     pub events_recorded: IntCounter,
+    /// Hits that could not be counted in their mailing's campaign statistics.
+    pub stats_failures: IntCounter,
 }
 
 impl LinksMetrics {
@@ -42,6 +44,7 @@ impl LinksMetrics {
             &m.expired,
             &m.event_failures,
             &m.events_recorded,
+            &m.stats_failures,
         ] {
             registry.register(Box::new(c.clone()))?;
         }
@@ -76,6 +79,10 @@ impl LinksMetrics {
             event_failures: c(
                 "tidemark_links_event_failures_total",
                 "Hits whose event could not be stored",
+            ),
+            stats_failures: c(
+                "tidemark_links_stats_failures_total",
+                "Hits that could not be counted in their mailing's statistics",
             ),
         }
     }

@@ -10,7 +10,8 @@
 //!   partitioning column);
 //! - `ROW_FORMAT=COMPRESSED KEY_BLOCK_SIZE=8`.
 //!
-//! The same database holds the mailings and the suppression list (`mailings`), so nothing of
+//! The same database holds the mailings, the suppression list (`mailings`) and the campaign
+//! statistics (`stats`), so nothing of
 //! links is local to a node.
 //!
 //! Data flow:
@@ -49,6 +50,7 @@ use tidemark_core::store::StoreError;
 use tokio::sync::Mutex;
 
 mod mailings;
+mod stats;
 
 pub use mailings::TakenIn;
 

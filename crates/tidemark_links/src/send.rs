@@ -17,8 +17,8 @@
 
 use std::fmt;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use lettre::Message;
@@ -200,6 +200,17 @@ fn check_unsubscribe_uri(uri: &str) -> Result<bool, SendError> {
     }
 }
 
+/// Where a [`SendingPool`] reports each message's outcome ([`SendingPool::report_to`]): the
+/// campaign statistics' `delivered` and `failed`.
+pub trait DeliveryLog: Send + Sync + fmt::Debug {
+    /// `mail` was delivered (`true`) or given up; called once per message, from a worker,
+    /// so it must not block.
+    fn record(&self, mail: &OutgoingMail, delivered: bool);
+}
+
+/// The pool's [`DeliveryLog`], once one is set.
+type SharedLog = Arc<OnceLock<Arc<dyn DeliveryLog>>>;
+
 /// Counters of a [`SendingPool`], cumulative since [`SendingPool::start`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Serialize)]
 pub struct PoolStats {
@@ -248,6 +259,7 @@ pub struct SendingPool {
     workers: Vec<JoinHandle<()>>,
     next: AtomicUsize,
     counters: Arc<Counters>,
+    log: SharedLog,
 }
 
 impl SendingPool {
@@ -297,6 +309,7 @@ impl SendingPool {
         }
         let per_queue = cfg.queue.div_ceil(transports.len()).max(1);
         let counters = Arc::new(Counters::default());
+        let log = SharedLog::default();
         let mut senders = Vec::with_capacity(transports.len());
         let mut workers = Vec::with_capacity(transports.len() * cfg.connections);
         for transport in &transports {
@@ -308,6 +321,7 @@ impl SendingPool {
                     Arc::clone(&rx),
                     Arc::clone(transport),
                     Arc::clone(&counters),
+                    Arc::clone(&log),
                     cfg.retries,
                     cfg.retry_backoff,
                 )));
@@ -325,6 +339,7 @@ impl SendingPool {
             workers,
             next: AtomicUsize::new(0),
             counters,
+            log,
         })
     }
 
@@ -349,6 +364,12 @@ impl SendingPool {
             permit.send(mail);
         }
         Ok(n)
+    }
+
+    /// Reports every outcome from now on to `log`; the first log set stays (a pool serves
+    /// one links service).
+    pub fn report_to(&self, log: Arc<dyn DeliveryLog>) {
+        let _ = self.log.set(log);
     }
 
     /// Current counters.
@@ -403,9 +424,15 @@ async fn worker(
     rx: Arc<Mutex<mpsc::Receiver<OutgoingMail>>>,
     transport: Arc<dyn MailTransport>,
     counters: Arc<Counters>,
+    log: SharedLog,
     retries: u32,
     base_backoff: Duration,
 ) {
+    let report = |mail: &OutgoingMail, delivered: bool| {
+        if let Some(log) = log.get() {
+            log.record(mail, delivered);
+        }
+    };
     loop {
         // Only one worker waits on the receiver at a time; the lock is released before the
         // delivery, so the others pick up the next messages meanwhile.
@@ -416,6 +443,7 @@ async fn worker(
             match transport.deliver(&mail).await {
                 Ok(()) => {
                     counters.sent.fetch_add(1, Ordering::Relaxed);
+                    report(&mail, true);
                     tracing::debug!(mailing = %mail.mailing_id, to = %mail.to, attempt, "mail sent");
                     break;
                 }
@@ -431,6 +459,7 @@ async fn worker(
                 }
                 Err(e) => {
                     counters.failed.fetch_add(1, Ordering::Relaxed);
+                    report(&mail, false);
                     tracing::warn!(
                         mailing = %mail.mailing_id, to = %mail.to, error = %e, attempts = attempt + 1,
                         "mail delivery given up"

@@ -16,6 +16,7 @@ pub use open::load_or_create_secret;
 
 use crate::builder::{Build, Builder, BuiltMessage, Recipient, Skipped};
 use crate::config::LinksConfig;
+use crate::deliveries::Deliveries;
 use crate::error::{LinksError, Result};
 use crate::hit_events::HitEvents;
 use crate::id::IdCodec;
@@ -27,6 +28,10 @@ use crate::render::MailTemplate;
 use crate::rewrite::{LinkKind, RewriteConfig};
 use crate::rules::RuleConfig;
 use crate::send::{OutgoingMail, SendingPool};
+use crate::stats::{
+    HitKind, HitSource, MailingStats, StatsHit, counter, is_image_proxy, mailing_stats,
+    rendered_links, skip_reason,
+};
 use crate::store::{LinkStore, MailingStore};
 use crate::user_agent::{classify_user_agent, is_bot_hit};
 
@@ -74,6 +79,8 @@ pub struct LinksService {
     metrics: LinksMetrics,
     /// The hit events, written in groups off the redirector's path.
     hit_events: HitEvents,
+    /// The sending pool's outcomes, written in groups to the statistics.
+    deliveries: Deliveries,
     /// Where its writes are reported ([`LinksService::with_store_health`]).
     health: StoreHealth,
     /// Where mailings are rendered, off the runtime's workers.
@@ -102,7 +109,8 @@ fn check_answer_size(mailing: &Mailing, recipients: usize) -> Result<()> {
 pub const LINKS_STORE: &str = "links store";
 
 impl LinksService {
-    /// A service over the given stores and pool.
+    /// A service over the given stores and pool; the pool's outcomes go to `mailings`'
+    /// campaign statistics ([`SendingPool::report_to`]).
     #[allow(clippy::too_many_arguments)]
     pub fn new(
         links: Arc<dyn LinkStore>,
@@ -121,10 +129,13 @@ impl LinksService {
             },
             track_images: cfg.track_images,
         };
+        let deliveries = Deliveries::new(Arc::clone(&mailings), clock.clone(), metrics.clone());
+        pool.report_to(Arc::new(deliveries.clone()));
         Self {
+            hit_events: HitEvents::new(ingest, Arc::clone(&mailings), metrics.clone()),
+            deliveries,
             links,
             mailings,
-            hit_events: HitEvents::new(ingest, metrics.clone()),
             pool,
             codec,
             rewrite,
@@ -152,10 +163,12 @@ impl LinksService {
         self
     }
 
-    /// Waits until every hit event handed to the background has been written (or has failed
-    /// and been counted). Called at shutdown, and by tests before they read the events.
+    /// Waits until every hit event and delivery outcome handed to the background has been
+    /// written (or has failed and been counted). Called at shutdown, and by tests before
+    /// they read the events or the statistics.
     pub async fn drain_events(&self) {
         self.hit_events.drain().await;
+        self.deliveries.drain().await;
     }
 
     /// The configuration in force.
@@ -342,7 +355,36 @@ impl LinksService {
         self.metrics.records_stored.inc_by(n);
         self.metrics.rendered.inc_by(build.messages.len() as u64);
         self.metrics.skipped.inc_by(build.skipped.len() as u64);
+        let mut counts = vec![(counter::RENDERED.to_owned(), build.messages.len() as i64)];
+        for s in &build.skipped {
+            let name = counter::skipped(skip_reason(&s.reason));
+            match counts.iter_mut().find(|(n, _)| *n == name) {
+                Some((_, k)) => *k += 1,
+                None => counts.push((name, 1)),
+            }
+        }
+        let links = rendered_links(&build.records);
+        self.count(&mailing.mailing_id, &counts, &links).await;
         Ok(build)
+    }
+
+    /// Adds to a mailing's statistics after its records are stored. A failure here does not
+    /// undo the call (its records are stored, its answer is due): it is logged and counted
+    /// in `tidemark_links_stats_failures_total`.
+    async fn count(&self, mailing_id: &str, counts: &[(String, i64)], links: &[(u32, String)]) {
+        if let Err(error) = self.mailings.add_counts(mailing_id, counts, links).await {
+            let n = counts.iter().map(|(_, k)| *k).sum::<i64>().max(0) as u64;
+            self.metrics.stats_failures.inc_by(n);
+            tracing::warn!(%error, mailing = mailing_id, "could not count a render or send");
+        }
+    }
+
+    /// The campaign statistics of the tenant's mailing ([`crate::stats`]), from its summary
+    /// only. Errors: [`LinksError::UnknownMailing`], the store.
+    pub async fn stats(&self, tenant: &str, mailing_id: &str) -> Result<MailingStats> {
+        let mailing = self.mailing(tenant, mailing_id).await?;
+        let stored = self.mailings.stats(mailing_id).await?;
+        Ok(mailing_stats(&mailing, &stored))
     }
 
     /// Renders, stores, and hands every message to the sending pool.
@@ -391,6 +433,12 @@ impl LinksService {
             .enqueue(mails)
             .await
             .map_err(|e| LinksError::Unavailable(format!("sending pool: {e}")))?;
+        self.count(
+            &mailing.mailing_id,
+            &[(counter::HANDED.to_owned(), queued as i64)],
+            &[],
+        )
+        .await;
         Ok(SendOutcome {
             queued,
             skipped: build.skipped,
@@ -471,9 +519,29 @@ impl LinksService {
                 (false, _) => self.metrics.opens.inc(),
             }
             let event = hit_event(&record, kind, ua, bot, &self.cfg.listing_path_prefix, now);
+            let stats = StatsHit {
+                source: if head {
+                    HitSource::Bot
+                } else if is_image_proxy(user_agent) {
+                    HitSource::ImageProxy
+                } else if bot {
+                    HitSource::Bot
+                } else {
+                    HitSource::Person
+                },
+                kind: if route == Route::Open {
+                    HitKind::Open
+                } else {
+                    HitKind::Click
+                },
+                mailing_id: record.mailing_id,
+                email: record.email,
+                position: record.position,
+                at_ms: now,
+            };
             // The event is written with the next group of hit events; the visitor does not
             // wait for it (DESIGN principle 1: coordination off the hot path).
-            self.hit_events.push(event, now).await?;
+            self.hit_events.push(event, Some(stats), now).await?;
         }
         Ok(answer)
     }

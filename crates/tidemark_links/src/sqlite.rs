@@ -20,7 +20,10 @@ use crate::error::{LinksError, Result};
 use crate::id::LinkId;
 use crate::model::{LinkRecord, Lookup, Mailing};
 use crate::rewrite::LinkKind;
+use crate::stats::{Delivery, StatsHit, StoredStats};
 use crate::store::{LinkStore, MailingStore};
+
+mod stats;
 
 const PREFIX: &str = "links_";
 
@@ -306,6 +309,38 @@ impl MailingStore for SqliteLinks {
             })
             .await
     }
+
+    async fn add_counts(
+        &self,
+        mailing_id: &str,
+        counts: &[(String, i64)],
+        links: &[(u32, String)],
+    ) -> Result<()> {
+        let (mailing, counts, links) = (mailing_id.to_owned(), counts.to_vec(), links.to_vec());
+        self.writer
+            .write(move |conn| stats::add_counts(conn, &mailing, &counts, &links))
+            .await
+    }
+
+    async fn record_deliveries(&self, deliveries: Vec<Delivery>, now_ms: i64) -> Result<()> {
+        self.writer
+            .write(move |conn| stats::record_deliveries(conn, &deliveries, now_ms))
+            .await
+    }
+
+    async fn apply_hits(&self, group_id: &str, hits: Vec<StatsHit>, now_ms: i64) -> Result<bool> {
+        let group = group_id.to_owned();
+        self.writer
+            .write(move |conn| stats::apply_hits(conn, &group, &hits, now_ms))
+            .await
+    }
+
+    async fn stats(&self, mailing_id: &str) -> Result<StoredStats> {
+        let mailing = mailing_id.to_owned();
+        self.reads
+            .read(move |conn| stats::stats(conn, &mailing))
+            .await
+    }
 }
 
 #[cfg(test)]
@@ -329,7 +364,8 @@ mod tests {
             .unwrap()
     }
 
-    /// A file made before versions were recorded is taken as version 1, its rows kept.
+    /// A file made before versions were recorded is taken as version 1, its rows kept, and
+    /// migrated to the campaign statistics of version 2.
     #[tokio::test]
     async fn a_file_made_before_versions_is_adopted_as_version_1() {
         let dir = tempfile::tempdir().unwrap();
@@ -345,7 +381,12 @@ mod tests {
         let store = SqliteLinks::open(&path).unwrap();
         let kept = store.mailing("t", "m1").await.unwrap().unwrap();
         assert_eq!(kept.subject, "Hello");
-        assert_eq!(user_version(&path), 1);
+        assert_eq!(user_version(&path), 2);
+        store
+            .add_counts("m1", &[("rendered".into(), 4)], &[])
+            .await
+            .unwrap();
+        assert_eq!(store.stats("m1").await.unwrap().counts["rendered"], 4);
     }
 
     /// A file of a newer build is refused, naming it and both versions.
@@ -354,7 +395,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("links.db");
         SqliteLinks::open(&path).unwrap();
-        assert_eq!(user_version(&path), 1);
+        assert_eq!(user_version(&path), 2);
         Connection::open(&path)
             .unwrap()
             .execute_batch("PRAGMA user_version = 3")
@@ -363,7 +404,7 @@ mod tests {
         assert_eq!(
             err,
             format!(
-                "sqlite: {} has schema version 3, this build knows up to 1: use a newer tidemark",
+                "sqlite: {} has schema version 3, this build knows up to 2: use a newer tidemark",
                 path.display()
             )
         );

@@ -9,6 +9,7 @@ use tidemark_core::day::UtcDay;
 use crate::error::Result;
 use crate::id::LinkId;
 use crate::model::{LinkRecord, Lookup, Mailing};
+use crate::stats::{Delivery, StatsHit, StoredStats};
 
 /// Link records, one partition per UTC day, appended in time order.
 #[async_trait]
@@ -33,7 +34,9 @@ pub trait LinkStore: Send + Sync + std::fmt::Debug {
     async fn count(&self, day: UtcDay) -> Result<u64>;
 }
 
-/// Mailings and the suppression list.
+/// Mailings, the suppression list, and each mailing's campaign-statistics summary (whose
+/// counting rules are [`crate::stats`]'s: a store only writes what [`crate::stats::tally`]
+/// computes).
 #[async_trait]
 pub trait MailingStore: Send + Sync + std::fmt::Debug {
     /// Stores a new mailing.
@@ -46,4 +49,26 @@ pub trait MailingStore: Send + Sync + std::fmt::Debug {
     async fn unsuppress(&self, tenant: &str, email: &str) -> Result<bool>;
     /// Which of `emails` (lower case) are suppressed.
     async fn suppressed(&self, tenant: &str, emails: &[String]) -> Result<HashSet<String>>;
+
+    /// Adds `counts` (counter name → amount, [`crate::stats::counter`]) to the summary of
+    /// `mailing_id`, and keeps the URL of each link position of `links` it has none for
+    /// (the first render's), in one transaction.
+    async fn add_counts(
+        &self,
+        mailing_id: &str,
+        counts: &[(String, i64)],
+        links: &[(u32, String)],
+    ) -> Result<()>;
+    /// Records the sending pool's outcomes in one transaction: the `delivered` and `failed`
+    /// counters, and each delivered recipient's time (for the machine-open rule), forgetting
+    /// times older than [`crate::stats::DELIVERIES_KEPT_MS`] before `now_ms`.
+    async fn record_deliveries(&self, deliveries: Vec<Delivery>, now_ms: i64) -> Result<()>;
+    /// Applies a group of hits once, in one transaction: `false` (and nothing written) if
+    /// `group_id` was applied before; otherwise reads the delivery times of its recipients,
+    /// [`crate::stats::tally`]s the hits, adds the counters and hours, adds the recipients
+    /// not seen before to the uniques, and returns `true`. Group ids older than
+    /// [`crate::stats::HIT_GROUPS_KEPT_MS`] before `now_ms` are forgotten.
+    async fn apply_hits(&self, group_id: &str, hits: Vec<StatsHit>, now_ms: i64) -> Result<bool>;
+    /// The stored summary of `mailing_id` (empty for a mailing with none yet).
+    async fn stats(&self, mailing_id: &str) -> Result<StoredStats>;
 }

@@ -40,6 +40,15 @@ async fn mysql_mailing_store() {
     drop_database(&url).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_stats_store() {
+    let (url, store) = scratch("tm_stats").await;
+    let store = Arc::new(store);
+    conformance::stats_store(Arc::clone(&store) as Arc<dyn MailingStore>).await;
+    store.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
 /// Two nodes (two pools on one database) changing partitions at once take turns under the
 /// database's partition lock: every statement succeeds and the partitions come out exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -254,7 +263,7 @@ async fn schema_version(store: &MysqlLinks) -> Option<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_of_a_newer_build_is_refused() {
     let (url, store) = scratch("tm_links_schema").await;
-    assert_eq!(schema_version(&store).await, Some(2));
+    assert_eq!(schema_version(&store).await, Some(3));
     sqlx::query("UPDATE tidemark_schema_version SET version = 4 WHERE store = 'links'")
         .execute(store.pool())
         .await
@@ -264,7 +273,7 @@ async fn a_store_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "mysql: database {database} has links schema version 4, this build knows up to 2: use a newer tidemark"
+            "mysql: database {database} has links schema version 4, this build knows up to 3: use a newer tidemark"
         )
     );
     store.pool().close().await;

@@ -23,3 +23,12 @@ async fn sqlite_mailing_store() {
     ))
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_stats_store() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::stats_store(Arc::new(
+        SqliteLinks::open(&dir.path().join("links.db")).unwrap(),
+    ))
+    .await;
+}

@@ -12,6 +12,7 @@ use tidemark_core::mysql::text_column;
 use super::MysqlLinks;
 use crate::error::{LinksError, Result};
 use crate::model::Mailing;
+use crate::stats::{Delivery, StatsHit, StoredStats};
 use crate::store::MailingStore;
 
 /// Addresses per `IN (…)` lookup of the suppression list.
@@ -95,6 +96,27 @@ impl MailingStore for MysqlLinks {
             }
         }
         Ok(out)
+    }
+
+    async fn add_counts(
+        &self,
+        mailing_id: &str,
+        counts: &[(String, i64)],
+        links: &[(u32, String)],
+    ) -> Result<()> {
+        self.add_counts_tx(mailing_id, counts, links).await
+    }
+
+    async fn record_deliveries(&self, deliveries: Vec<Delivery>, now_ms: i64) -> Result<()> {
+        self.record_deliveries_tx(&deliveries, now_ms).await
+    }
+
+    async fn apply_hits(&self, group_id: &str, hits: Vec<StatsHit>, now_ms: i64) -> Result<bool> {
+        self.apply_hits_tx(group_id, &hits, now_ms).await
+    }
+
+    async fn stats(&self, mailing_id: &str) -> Result<StoredStats> {
+        self.stats_of(mailing_id).await
     }
 }
 
