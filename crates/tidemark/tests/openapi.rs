@@ -28,6 +28,7 @@ const V1_ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/mailings"),
     ("POST", "/v1/mailings/{mid}/render"),
     ("POST", "/v1/mailings/{mid}/send"),
+    ("GET", "/v1/mailings/{mid}/stats"),
     ("POST", "/v1/suppressions"),
     ("DELETE", "/v1/suppressions/{email}"),
     ("POST", "/v1/events"),
