@@ -201,6 +201,81 @@ async fn campaign_statistics_in(mode: Mode) {
             .all(|h| h["hour"].as_str().unwrap().ends_with(":00:00.000Z"))
     );
 
+    // Eve unsubscribes with one click: her message names Tidemark's link beside the
+    // sender's mailto. A GET only asks; a POST (twice) unsubscribes her once.
+    let unsub = eml
+        .header_raw("List-Unsubscribe")
+        .unwrap()
+        .replace(['\r', '\n'], "");
+    let link = format!("{}/u/{eve_pixel}", server.base);
+    assert!(unsub.contains(&format!("<{link}>")), "{unsub}");
+    assert!(
+        unsub.contains("<mailto:news@shop.example?subject=unsubscribe>"),
+        "{unsub}"
+    );
+    let r = c.get(&link).send().await.unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let page = r.text().await.unwrap();
+    assert!(
+        page.contains("<form method=\"post\">") && page.contains("Eve@X.com"),
+        "{page}"
+    );
+    assert_eq!(
+        stats_when(&c, &server, &mid, |_| true).await["unsubscribed"],
+        0
+    );
+    for _ in 0..2 {
+        let r = c
+            .post(&link)
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body("List-Unsubscribe=One-Click")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        assert!(
+            r.text()
+                .await
+                .unwrap()
+                .contains("will get no more mail from news@shop.example")
+        );
+    }
+    assert_eq!(
+        stats_when(&c, &server, &mid, |_| true).await["unsubscribed"],
+        1
+    );
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &path("render"),
+        Some(json!({"recipients": [
+            {"email": "eve@x.com", "fields": {"first_name": "Eve"}}
+        ]})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["skipped"],
+        json!([{"email": "eve@x.com", "reason": "suppressed"}])
+    );
+    // A link's id, a forged id, nonsense: a page each, never an error dump.
+    for (id, status) in [
+        (ann[0].as_str(), 404),
+        ("0".repeat(32).as_str(), 404),
+        ("x", 404),
+    ] {
+        let r = c
+            .post(server.url(&format!("/u/{id}")))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(r.status().as_u16(), status, "{id}");
+        let ct = r.headers()["content-type"].to_str().unwrap().to_owned();
+        let body = r.text().await.unwrap();
+        assert!(ct.starts_with("text/html"), "{id}: {ct} {body}");
+        assert!(body.contains("not valid"), "{id}: {body}");
+    }
+
     // Another tenant's view, and a mailing that does not exist.
     let (st, v) = call(
         &c,

@@ -458,16 +458,18 @@ pub async fn require_tenant(
 
 /// Middleware for the whole router: an error answer that is not JSON yet — produced by the
 /// framework before a handler runs (405 wrong method, 400 undecodable path segment, 413 …) —
-/// is replaced by the same status with the `{"error": {...}}` body, so every 4xx/5xx is JSON.
+/// is replaced by the same status with the `{"error": {...}}` body, so every 4xx/5xx of the
+/// API is JSON. A page for people (`text/html`, which only handlers of public pages answer,
+/// such as the unsubscribe page) is left as it is.
 pub async fn json_errors(req: Request, next: Next) -> Response {
     let resp = next.run(req).await;
     let status = resp.status();
-    let is_json = resp
+    let kept = resp
         .headers()
         .get(axum::http::header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
-        .is_some_and(|v| v.starts_with("application/json"));
-    if !(status.is_client_error() || status.is_server_error()) || is_json {
+        .is_some_and(|v| v.starts_with("application/json") || v.starts_with("text/html"));
+    if !(status.is_client_error() || status.is_server_error()) || kept {
         return resp;
     }
     let (parts, body) = resp.into_parts();

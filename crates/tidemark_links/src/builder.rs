@@ -33,6 +33,10 @@ pub struct BuiltMessage {
     pub subject: String,
     /// Rendered and rewritten HTML.
     pub html: String,
+    /// The recipient's one-click unsubscribe URL, `<track base>/u/<id>` (RFC 8058: `GET`
+    /// shows a confirmation page, `POST` unsubscribes). The id is the message's open-pixel
+    /// id: one record serves both.
+    pub unsubscribe_url: String,
 }
 
 /// A recipient that gets no message, and why (`suppressed`, `missing field x`, …).
@@ -150,6 +154,7 @@ impl Builder<'_> {
             email: r.email.clone(),
             subject: rendered.subject,
             html: splice(&rendered.html, &found, &replacements, Some(&pixel)),
+            unsubscribe_url: format!("{}/u/{pixel_id}", self.track_base),
         })
     }
 }

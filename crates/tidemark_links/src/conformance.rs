@@ -155,7 +155,7 @@ pub async fn link_store(store: Arc<dyn LinkStore>) {
 }
 
 /// The mailing-store contract: a mailing reads back exactly (a template of 1 MiB, any
-/// characters), per tenant; the suppression list is per tenant, lower case, idempotent, and a
+/// characters), per tenant and by id alone; the suppression list is per tenant, lower case, idempotent, and a
 /// lookup of many addresses returns exactly the suppressed ones.
 pub async fn mailing_store(store: Arc<dyn MailingStore>) {
     let html = format!("<p>Zdravo {{{{ name }}}} — ✓ 😀</p>{}", "x".repeat(1 << 20));
@@ -174,6 +174,12 @@ pub async fn mailing_store(store: Arc<dyn MailingStore>) {
     );
     assert_eq!(store.mailing("other", &m.mailing_id).await.unwrap(), None);
     assert_eq!(store.mailing("acme", "no-such").await.unwrap(), None);
+    // By id alone, whichever tenant owns it.
+    assert_eq!(
+        store.mailing_by_id(&m.mailing_id).await.unwrap(),
+        Some(m.clone())
+    );
+    assert_eq!(store.mailing_by_id("no-such").await.unwrap(), None);
 
     let emails: Vec<String> = (0..2500).map(|i| format!("r{i}@x.example")).collect();
     store

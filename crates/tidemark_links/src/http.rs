@@ -10,7 +10,8 @@
 //! | `POST /v1/suppressions` `{"emails": [..]}` | 200 `{"suppressed": n}` |
 //! | `DELETE /v1/suppressions/{email}` | 204 (404 if it was not listed) |
 //!
-//! Public: `GET|HEAD /c/{id}`, `GET|HEAD /o/{id}`, `GET /expired`.
+//! Public: `GET|HEAD /c/{id}`, `GET|HEAD /o/{id}`, `GET /expired`, and the one-click
+//! unsubscribe `GET|POST /u/{id}` (pages in `http/unsubscribe.rs`).
 
 use std::sync::Arc;
 
@@ -30,6 +31,8 @@ use crate::ndjson;
 use crate::redirect::PIXEL_GIF;
 use crate::service::{Hit, LinksService, Route};
 use crate::stats::MailingStats;
+
+mod unsubscribe;
 
 /// Largest request body of the mailing routes (10,000 recipients with fields).
 pub const MAX_REQUEST_BYTES: usize = 64 * 1024 * 1024;
@@ -63,6 +66,10 @@ pub fn public_router(svc: LinksService) -> Router {
         .route("/c/{id}", get(click))
         .route("/o/{id}", get(open))
         .route("/expired", get(expired))
+        .route(
+            "/u/{id}",
+            get(unsubscribe::confirm).post(unsubscribe::unsubscribe),
+        )
         // Shared, as in `api_router`: the redirector's hot path clones it per request.
         .with_state(Arc::new(svc))
 }

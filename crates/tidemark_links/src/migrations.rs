@@ -5,7 +5,8 @@
 //! - version 1: `mailing` and `suppression`; the day tables `links_YYYYMMDD` are made as days
 //!   come ([`crate::sqlite`]).
 //! - version 2: the campaign-statistics summary ([`crate::stats`]): `mailing_count`,
-//!   `mailing_link`, `mailing_hour`, `mailing_unique`, `mailing_delivery`, `hit_group`.
+//!   `mailing_link`, `mailing_hour`, `mailing_unique`, `mailing_delivery`, `hit_group`; and
+//!   an index of `mailing` by `mailing_id` (an unsubscribe knows the mailing, not its tenant).
 //!
 //! [`MYSQL`], the MariaDB / MySQL store (its row in `tidemark_schema_version` is `links`):
 //! - version 1: the table `links`, partitioned by day, made with its first partitions by the
@@ -13,10 +14,13 @@
 //! - version 2: `mailing`, `suppression` (the mailing store, shared by every node) and
 //!   `links_meta` (the id secret's check value, so nodes with different secrets are refused).
 //! - version 3: the campaign-statistics summary, as SQLite's version 2.
+//! - version 4: an index of `mailing` by `mailing_id` (an unsubscribe knows the mailing, not
+//!   its tenant).
 //!
 //! Neither has had a layout before version 1: nothing to adopt.
 
-use tidemark_core::schema::{MysqlUp, SqliteUp, Step, Versions};
+use sqlx::MySqlConnection;
+use tidemark_core::schema::{MysqlFuture, MysqlUp, SqliteUp, Step, Versions};
 
 /// The embedded link store (see the module docs).
 pub(crate) static SQLITE: Versions<SqliteUp> = Versions {
@@ -93,6 +97,7 @@ CREATE TABLE IF NOT EXISTS hit_group (
     at_ms INTEGER NOT NULL
 ) WITHOUT ROWID;
 CREATE INDEX IF NOT EXISTS hit_group_at ON hit_group (at_ms);
+CREATE INDEX IF NOT EXISTS mailing_by_id ON mailing (mailing_id);
 ";
 
 /// The MariaDB / MySQL link store (see the module docs).
@@ -111,6 +116,10 @@ pub(crate) static MYSQL: Versions<MysqlUp> = Versions {
         Step {
             what: "campaign statistics",
             up: MysqlUp::Sql(MYSQL_V3),
+        },
+        Step {
+            what: "index of mailing by mailing_id",
+            up: MysqlUp::Run(index_mailing_by_id),
         },
     ],
     adopt: &[],
@@ -180,3 +189,22 @@ const MYSQL_V3: &[&str] = &[
         KEY at_ms (at_ms)
     ) ENGINE=InnoDB",
 ];
+
+/// Version 4 of the MariaDB store: `mailing_by_id`, made only if missing (a step cut short
+/// after its `CREATE INDEX` runs again).
+fn index_mailing_by_id(conn: &mut MySqlConnection) -> MysqlFuture<'_> {
+    Box::pin(async move {
+        let exists: Option<(i64,)> = sqlx::query_as(
+            "SELECT 1 FROM information_schema.statistics WHERE table_schema = DATABASE()
+             AND table_name = 'mailing' AND index_name = 'mailing_by_id' LIMIT 1",
+        )
+        .fetch_optional(&mut *conn)
+        .await?;
+        if exists.is_none() {
+            sqlx::query("CREATE INDEX mailing_by_id ON mailing (mailing_id)")
+                .execute(&mut *conn)
+                .await?;
+        }
+        Ok(())
+    })
+}

@@ -57,6 +57,22 @@ pub enum Hit {
     NotFound,
 }
 
+/// What an unsubscribe link (`/u/<id>`) leads to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum UnsubscribeLink {
+    /// The recipient of a message of a mailing.
+    Recipient {
+        /// The address, as the message was sent to it.
+        email: String,
+        /// The mailing's `From:` address.
+        from: String,
+    },
+    /// A malformed, forged or unknown id, or one of a link rather than a message.
+    Unknown,
+    /// The id's day partition was dropped.
+    Expired,
+}
+
 /// The result of a send call.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct SendOutcome {
@@ -387,7 +403,10 @@ impl LinksService {
         Ok(mailing_stats(&mailing, &stored))
     }
 
-    /// Renders, stores, and hands every message to the sending pool.
+    /// Renders, stores, and hands every message to the sending pool. Each message's
+    /// `List-Unsubscribe` holds `mailto:<from>?subject=unsubscribe` and the recipient's
+    /// one-click URL: Tidemark's `/u/<id>` ([`LinksService::unsubscribe`]), or the
+    /// recipient's own `unsubscribe_url` field (http or https) when it has one.
     pub async fn send(
         &self,
         tenant: &str,
@@ -411,12 +430,12 @@ impl LinksService {
                      email,
                      subject,
                      html,
+                     unsubscribe_url,
                  }| {
                     let mut list_unsubscribe =
                         vec![format!("mailto:{}?subject=unsubscribe", mailing.from)];
-                    if let Some(u) = unsubscribe.get(&email) {
-                        list_unsubscribe.push(u.clone());
-                    }
+                    list_unsubscribe
+                        .push(unsubscribe.get(&email).cloned().unwrap_or(unsubscribe_url));
                     OutgoingMail {
                         mailing_id: mailing.mailing_id.clone(),
                         from: mailing.from.clone(),
@@ -465,6 +484,71 @@ impl LinksService {
     /// Removes an address from the suppression list; returns whether it was there.
     pub async fn unsuppress(&self, tenant: &str, email: &str) -> Result<bool> {
         self.mailings.unsuppress(tenant, email.trim()).await
+    }
+
+    /// Whom the unsubscribe id `id` (a message's open-pixel id) names: read only, what the
+    /// confirmation page (`GET /u/<id>`) shows.
+    pub async fn unsubscribe_link(&self, id: &str) -> Result<UnsubscribeLink> {
+        Ok(match self.recipient_of(id).await? {
+            Ok((record, mailing)) => UnsubscribeLink::Recipient {
+                email: record.email,
+                from: mailing.from,
+            },
+            Err(link) => link,
+        })
+    }
+
+    /// One-click unsubscribe (RFC 8058, `POST /u/<id>`): puts the recipient on the mailing's
+    /// tenant's suppression list, so no later render of any of its mailings includes them,
+    /// and counts the unsubscribe in the mailing's statistics (once per recipient). Doing it
+    /// again changes nothing. Errors: the stores (the suppression is what must hold; a
+    /// statistics failure after it is logged and counted, not returned).
+    pub async fn unsubscribe(&self, id: &str) -> Result<UnsubscribeLink> {
+        let (record, mailing) = match self.recipient_of(id).await? {
+            Ok(found) => found,
+            Err(link) => return Ok(link),
+        };
+        self.suppress(&mailing.tenant, std::slice::from_ref(&record.email))
+            .await?;
+        let now = self.clock.now_ms();
+        let hit = StatsHit {
+            mailing_id: mailing.mailing_id.clone(),
+            email: record.email.clone(),
+            position: None,
+            kind: HitKind::Unsubscribe,
+            source: HitSource::Person,
+            at_ms: now,
+        };
+        let group = uuid::Uuid::now_v7().to_string();
+        if let Err(error) = self.mailings.apply_hits(&group, vec![hit], now).await {
+            self.metrics.stats_failures.inc();
+            tracing::warn!(%error, mailing = %mailing.mailing_id, "could not count an unsubscribe");
+        }
+        Ok(UnsubscribeLink::Recipient {
+            email: record.email,
+            from: mailing.from,
+        })
+    }
+
+    /// The message record and mailing of an unsubscribe id, or what the link is instead.
+    async fn recipient_of(
+        &self,
+        id: &str,
+    ) -> Result<std::result::Result<(crate::model::LinkRecord, Mailing), UnsubscribeLink>> {
+        let Ok(id) = self.codec.parse(id) else {
+            return Ok(Err(UnsubscribeLink::Unknown));
+        };
+        let now = self.clock.now_ms();
+        let oldest = oldest_kept(UtcDay::of_ms(now), self.cfg.retention_days);
+        let record = match self.links.lookup(&id, oldest).await? {
+            Lookup::Found(r) if r.kind == LinkKind::Open => r,
+            Lookup::Found(_) | Lookup::Unknown => return Ok(Err(UnsubscribeLink::Unknown)),
+            Lookup::Expired => return Ok(Err(UnsubscribeLink::Expired)),
+        };
+        match self.mailings.mailing_by_id(&record.mailing_id).await? {
+            Some(mailing) => Ok(Ok((record, mailing))),
+            None => Ok(Err(UnsubscribeLink::Unknown)),
+        }
     }
 
     /// The redirector: validates `id` (no storage access if malformed), reads its one

@@ -263,6 +263,30 @@ impl MailingStore for SqliteLinks {
             .await
     }
 
+    async fn mailing_by_id(&self, mailing_id: &str) -> Result<Option<Mailing>> {
+        let mid = mailing_id.to_owned();
+        self.reads
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(
+                        "SELECT tenant, subject, sender, html, created_ms FROM mailing
+                         WHERE mailing_id = ?1",
+                    )?
+                    .query_row(params![mid], |r| {
+                        Ok(Mailing {
+                            mailing_id: mid.clone(),
+                            tenant: r.get(0)?,
+                            subject: r.get(1)?,
+                            from: r.get(2)?,
+                            html: r.get(3)?,
+                            created_ms: r.get(4)?,
+                        })
+                    })
+                    .optional()?)
+            })
+            .await
+    }
+
     async fn suppress(&self, tenant: &str, emails: &[String]) -> Result<()> {
         let (tenant, emails) = (tenant.to_owned(), emails.to_vec());
         self.writer

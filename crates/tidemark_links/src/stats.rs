@@ -19,6 +19,7 @@
 //!   the open, so `unique` opens are never fewer than `unique` clicks.
 //! - **Per link position** (0-based, document order): clicks and unique clicking recipients.
 //! - **Timeline**: opens and clicks per UTC hour.
+//! - **Unsubscribes** (`POST /u/<id>`, RFC 8058 one-click): once per recipient.
 //! - **Idempotence**: hits are applied in groups, each with a fresh group id that the store
 //!   records in the same transaction; a group tried again after a failure whose outcome was
 //!   unknown is applied once. Group ids are kept [`HIT_GROUPS_KEPT_MS`].
@@ -96,13 +97,16 @@ pub fn skip_reason(reason: &str) -> &'static str {
     }
 }
 
-/// Open pixel or link.
+/// Open pixel, link or unsubscribe.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HitKind {
     /// `/o/<id>`.
     Open,
     /// `/c/<id>` of a link (tracked images are not counted).
     Click,
+    /// `POST /u/<id>`: the recipient unsubscribed (counted once per recipient, whoever
+    /// sent it: only a POST unsubscribes, and scanners only fetch).
+    Unsubscribe,
 }
 
 /// Who made a hit, as far as its request tells.
@@ -166,14 +170,17 @@ pub enum Unique {
     Clicked,
     /// Clicked the link at this position.
     ClickedLink(u32),
+    /// Unsubscribed.
+    Unsubscribed,
 }
 
 impl Unique {
-    /// Its code in the stores' `mailing_unique.what`: -1, -2, or the position.
+    /// Its code in the stores' `mailing_unique.what`: -1, -2, -3, or the position.
     pub fn code(self) -> i64 {
         match self {
             Unique::Opened => -1,
             Unique::Clicked => -2,
+            Unique::Unsubscribed => -3,
             Unique::ClickedLink(p) => i64::from(p),
         }
     }
@@ -184,6 +191,7 @@ impl Unique {
             Unique::Opened => counter::OPENS_UNIQUE.to_owned(),
             Unique::Clicked => counter::CLICKS_UNIQUE.to_owned(),
             Unique::ClickedLink(p) => counter::link_unique(p),
+            Unique::Unsubscribed => counter::UNSUBSCRIBED.to_owned(),
         }
     }
 }
@@ -230,6 +238,7 @@ pub fn tally(hits: &[StatsHit], mut delivered_at: impl FnMut(&str, &str) -> Opti
         let email = recipient_key(&h.email);
         let hour = h.at_ms.div_euclid(HOUR_MS) * HOUR_MS;
         match (h.kind, h.source) {
+            (HitKind::Unsubscribe, _) => t.saw(m, Unique::Unsubscribed, &email),
             (_, HitSource::Bot) | (HitKind::Click, HitSource::ImageProxy) => {
                 t.add(m, counter::BOT_HITS, 1);
             }

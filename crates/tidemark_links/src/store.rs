@@ -43,6 +43,9 @@ pub trait MailingStore: Send + Sync + std::fmt::Debug {
     async fn create_mailing(&self, mailing: Mailing) -> Result<()>;
     /// The tenant's mailing, if any.
     async fn mailing(&self, tenant: &str, mailing_id: &str) -> Result<Option<Mailing>>;
+    /// The mailing of this id, whichever tenant owns it (ids are UUIDs, unique across
+    /// tenants): what an unsubscribe, which knows only the mailing, acts for.
+    async fn mailing_by_id(&self, mailing_id: &str) -> Result<Option<Mailing>>;
     /// Adds addresses (normalised to lower case) to the tenant's suppression list.
     async fn suppress(&self, tenant: &str, emails: &[String]) -> Result<()>;
     /// Removes an address; returns whether it was there.

@@ -263,8 +263,8 @@ async fn schema_version(store: &MysqlLinks) -> Option<i64> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_store_of_a_newer_build_is_refused() {
     let (url, store) = scratch("tm_links_schema").await;
-    assert_eq!(schema_version(&store).await, Some(3));
-    sqlx::query("UPDATE tidemark_schema_version SET version = 4 WHERE store = 'links'")
+    assert_eq!(schema_version(&store).await, Some(4));
+    sqlx::query("UPDATE tidemark_schema_version SET version = 5 WHERE store = 'links'")
         .execute(store.pool())
         .await
         .unwrap();
@@ -273,7 +273,7 @@ async fn a_store_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "mysql: database {database} has links schema version 4, this build knows up to 3: use a newer tidemark"
+            "mysql: database {database} has links schema version 5, this build knows up to 4: use a newer tidemark"
         )
     );
     store.pool().close().await;

@@ -204,6 +204,19 @@ pub async fn stats_store(store: Arc<dyn MailingStore>) {
     assert_eq!(get(&s, &counter::link_unique(2)), 1);
     assert_eq!(s.hours, [(T0, 2, 0), (T0 + HOUR_MS, 0, 3)]);
 
+    // Unsubscribes: once per recipient, in any group.
+    for (group, email) in [
+        ("g3", "eve@ex.com"),
+        ("g4", "EVE@ex.com"),
+        ("g5", "ana@ex.com"),
+    ] {
+        let h = hit(email, HitKind::Unsubscribe, HitSource::Person, None, later);
+        assert!(store.apply_hits(group, vec![h], later).await.unwrap());
+    }
+    let s = store.stats(M).await.unwrap();
+    assert_eq!(get(&s, counter::UNSUBSCRIBED), 2);
+    assert_eq!(get(&s, counter::OPENS_UNIQUE), 3);
+
     let o = store.stats(OTHER).await.unwrap();
     assert_eq!(get(&o, counter::CLICKS), 1);
     assert_eq!(get(&o, counter::OPENS_UNIQUE), 1);

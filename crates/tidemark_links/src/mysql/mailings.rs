@@ -56,6 +56,24 @@ impl MailingStore for MysqlLinks {
         }))
     }
 
+    async fn mailing_by_id(&self, mailing_id: &str) -> Result<Option<Mailing>> {
+        let row = sqlx::query(
+            "SELECT tenant, subject, sender, html, created_ms FROM mailing WHERE mailing_id = ?",
+        )
+        .bind(mailing_id)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(r) = row else { return Ok(None) };
+        Ok(Some(Mailing {
+            mailing_id: mailing_id.to_owned(),
+            tenant: text_column(&r, 0)?,
+            subject: text_column(&r, 1)?,
+            from: text_column(&r, 2)?,
+            html: text_column(&r, 3)?,
+            created_ms: r.try_get(4)?,
+        }))
+    }
+
     async fn suppress(&self, tenant: &str, emails: &[String]) -> Result<()> {
         if emails.is_empty() {
             return Ok(());

@@ -273,3 +273,22 @@ fn a_render_keeps_the_first_url_of_each_link_position() {
         ]
     );
 }
+
+#[test]
+fn an_unsubscribe_counts_its_recipient_once_and_nothing_else() {
+    let hits = [
+        hit(
+            "Ana@ex.com",
+            HitKind::Unsubscribe,
+            HitSource::Person,
+            None,
+            5,
+        ),
+        hit("ana@ex.com", HitKind::Unsubscribe, HitSource::Bot, None, 6),
+    ];
+    let t = tally(&hits, |_, _| None);
+    assert_eq!(seen(&t, Unique::Unsubscribed), ["ana@ex.com"]);
+    assert!(t.counts.is_empty());
+    assert!(t.hours.is_empty());
+    assert_eq!(Unique::Unsubscribed.counter(), counter::UNSUBSCRIBED);
+}
