@@ -374,6 +374,7 @@ fn api_routes(api: Api) -> Router {
         .merge(crate::openapi::router(&kinds))
         .merge(tidemark_links::http::public_router(links))
         .merge(tidemark_events::dashboard::public_router())
+        .merge(tidemark_links::dashboard::public_router())
 }
 
 /// How long a graceful stop waits for in-flight requests: SENDs finish in milliseconds, so a

@@ -476,3 +476,167 @@ fn tag_with_body(dom: &str) -> &str {
     let start = dom.find("<body").expect("a body");
     &dom[start..=start + dom[start..].find('>').unwrap()]
 }
+
+/// The tracking ids (`/c/`) and pixel id (`/o/`) of a rendered message.
+fn message_ids(html: &str, base: &str) -> (Vec<String>, String) {
+    let grab = |route: &str| -> Vec<String> {
+        let prefix = format!("{base}/{route}/");
+        html.match_indices(&prefix)
+            .map(|(i, _)| html[i + prefix.len()..i + prefix.len() + 32].to_owned())
+            .collect()
+    };
+    (grab("c"), grab("o").remove(0))
+}
+
+/// The campaign page `/dashboard/mailings/{mid}` in headless Chromium: its figures, per-link
+/// table and timeline are the stats route's, a wrong key and an unknown mailing show their
+/// messages; a screenshot is saved under `target/test-artifacts/campaign.png`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn campaign_page_in_headless_chromium() {
+    chromium();
+    let server = TestServer::start(&[]).await;
+    let c = client();
+    let html = r#"<p>Hi {{ name }}</p><a href="https://shop.example/item/7">see</a> <a href="https://shop.example/sale?who={{ name }}">sale</a>"#;
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/mailings"),
+        Some(json!({"subject": "Deals", "from": "news@shop.example", "html": html})),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let mid = v["mailing_id"].as_str().unwrap().to_owned();
+    let recipients: Vec<Value> = (0..6)
+        .map(|i| json!({"email": format!("r{i}@x.example"), "fields": {"name": format!("R{i}")}}))
+        .chain([json!({"email": "nofield@x.example", "fields": {}})])
+        .collect();
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/mailings/{mid}/render")),
+        Some(json!({"recipients": recipients})),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let browser = "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0";
+    let mut hits = 0;
+    for (i, m) in v["messages"].as_array().unwrap().iter().enumerate() {
+        let (links, pixel) = message_ids(m["html"].as_str().unwrap(), &server.base);
+        let mut paths = vec![format!("/o/{pixel}")];
+        paths.extend(links.iter().take(i % 3).map(|l| format!("/c/{l}")));
+        for p in paths {
+            let r = no_redirects()
+                .get(server.url(&p))
+                .header("user-agent", browser)
+                .send()
+                .await
+                .unwrap();
+            assert!(r.status().is_success() || r.status().is_redirection());
+            hits += 1;
+        }
+    }
+    let path = format!("/v1/mailings/{mid}/stats");
+    let stats = loop {
+        let (st, s) = call(&c, Method::GET, &server.url(&path), None).await;
+        assert_eq!(st, 200);
+        if s["opens"]["total"].as_u64().unwrap() + s["clicks"]["total"].as_u64().unwrap() == hits {
+            break s;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    assert_eq!(stats["clicks"]["total"], 6);
+
+    let url = server.url(&format!("/dashboard/mailings/{mid}?key={KEY}"));
+    let dom = run_chromium(&url, &["--dump-dom".to_owned()]).await;
+    assert_eq!(id_attr(&dom, "status", "data-state"), "ok");
+    for (figure, want) in [
+        ("rendered", &stats["recipients"]["rendered"]),
+        ("delivered", &stats["sending"]["delivered"]),
+        ("failed", &stats["sending"]["failed"]),
+        ("unique-opens", &stats["opens"]["unique"]),
+        ("unique-clicks", &stats["clicks"]["unique"]),
+        ("click-to-open", &stats["click_to_open"]),
+        ("machine-opens", &stats["opens"]["machine"]),
+        ("bot-hits", &stats["bot_hits"]),
+        ("unsubscribed", &stats["unsubscribed"]),
+    ] {
+        assert_eq!(
+            id_attr(&dom, &format!("fig-{figure}"), "data-value"),
+            want.to_string(),
+            "{figure}"
+        );
+    }
+    assert_eq!(id_attr(&dom, "fig-skipped", "data-value"), "1");
+    let rows: Vec<Value> = tags_with(&dom, "data-position")
+        .into_iter()
+        .map(|(t, p)| {
+            json!({
+                "position": p.parse::<u64>().unwrap(),
+                "clicks": attr(t, "data-clicks").unwrap().parse::<u64>().unwrap(),
+                "unique_clicks": attr(t, "data-unique").unwrap().parse::<u64>().unwrap(),
+            })
+        })
+        .collect();
+    let want: Vec<Value> = stats["links"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|l| json!({"position": l["position"], "clicks": l["clicks"], "unique_clicks": l["unique_clicks"]}))
+        .collect();
+    assert_eq!(rows, want);
+    assert!(
+        dom.contains("https://shop.example/sale?who=R"),
+        "the rendered URL is shown"
+    );
+    let sum = |k: &str| {
+        stats["timeline"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h[k].as_u64().unwrap())
+            .sum::<u64>()
+    };
+    assert_eq!(
+        id_attr(&dom, "timeline", "data-opens"),
+        sum("opens").to_string()
+    );
+    assert_eq!(
+        id_attr(&dom, "timeline", "data-clicks"),
+        sum("clicks").to_string()
+    );
+    assert_eq!(
+        id_attr(&dom, "timeline", "data-hours"),
+        stats["timeline"].as_array().unwrap().len().to_string()
+    );
+    assert!(!dom.contains(KEY), "the API key must not stay in the page");
+
+    let bad = run_chromium(
+        &server.url(&format!("/dashboard/mailings/{mid}?key=not-a-key")),
+        &["--dump-dom".to_owned()],
+    )
+    .await;
+    assert_eq!(id_attr(&bad, "status", "data-state"), "unauthorized");
+    let unknown = run_chromium(
+        &server.url(&format!(
+            "/dashboard/mailings/0193a1b2-0000-7000-8000-00000000dead?key={KEY}"
+        )),
+        &["--dump-dom".to_owned()],
+    )
+    .await;
+    assert_eq!(id_attr(&unknown, "status", "data-state"), "not-found");
+    assert!(id_text(&unknown, "message").contains("404"));
+
+    let png = artifacts_dir().join("campaign.png");
+    let _ = std::fs::remove_file(&png);
+    run_chromium(
+        &url,
+        &[
+            format!("--screenshot={}", png.display()),
+            "--window-size=1280,900".to_owned(),
+        ],
+    )
+    .await;
+    let bytes = std::fs::read(&png).unwrap_or_else(|e| panic!("{}: {e}", png.display()));
+    assert_eq!(&bytes[..8], b"\x89PNG\r\n\x1a\n", "a PNG");
+    println!("campaign screenshot: {}", png.display());
+}

@@ -19,16 +19,20 @@
 //!    subsystem's `Ingest`, many hits per append ([`hit_events`]; the listing taken from an
 //!    `/item/<id>` target); [`user_agent`]
 //!    tells bots, scanners and image proxies from people. An id whose day was dropped goes to
-//!    the fallback URL.
+//!    the fallback URL. `/u/<id>` is the message's one-click unsubscribe (RFC 8058).
 //! 6. **Retention** ([`partitions`]): whole day partitions are created ahead and dropped when
 //!    they expire.
+//! 7. **Statistics** ([`stats`]): renders, the sending pool's outcomes ([`deliveries`]) and
+//!    each group of hits add to their mailing's summary, beside the link records; the
+//!    summary is what `GET /v1/mailings/{mid}/stats` and the campaign page ([`dashboard`])
+//!    read, so it outlives the day partitions.
 //!
 //! Backends:
 //! - **SQLite link store**, the embedded default ([`sqlite`], `links.db`): a table per UTC day;
-//!   the same file holds the mailings and the suppression list.
+//!   the same file holds the mailings, the suppression list and the statistics.
 //! - **MariaDB / MySQL link store** ([`mysql`]): one table `PARTITION BY RANGE` per day,
-//!   compressed rows, a sequential clustered key; the mailings, the suppression list and the
-//!   id secret's check value in the same database, so nothing of links is local to a node, and
+//!   compressed rows, a sequential clustered key; the mailings, the suppression list, the
+//!   statistics and the id secret's check value in the same database, so nothing of links is local to a node, and
 //!   partition DDL under a lock of the database, so nodes take turns.
 //! - **Sending pool** ([`send`]): SMTP relays over pooled connections (lettre), or `.eml` files
 //!   under the data dir on the embedded default.
@@ -38,6 +42,8 @@
 //! Modules:
 //! - `builder`: render → rewrite → link records for a list of recipients (CPU only).
 //! - `config`: `[links]` settings.
+//! - `dashboard`: the campaign page `/dashboard/mailings/{mid}`.
+//! - `deliveries`: the sending pool's outcomes, written to the statistics in groups.
 //! - `error`: `LinksError` and its HTTP status.
 //! - `hit_events`: the events of tracking hits, written in groups off the redirector's path.
 //! - `http`: the `/v1` mailing and suppression routes, and the public `/c`, `/o`, `/expired`.
@@ -55,6 +61,7 @@
 //! - `service`: the links API the routes call (mailings, render/send, suppressions, lookups),
 //!   and opening it on its stores.
 //! - `sqlite`: the embedded link store and mailing store.
+//! - `stats`: campaign statistics: the counting rules and the per-mailing summary's shapes.
 //! - `store`: the link-store and mailing-store ports.
 //! - `user_agent`: bot, scanner, previewer and image-proxy classes of a `User-Agent`.
 //!
@@ -65,6 +72,7 @@ pub mod builder;
 pub mod config;
 #[cfg(feature = "testing")]
 pub mod conformance;
+pub mod dashboard;
 pub mod deliveries;
 pub mod error;
 pub mod hit_events;
