@@ -1,4 +1,4 @@
-//! `tidemark-bench links`: the figures of the links subsystem (seed 001), in six parts:
+//! `tidemark-bench links`: the figures of the links subsystem (seed 001), in seven parts:
 //! 1. **rewrite** — [`find_links`] + [`splice`] over every corpus template, repeated for
 //!    `--rewrite-seconds` on one thread: MB/s of input HTML.
 //! 2. **render** — [`LinksService::render`] of `--template` (merge fields, rewrite, ids, and all
@@ -11,6 +11,8 @@
 //! 5. **clicks** (not by default) — [`clicks`]: the redirect rate as clicks accumulate.
 //! 6. **records** (not by default) — [`records`]: the redirect rate as link records
 //!    accumulate.
+//! 7. **stats** (not by default) — [`stats`]: the campaign statistics of a mailing of a
+//!    million recipients, read alone and under redirect load.
 //!
 //! With `--nodes 1,2,3` it runs instead the redirector on that many nodes sharing MariaDB and
 //! the events engines (`nodes.rs`, on [`crate::nodes`]).
@@ -25,6 +27,7 @@ mod nodes;
 mod records;
 mod redirect;
 mod schemas;
+mod stats;
 mod store;
 mod wrk;
 
@@ -83,6 +86,9 @@ pub enum Part {
     /// The redirect rate as link records accumulate (not run by default:
     /// `--records-steps`, up to 50 M).
     Records,
+    /// Campaign statistics of a big mailing, read alone and under redirect load (not run by
+    /// default: `--stats-recipients`, 1 M).
+    Stats,
 }
 
 /// Arguments of `tidemark-bench links`.
@@ -156,6 +162,15 @@ pub struct LinksBenchArgs {
         default_value = "1000000,10000000,20000000,30000000,40000000,50000000"
     )]
     pub records_steps: Vec<u64>,
+    /// Recipients of the stats part's mailing.
+    #[arg(long, default_value_t = 1_000_000)]
+    pub stats_recipients: usize,
+    /// Seconds of each phase of stats reads.
+    #[arg(long, default_value_t = 5.0)]
+    pub stats_seconds: f64,
+    /// Clients reading the stats back to back.
+    #[arg(long, default_value_t = 4)]
+    pub stats_clients: usize,
     /// Seconds of each wrk run of the pairs against nginx's `return 302` (five pairs, when
     /// nginx and wrk are installed).
     #[arg(long, default_value_t = 5.0)]
@@ -239,9 +254,12 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
     }
     let wants = |p: Part| args.parts.contains(&p);
     // Found before any part runs, so a missing server fails the run at once.
-    let server_bin = (wants(Part::Redirect) || wants(Part::Clicks) || wants(Part::Records))
-        .then(|| args.server.resolve())
-        .transpose()?;
+    let server_bin = (wants(Part::Redirect)
+        || wants(Part::Clicks)
+        || wants(Part::Records)
+        || wants(Part::Stats))
+    .then(|| args.server.resolve())
+    .transpose()?;
     let root = temp_root(args.dir.as_deref(), "links")?;
     let corpus_dir = args
         .corpus
@@ -366,6 +384,13 @@ async fn run_here(args: LinksBenchArgs) -> anyhow::Result<()> {
             "link records stored",
             r.curve(),
         )?;
+    }
+    if let Some(server_bin) = server_bin.as_deref().filter(|_| wants(Part::Stats)) {
+        let dir = root.path().join("stats");
+        let r = stats::bench_stats(&args, server_bin, &dir).await?;
+        let _ = std::fs::remove_dir_all(&dir);
+        print!("{}", r.report());
+        bars.push(r.bar());
     }
 
     print_summary("links", &bars);

@@ -330,6 +330,51 @@ fn the_records_part_redirects_over_records_stored_beside_the_server() {
     assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
 }
 
+/// The stats part at a small size: every hit is counted exactly (the part fails otherwise),
+/// both phases of reads are reported, and the bar is not judged below a million recipients.
+#[test]
+fn the_stats_part_reads_the_statistics_of_a_rendered_and_clicked_mailing() {
+    let server = server_bin();
+    let dir = tempfile::tempdir().unwrap();
+    let out = bench(&[
+        "links",
+        "--parts",
+        "stats",
+        "--server-bin",
+        server.to_str().unwrap(),
+        "--stats-recipients",
+        "2500",
+        "--stats-seconds",
+        "0.5",
+        "--dir",
+        dir.path().to_str().unwrap(),
+    ]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}\n{}", text(&out.stderr));
+    assert!(
+        stdout.contains("7. stats: a mailing of 2500 recipients")
+            && stdout.contains("1000 opens and clicks"),
+        "{stdout}"
+    );
+    let alone = stdout
+        .lines()
+        .find(|l| {
+            l.trim_start()
+                .starts_with("GET /v1/mailings/{mid}/stats alone: ")
+        })
+        .unwrap_or_else(|| panic!("no reads in:\n{stdout}"));
+    assert!(
+        alone.contains(" reads, p50 ") && alone.contains(" ms, p99 "),
+        "{alone}"
+    );
+    assert!(
+        stdout.contains("the same while redirects run ("),
+        "{stdout}"
+    );
+    assert!(stdout.contains("NOT MEASURED"), "{stdout}");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}
+
 /// The table row of node count `n` in a `--nodes` run: its cells, trimmed.
 fn nodes_row(stdout: &str, n: usize) -> Vec<String> {
     let line = stdout

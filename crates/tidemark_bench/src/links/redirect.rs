@@ -36,12 +36,12 @@ use super::{BAR_NGINX_SHARE, BAR_P99_MS, BAR_REDIRECTS, Bar, LinksBenchArgs, SUB
 const PAIRS: usize = 5;
 
 /// The API key of the default `demo` tenant of the spawned server.
-const BEARER: &str = "Bearer dev-key";
+pub(super) const BEARER: &str = "Bearer dev-key";
 /// A desktop browser: counted as a click, not as a bot.
 pub(super) const BROWSER: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, \
                        like Gecko) Chrome/131.0.0.0 Safari/537.36";
 /// The mailing: six tracked links (one in VML), an unsubscribe link that is not tracked.
-const TEMPLATE: &str = r#"<!doctype html>
+pub(super) const TEMPLATE: &str = r#"<!doctype html>
 <html><body>
 <p>Hello {{ first_name }}, new in your area:</p>
 <p><a href="https://shop.example.com/item/48213?utm_source=newsletter&amp;utm_medium=email">A bike</a></p>
@@ -54,7 +54,7 @@ const TEMPLATE: &str = r#"<!doctype html>
 </body></html>
 "#;
 /// Recipients per render call (the API takes up to 10,000).
-const RENDER_CALL: usize = 1_000;
+pub(super) const RENDER_CALL: usize = 1_000;
 
 /// The pairs against nginx: each `(redirector, nginx)`.
 #[derive(Debug)]
@@ -324,7 +324,7 @@ impl RedirectFigures {
     }
 }
 
-async fn post_json(
+pub(super) async fn post_json(
     client: &HttpClient,
     uri: &str,
     body: serde_json::Value,
@@ -346,7 +346,7 @@ async fn post_json(
 }
 
 /// The `/c/` ids in a rendered message.
-fn click_ids(html: &str) -> Vec<String> {
+pub(super) fn click_ids(html: &str) -> Vec<String> {
     html.match_indices("/c/")
         .filter_map(|(at, _)| html.get(at + 3..at + 35))
         .filter(|id| {
