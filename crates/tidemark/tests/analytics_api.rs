@@ -1,7 +1,8 @@
 //! The summary tier over HTTP against a real `tidemark serve`: events in through
 //! `POST /v1/events`, listings mapped to accounts, rollups on demand, the account report with
 //! exact rows; bad input is a 4xx JSON error that changes nothing; a day without raw events is
-//! refused with 409. Then `tidemark rollup --day` offline on the same data dir.
+//! refused with 409. The streamed exports (report as CSV, month sums as JSON and CSV) over
+//! more listings than one page. Then `tidemark rollup --day` offline on the same data dir.
 
 mod common;
 
@@ -454,6 +455,176 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
         assert!(!server.dir.join("events/raw.db").exists());
         assert!(!server.dir.join("events/rollups.db").exists());
     }
+    server.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_stream_every_listing_of_the_account() {
+    exports_stream_every_listing_of_the_account_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn exports_stream_every_listing_of_the_account_on_influxdb_and_mariadb() {
+    exports_stream_every_listing_of_the_account_in(Mode::Production).await;
+}
+
+/// GET with the dev key; returns (status, content type, content disposition, body).
+async fn get_text(c: &reqwest::Client, url: &str) -> (u16, String, String, String) {
+    let r = c.get(url).bearer_auth(KEY).send().await.unwrap();
+    let header = |h: &str| {
+        r.headers()
+            .get(h)
+            .map(|v| v.to_str().unwrap().to_owned())
+            .unwrap_or_default()
+    };
+    let (ct, cd) = (header("content-type"), header("content-disposition"));
+    (r.status().as_u16(), ct, cd, r.text().await.unwrap())
+}
+
+async fn exports_stream_every_listing_of_the_account_in(mode: Mode) {
+    let server = TestServer::start_in(mode, &[]).await;
+    let c = client();
+    let yesterday = UtcDay::of_ms(SystemClock.now_ms()).plus(-1);
+    let at = yesterday.start_ms() + 3_600_000;
+    // 1,200 listings of account 7 (more than two pages of 500), 1 to 3 views each, and one
+    // click on every tenth; listing 5,000 is another account's.
+    let listings: Vec<i64> = (1..=1_200).map(|i| i * 3).collect();
+    let mut events = Vec::new();
+    let mut expected = Vec::new();
+    for (i, &l) in listings.iter().enumerate() {
+        let views = i as u64 % 3 + 1;
+        for v in 0..views {
+            events.push(ev(at + v as i64, "view", Some(l), Some("s1")));
+        }
+        if i % 10 == 0 {
+            events.push(ev(at, "click", Some(l), Some("s2")));
+            expected.push((l, "click", 1));
+        }
+        expected.push((l, "view", views));
+    }
+    events.push(ev(at, "view", Some(5_000), Some("s1")));
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/events"),
+        Some(Value::Array(events)),
+    )
+    .await;
+    assert_eq!(st, 202, "{v}");
+    let mut pairs: Vec<Value> = listings
+        .iter()
+        .map(|l| json!({"listing_id": l, "account_id": 7}))
+        .collect();
+    pairs.push(json!({"listing_id": 5_000, "account_id": 8}));
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/listings"),
+        Some(Value::Array(pairs)),
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{yesterday}")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+
+    // The report as CSV: a download, the JSON report's rows exactly, in its order.
+    let base = server.url("/v1/accounts/7");
+    let range = format!("from={yesterday}&to={yesterday}");
+    let (st, ct, cd, csv) = get_text(&c, &format!("{base}/report?{range}&format=csv")).await;
+    assert_eq!((st, ct.as_str()), (200, "text/csv; charset=utf-8"), "{csv}");
+    assert_eq!(
+        cd,
+        format!("attachment; filename=\"account-7-{yesterday}-{yesterday}.csv\"")
+    );
+    let mut lines = csv.lines();
+    assert_eq!(
+        lines.next(),
+        Some("listing_id,kind,total,uniques_daily_sum")
+    );
+    let rows: Vec<String> = lines.map(str::to_owned).collect();
+    let want: Vec<String> = expected
+        .iter()
+        .map(|(l, k, n)| format!("{l},{k},{n},1"))
+        .collect();
+    assert_eq!(rows.len(), want.len());
+    assert_eq!(rows, want);
+    let (st, v) = report(&c, &server, &range).await;
+    assert_eq!(st, 200);
+    assert_eq!(v["rows"].as_array().unwrap().len(), want.len());
+
+    // The month sums, streamed as JSON and as CSV: the same rows.
+    let month = &yesterday.to_string()[..7];
+    let (st, ct, _, body) = get_text(&c, &format!("{base}/months?from={month}&to={month}")).await;
+    assert_eq!((st, ct.as_str()), (200, "application/json"), "{body}");
+    let v: Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(
+        (&v["account_id"], &v["from"], &v["to"]),
+        (&json!(7), &json!(month), &json!(month))
+    );
+    let rows = v["rows"].as_array().unwrap();
+    assert_eq!(rows.len(), expected.len());
+    for (row, (l, k, n)) in rows.iter().zip(&expected) {
+        assert_eq!(
+            row,
+            &json!({"listing_id": l, "month": month, "kind": k, "total": n, "uniques_daily_sum": 1})
+        );
+    }
+    let (st, _, cd, csv) = get_text(
+        &c,
+        &format!("{base}/months?from={month}&to={month}&format=csv&kind=click"),
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert!(
+        cd.contains(&format!("account-7-months-{month}-{month}.csv")),
+        "{cd}"
+    );
+    let clicks: Vec<&str> = csv.lines().collect();
+    assert_eq!(clicks[0], "listing_id,month,kind,total,uniques_daily_sum");
+    assert_eq!(clicks.len(), 1 + 120);
+    assert_eq!(clicks[1], format!("3,{month},click,1,1"));
+    // An account without listings: an empty list; bad input: a 400 naming it.
+    let (st, _, _, body) = get_text(
+        &c,
+        &server.url(&format!("/v1/accounts/99/months?from={month}&to={month}")),
+    )
+    .await;
+    assert_eq!(
+        (st, body),
+        (
+            200,
+            format!(r#"{{"account_id":99,"from":"{month}","to":"{month}","rows":[]}}"#)
+        )
+    );
+    for (query, needle) in [
+        (
+            format!("from={month}&to={month}&format=xml"),
+            "`format` must be json or csv",
+        ),
+        (
+            "from=2026-13&to=2026-12".to_owned(),
+            "`from` must be a month YYYY-MM",
+        ),
+        (
+            "from=2026-1&to=2026-12".to_owned(),
+            "`from` must be a month YYYY-MM",
+        ),
+        ("from=2026-05&to=2026-04".to_owned(), "is after `to`"),
+        ("from=2010-01&to=2026-12".to_owned(), "at most 120"),
+        (format!("from={month}&to={month}&kind=nope"), "nope"),
+        (format!("to={month}"), "missing `from`"),
+    ] {
+        let (st, v) = call(&c, Method::GET, &format!("{base}/months?{query}"), None).await;
+        assert_bad(st, &v, needle);
+    }
+    let (st, v) = report(&c, &server, &format!("{range}&format=pdf")).await;
+    assert_bad(st, &v, "`format` must be json or csv");
     server.cleanup().await;
 }
 

@@ -37,6 +37,7 @@ const V1_ROUTES: &[(&str, &str)] = &[
     ("PUT", "/v1/listings/{lid}"),
     ("POST", "/v1/listings"),
     ("GET", "/v1/accounts/{aid}/report"),
+    ("GET", "/v1/accounts/{aid}/months"),
     ("POST", "/v1/rollups/{day}"),
 ];
 

@@ -13,7 +13,7 @@ use crate::leases::DayLeases;
 use crate::model::Event;
 use crate::raw::catalog::{Mark, PENDING_EXPIRES_MS};
 use crate::raw::{DayCatalog, MinuteCount, RawError, RawStore};
-use crate::rollups::{DailyRow, ReportRow, RollupStore};
+use crate::rollups::{ALL_LISTINGS, DailyRow, MonthRow, ReportRow, RollupStore};
 
 fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
     DailyRow {
@@ -153,6 +153,68 @@ pub async fn rollup_store(s: Arc<dyn RollupStore>) {
     );
     // An empty or inverted period reports nothing.
     assert!(s.report("acme", 1, d3, d1, None).await.unwrap().is_empty());
+
+    // Pages of an account's listings, and the report and month sums of a range of them
+    // (what the streamed exports walk).
+    assert_eq!(
+        s.account_listings("acme", 1, -1, 10).await.unwrap(),
+        [10, 11]
+    );
+    assert_eq!(s.account_listings("acme", 1, -1, 1).await.unwrap(), [10]);
+    assert_eq!(s.account_listings("acme", 1, 10, 10).await.unwrap(), [11]);
+    assert!(
+        s.account_listings("acme", 1, 11, 10)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        s.account_listings("acme", 2, -1, 10).await.unwrap(),
+        [12, 13]
+    );
+    assert_eq!(s.account_listings("other", 1, -1, 10).await.unwrap(), [12]);
+    assert_eq!(
+        s.report_range("acme", 1, d1, d2, None, 11..=11)
+            .await
+            .unwrap(),
+        vec![report_row(11, "view", 2, 2)]
+    );
+    let month = |listing_id: i64, kind: &str, total: u64, uniques: u64| MonthRow {
+        listing_id,
+        month: "2026-01".into(),
+        kind: kind.into(),
+        total,
+        uniques_daily_sum: uniques,
+    };
+    let (jan, feb) = (day("2026-01-01"), day("2026-02-01"));
+    assert_eq!(
+        s.months_range("acme", 1, jan, feb, None, ALL_LISTINGS)
+            .await
+            .unwrap(),
+        vec![
+            month(10, "click", 1, 1),
+            month(10, "view", 1009, 1007),
+            month(11, "view", 2, 2)
+        ]
+    );
+    assert_eq!(
+        s.months_range("acme", 1, jan, jan, Some("view"), 11..=i64::MAX)
+            .await
+            .unwrap(),
+        vec![month(11, "view", 2, 2)]
+    );
+    assert!(
+        s.months_range("acme", 1, feb, feb, None, ALL_LISTINGS)
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(
+        s.months_range("other", 1, jan, jan, None, ALL_LISTINGS)
+            .await
+            .unwrap(),
+        vec![month(12, "view", 101, 51)]
+    );
 
     // Periods over several months, whole and partial, while days are re-run and emptied:
     // every sum equals the sum of the days in the period (a backend may keep month sums).

@@ -4,17 +4,20 @@
 //! |---|---|
 //! | `PUT /v1/listings/{lid}` `{"account_id": n}` | 204 |
 //! | `POST /v1/listings` `[{"listing_id": n, "account_id": m}, …]` | 200 `{"upserted": n}` (all or nothing) |
-//! | `GET /v1/accounts/{aid}/report?from=YYYY-MM-DD&to=YYYY-MM-DD[&kind=…]` | 200 `{"account_id", "from", "to", "rows": [{"listing_id", "kind", "total", "uniques_daily_sum"}]}` |
+//! | `GET /v1/accounts/{aid}/report?from=YYYY-MM-DD&to=YYYY-MM-DD[&kind=…][&format=csv]` | 200 `{"account_id", "from", "to", "rows": [{"listing_id", "kind", "total", "uniques_daily_sum"}]}`, or those rows as a streamed CSV download |
+//! | `GET /v1/accounts/{aid}/months?from=YYYY-MM&to=YYYY-MM[&kind=…][&format=csv]` | 200 streamed `{"account_id", "from", "to", "rows": [{"listing_id", "month", "kind", "total", "uniques_daily_sum"}]}`, or CSV: the month sums, for invoices (`report_http/export.rs`) |
 //! | `POST /v1/rollups/{day}` | 200 the rollup's outcome; 404 `no_events` for a day without any event (e.g. in the future); 409 `raw_gone` when the day's raw events are gone |
 //!
-//! Bad ids, dates, a range with `from > to` or longer than [`MAX_REPORT_DAYS`], and a kind
-//! outside the configured set are 400 with a JSON error, and change nothing.
+//! Bad ids, dates, a range with `from > to` or longer than [`MAX_REPORT_DAYS`] (months:
+//! [`MAX_EXPORT_MONTHS`]), a kind outside the configured set and a format other than `json`
+//! or `csv` are 400 with a JSON error, and change nothing.
 
 use std::sync::Arc;
 
 use axum::Router;
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
 use tidemark_core::day::UtcDay;
@@ -26,11 +29,17 @@ use tidemark_core::store::StoreError;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::rollup::{RollupError, RollupOutcome, RollupService};
-use crate::rollups::ReportRow;
+use crate::rollups::{MonthRow, ReportRow};
 use crate::schema::Schema;
 
 /// Longest report period, in days (a leap year).
 pub const MAX_REPORT_DAYS: i32 = 366;
+/// Longest period of the month export, in months (ten years).
+pub const MAX_EXPORT_MONTHS: i32 = 120;
+
+mod export;
+
+use export::{Export, Format};
 /// Most listings in one bulk `POST /v1/listings`.
 pub const MAX_LISTINGS_PER_REQUEST: usize = 100_000;
 
@@ -45,7 +54,7 @@ pub struct AnalyticsHttp {
 
 /// The OpenAPI description of the listing, report and rollup routes.
 #[derive(Debug, utoipa::OpenApi)]
-#[openapi(paths(put_listing, post_listings, report, roll_up))]
+#[openapi(paths(put_listing, post_listings, report, months, roll_up))]
 pub(crate) struct AnalyticsApi;
 
 /// The listing, report and rollup routes.
@@ -54,6 +63,7 @@ pub fn analytics_router(state: AnalyticsHttp) -> Router {
         .route("/v1/listings/{lid}", put(put_listing))
         .route("/v1/listings", post(post_listings))
         .route("/v1/accounts/{aid}/report", get(report))
+        .route("/v1/accounts/{aid}/months", get(months))
         .route("/v1/rollups/{day}", post(roll_up));
     body_limit(routes, 16 * 1024 * 1024).with_state(Arc::new(state))
 }
@@ -208,6 +218,10 @@ struct ReportParams {
     to: Option<String>,
     /// Only this kind (one of the configured set).
     kind: Option<String>,
+    /// `json` (default) or `csv` (a streamed download with a header row:
+    /// `listing_id,kind,total,uniques_daily_sum`).
+    #[param(pattern = "^(json|csv)$")]
+    format: Option<String>,
 }
 
 /// An account's report over a period.
@@ -231,14 +245,18 @@ struct ReportBody {
     path = "/v1/accounts/{aid}/report",
     tag = "events",
     params(("aid" = u64, Path, description = "Account id", minimum = 0, maximum = 9223372036854775807_i64), ReportParams),
-    responses((status = 200, description = "The report (no rows: an empty list)", body = ReportBody))
+    responses((status = 200, description = "The report (no rows: an empty list)", content(
+        (ReportBody = "application/json"),
+        (String = "text/csv", example = "listing_id,kind,total,uniques_daily_sum\n48213,view,1520,1211\n"),
+    )))
 )]
 async fn report(
     State(s): State<Arc<AnalyticsHttp>>,
     Tenant(tenant): Tenant,
     Path(aid): Path<String>,
     ApiQuery(q): ApiQuery<ReportParams>,
-) -> Result<axum::Json<ReportBody>, ApiError> {
+) -> Result<Response, ApiError> {
+    let format = Format::parse(q.format.as_deref())?;
     let account_id = non_negative("account id", id("account id", &aid)?)?;
     let from = q
         .from
@@ -260,6 +278,21 @@ async fn report(
     if let Some(kind) = &q.kind {
         s.schema.check_kind(kind).map_err(ApiError::bad_request)?;
     }
+    if format == Format::Csv {
+        return export::stream(
+            Arc::clone(&s),
+            export::Request {
+                file_name: format!("account-{account_id}-{from}-{to}.csv"),
+                json_head: String::new(),
+                tenant,
+                account_id,
+                kind: q.kind,
+                export: Export::Report { from, to },
+                format,
+            },
+        )
+        .await;
+    }
     let rows = s
         .rollups
         .rollups()
@@ -271,7 +304,120 @@ async fn report(
         from: from.to_string(),
         to: to.to_string(),
         rows,
-    }))
+    })
+    .into_response())
+}
+
+/// The months (at most 120) and an optional kind of a month export.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct MonthsParams {
+    /// First UTC month, `YYYY-MM`.
+    #[param(required = true, value_type = String, pattern = r"^\d{4}-\d{2}$")]
+    from: Option<String>,
+    /// Last UTC month (inclusive), `YYYY-MM`, not before `from`.
+    #[param(required = true, value_type = String, pattern = r"^\d{4}-\d{2}$")]
+    to: Option<String>,
+    /// Only this kind (one of the configured set).
+    kind: Option<String>,
+    /// `json` (default) or `csv` (with a header row:
+    /// `listing_id,month,kind,total,uniques_daily_sum`).
+    #[param(pattern = "^(json|csv)$")]
+    format: Option<String>,
+}
+
+/// An account's month sums.
+#[derive(Debug, Serialize, ToSchema)]
+#[allow(dead_code)] // the schema of the streamed answer, written a row at a time
+struct MonthsBody {
+    /// The account.
+    account_id: i64,
+    /// First month, `YYYY-MM`.
+    from: String,
+    /// Last month (inclusive), `YYYY-MM`.
+    to: String,
+    /// Per listing of the account, month and kind: the month's sums.
+    rows: Vec<MonthRow>,
+}
+
+/// The first day of month `s` (`YYYY-MM`).
+fn month(what: &str, s: &str) -> Result<UtcDay, ApiError> {
+    let well_formed = s.len() == 7 && s.as_bytes()[4] == b'-';
+    well_formed
+        .then(|| UtcDay::parse(&format!("{s}-01")).ok())
+        .flatten()
+        .ok_or_else(|| {
+            ApiError::bad_request(format!("`{what}` must be a month YYYY-MM, got {s:?}"))
+        })
+}
+
+/// Per listing of an account, month and kind: the month sums (for invoices), from the month
+/// summary only, streamed a page of listings at a time, as JSON or CSV.
+#[utoipa::path(
+    get,
+    path = "/v1/accounts/{aid}/months",
+    tag = "events",
+    params(("aid" = u64, Path, description = "Account id", minimum = 0, maximum = 9223372036854775807_i64), MonthsParams),
+    responses((status = 200, description = "The month sums (no rows: an empty list)", content(
+        (MonthsBody = "application/json"),
+        (String = "text/csv", example = "listing_id,month,kind,total,uniques_daily_sum\n48213,2026-11,view,1520,1211\n"),
+    )))
+)]
+async fn months(
+    State(s): State<Arc<AnalyticsHttp>>,
+    Tenant(tenant): Tenant,
+    Path(aid): Path<String>,
+    ApiQuery(q): ApiQuery<MonthsParams>,
+) -> Result<Response, ApiError> {
+    let account_id = non_negative("account id", id("account id", &aid)?)?;
+    let format = Format::parse(q.format.as_deref())?;
+    let from = q
+        .from
+        .ok_or_else(|| ApiError::bad_request("missing `from` (YYYY-MM)"))?;
+    let to =
+        q.to.ok_or_else(|| ApiError::bad_request("missing `to` (YYYY-MM)"))?;
+    let (first, last) = (month("from", &from)?, month("to", &to)?);
+    if first > last {
+        return Err(ApiError::bad_request(format!(
+            "`from` {from} is after `to` {to}"
+        )));
+    }
+    let count = months_between(&from, &to) + 1;
+    if count > MAX_EXPORT_MONTHS {
+        return Err(ApiError::bad_request(format!(
+            "the period {from}..{to} spans {count} months; at most {MAX_EXPORT_MONTHS}"
+        )));
+    }
+    if let Some(kind) = &q.kind {
+        s.schema.check_kind(kind).map_err(ApiError::bad_request)?;
+    }
+    let json_head =
+        serde_json::json!({"account_id": account_id, "from": from, "to": to}).to_string();
+    export::stream(
+        Arc::clone(&s),
+        export::Request {
+            file_name: format!("account-{account_id}-months-{from}-{to}.csv"),
+            json_head: json_head.trim_end_matches('}').to_owned(),
+            tenant,
+            account_id,
+            kind: q.kind,
+            export: Export::Months {
+                from: first,
+                to: last,
+            },
+            format,
+        },
+    )
+    .await
+}
+
+/// Whole months from `from` to `to` (both `YYYY-MM`, already checked).
+fn months_between(from: &str, to: &str) -> i32 {
+    let ym = |s: &str| -> i32 {
+        s[..4].parse::<i32>().unwrap_or(0) * 12 + s[5..].parse::<i32>().unwrap_or(0)
+    };
+    ym(to) - ym(from)
 }
 
 /// Rolls a UTC day's raw events up into the summary tier (a re-run overwrites, never doubles).

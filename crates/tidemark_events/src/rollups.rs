@@ -62,6 +62,26 @@ pub struct ReportRow {
     pub uniques_daily_sum: u64,
 }
 
+/// One row of a monthly export: a listing's sums of one kind over one UTC month.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
+pub struct MonthRow {
+    /// The listing.
+    #[schema(minimum = 0)]
+    pub listing_id: i64,
+    /// The month, `YYYY-MM`.
+    #[schema(pattern = r"^\d{4}-\d{2}$")]
+    pub month: String,
+    /// The event kind.
+    pub kind: String,
+    /// Sum of the month's daily totals.
+    pub total: u64,
+    /// Sum of the month's daily uniques (a visitor of two days counts twice).
+    pub uniques_daily_sum: u64,
+}
+
+/// Every listing id (listing ids are non-negative).
+pub const ALL_LISTINGS: std::ops::RangeInclusive<i64> = 0..=i64::MAX;
+
 /// The summary-tier port: `listing_daily` and the listing → account map.
 #[async_trait]
 pub trait RollupStore: Send + Sync + std::fmt::Debug {
@@ -109,9 +129,30 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
     /// or nothing; a later pair for the same listing wins. Returns the number of pairs applied.
     async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError>;
 
-    /// Per listing of `account_id` (as mapped by `tenant`) and kind: sums of `listing_daily`
-    /// over `from..=to`, optionally only `kind`; ordered by listing and kind. Reads only
-    /// `listing_daily` and `listings`.
+    /// The listing ids of `account_id` (as mapped by `tenant`) above `after`, ascending, at
+    /// most `limit`: the pages an export walks, so it never holds a whole account at once.
+    async fn account_listings(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<i64>, StoreError>;
+
+    /// Per listing of `account_id` (as mapped by `tenant`) whose id is in `listings`, and
+    /// kind: sums of `listing_daily` over `from..=to`, optionally only `kind`; ordered by
+    /// listing and kind. Reads only the summaries and `listings`.
+    async fn report_range(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from: UtcDay,
+        to: UtcDay,
+        kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
+    ) -> Result<Vec<ReportRow>, StoreError>;
+
+    /// [`RollupStore::report_range`] over every listing of the account.
     async fn report(
         &self,
         tenant: &str,
@@ -119,7 +160,23 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
-    ) -> Result<Vec<ReportRow>, StoreError>;
+    ) -> Result<Vec<ReportRow>, StoreError> {
+        self.report_range(tenant, account_id, from, to, kind, ALL_LISTINGS)
+            .await
+    }
+
+    /// Per listing of `account_id` (as mapped by `tenant`) whose id is in `listings`, month
+    /// (first days `from_month..=to_month`) and kind: the month's sums, from `listing_monthly`
+    /// only; ordered by listing, month and kind; optionally only `kind`.
+    async fn months_range(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from_month: UtcDay,
+        to_month: UtcDay,
+        kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
+    ) -> Result<Vec<MonthRow>, StoreError>;
 
     /// Every row of `day`, ordered by listing and kind (for tests and tools).
     async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError>;

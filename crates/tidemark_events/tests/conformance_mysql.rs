@@ -64,6 +64,8 @@ async fn the_report_reads_ranges_of_the_primary_key() {
         .bind(to.to_string())
         .bind("t")
         .bind(3_i64)
+        .bind(0_i64)
+        .bind(i64::MAX)
         .fetch_all(store.pool())
         .await
         .unwrap();

@@ -24,7 +24,9 @@ use tidemark_events::archive::RawArchive;
 use tidemark_events::lifecycle::{Failure, Lifecycle, LifecycleReport, SETTLE_MS, Step};
 use tidemark_events::metrics::EventsMetrics;
 use tidemark_events::rollup::RollupService;
-use tidemark_events::rollups::{DailyRow, MysqlRollups, ReportRow, RollupStore, SqliteRollups};
+use tidemark_events::rollups::{
+    DailyRow, MonthRow, MysqlRollups, ReportRow, RollupStore, SqliteRollups,
+};
 use tidemark_events::testing::InfluxServer;
 use tidemark_events::{DayState, Event, EventsConfig, InfluxRaw, RawStore, SqliteRaw};
 
@@ -51,15 +53,42 @@ impl RollupStore for Switchable {
     async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError> {
         self.inner.put_listings(tenant, pairs).await
     }
-    async fn report(
+    async fn account_listings(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<i64>, StoreError> {
+        self.inner
+            .account_listings(tenant, account_id, after, limit)
+            .await
+    }
+    async fn months_range(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from_month: UtcDay,
+        to_month: UtcDay,
+        kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
+    ) -> Result<Vec<MonthRow>, StoreError> {
+        self.inner
+            .months_range(tenant, account_id, from_month, to_month, kind, listings)
+            .await
+    }
+    async fn report_range(
         &self,
         tenant: &str,
         account_id: i64,
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<ReportRow>, StoreError> {
-        self.inner.report(tenant, account_id, from, to, kind).await
+        self.inner
+            .report_range(tenant, account_id, from, to, kind, listings)
+            .await
     }
     async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {
         self.inner.day_rows(day).await

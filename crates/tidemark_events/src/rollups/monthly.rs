@@ -27,6 +27,12 @@ fn day_of(d: Date) -> UtcDay {
     UtcDay::of_ms(d.midnight().assume_utc().unix_timestamp() * 1000)
 }
 
+/// `YYYY-MM` of `day`'s month.
+pub(crate) fn month_name(day: UtcDay) -> String {
+    let d = date(day);
+    format!("{:04}-{:02}", d.year(), u8::from(d.month()))
+}
+
 /// The first day of `day`'s month.
 pub(crate) fn month_of(day: UtcDay) -> UtcDay {
     let d = date(day);

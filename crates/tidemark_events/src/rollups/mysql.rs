@@ -35,7 +35,7 @@ use tidemark_core::schema::migrate_mysql;
 use tidemark_core::store::{ErrorKind, StoreError};
 
 use super::monthly::{self, Source, report_parts};
-use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
+use super::{DailyRow, MonthRow, ReportRow, RollupStore, produced_keys, stale_keys};
 use crate::leases::mysql::{MysqlDayLeases, check_fence};
 use crate::leases::{DayLease, DayLeases};
 use crate::schema::Schema;
@@ -60,7 +60,7 @@ pub fn report_part_sql(table: &str, column: &str, with_kind: bool) -> String {
     format!(
         "SELECT d.listing_id, d.event, SUM(d.total) AS t, SUM(d.uniques) AS u, {n} AS n
          FROM listings l JOIN {table} d ON d.listing_id = l.id AND d.{column} BETWEEN ? AND ?
-         WHERE l.tenant = ? AND l.account_id = ?{}
+         WHERE l.tenant = ? AND l.account_id = ? AND l.id BETWEEN ? AND ?{}
          GROUP BY d.listing_id, d.event",
         if with_kind { " AND d.event = ?" } else { "" }
     )
@@ -284,13 +284,73 @@ impl RollupStore for MysqlRollups {
         Ok(pairs.len())
     }
 
-    async fn report(
+    async fn account_listings(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<i64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT id FROM listings WHERE tenant = ? AND account_id = ? AND id > ?
+             ORDER BY id LIMIT ?",
+        )
+        .bind(tenant)
+        .bind(account_id)
+        .bind(after)
+        .bind(u64::try_from(limit).unwrap_or(u64::MAX))
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
+    async fn months_range(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from_month: UtcDay,
+        to_month: UtcDay,
+        kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
+    ) -> Result<Vec<MonthRow>, StoreError> {
+        let sql = format!(
+            "SELECT l.id, DATE_FORMAT(d.month, '%Y-%m'), d.event, d.total, d.uniques
+             FROM listings l JOIN listing_monthly d ON d.listing_id = l.id AND d.month BETWEEN ? AND ?
+             WHERE l.tenant = ? AND l.account_id = ? AND l.id BETWEEN ? AND ?{}
+             ORDER BY l.id, d.month, d.event",
+            if kind.is_some() { " AND d.event = ?" } else { "" }
+        );
+        let mut q = sqlx::query(&sql)
+            .bind(from_month.to_string())
+            .bind(to_month.to_string())
+            .bind(tenant)
+            .bind(account_id)
+            .bind(*listings.start())
+            .bind(*listings.end());
+        if let Some(k) = kind {
+            q = q.bind(k);
+        }
+        let rows = q.fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|r| {
+                Ok(MonthRow {
+                    listing_id: r.try_get(0)?,
+                    month: r.try_get(1)?,
+                    kind: text(r.try_get(2)?)?,
+                    total: u64::try_from(r.try_get::<i64, _>(3)?).unwrap_or(0),
+                    uniques_daily_sum: u64::try_from(r.try_get::<i64, _>(4)?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    async fn report_range(
         &self,
         tenant: &str,
         account_id: i64,
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<ReportRow>, StoreError> {
         let parts = report_parts(from, to);
         if parts.is_empty() {
@@ -327,7 +387,9 @@ impl RollupStore for MysqlRollups {
                 .bind(p.from.to_string())
                 .bind(p.to.to_string())
                 .bind(tenant)
-                .bind(account_id);
+                .bind(account_id)
+                .bind(*listings.start())
+                .bind(*listings.end());
             if let Some(k) = kind {
                 q = q.bind(k);
             }

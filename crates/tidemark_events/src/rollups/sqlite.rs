@@ -42,7 +42,7 @@ use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening
 use tidemark_core::store::StoreError;
 
 use super::monthly::{self, Source};
-use super::{DailyRow, ReportRow, RollupStore, produced_keys, stale_keys};
+use super::{DailyRow, MonthRow, ReportRow, RollupStore, produced_keys, stale_keys};
 
 /// Read-side tuning for the report: memory-map the file and keep a larger page cache, so a
 /// year of one account's rows is read without a system call per page. Setting a pragma to the
@@ -197,13 +197,84 @@ impl RollupStore for SqliteRollups {
             .await
     }
 
-    async fn report(
+    async fn account_listings(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        after: i64,
+        limit: usize,
+    ) -> Result<Vec<i64>, StoreError> {
+        let tenant = tenant.to_owned();
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        self.reads
+            .read(move |conn| {
+                Ok(conn
+                    .prepare_cached(
+                        "SELECT listing_id FROM listings
+                         WHERE tenant = ?1 AND account_id = ?2 AND listing_id > ?3
+                         ORDER BY listing_id LIMIT ?4",
+                    )?
+                    .query_map(params![tenant, account_id, after, limit], |r| r.get(0))?
+                    .collect::<rusqlite::Result<_>>()?)
+            })
+            .await
+    }
+
+    async fn months_range(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from_month: UtcDay,
+        to_month: UtcDay,
+        kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
+    ) -> Result<Vec<MonthRow>, StoreError> {
+        let tenant = tenant.to_owned();
+        let kind = kind.map(str::to_owned);
+        self.reads
+            .read(move |conn| {
+                conn.execute_batch(READ_TUNING)?;
+                let mut stmt = conn.prepare_cached(
+                    "SELECT l.listing_id, d.month, d.event, d.total, d.uniques
+                     FROM listings l JOIN listing_monthly d
+                       ON d.listing_id = l.listing_id AND d.month BETWEEN ?3 AND ?4
+                     WHERE l.tenant = ?1 AND l.account_id = ?2 AND l.listing_id BETWEEN ?5 AND ?6
+                       AND (?7 IS NULL OR d.event = ?7)
+                     ORDER BY l.listing_id, d.month, d.event",
+                )?;
+                let rows = stmt.query_map(
+                    params![
+                        tenant,
+                        account_id,
+                        from_month.0,
+                        to_month.0,
+                        listings.start(),
+                        listings.end(),
+                        kind
+                    ],
+                    |r| {
+                        Ok(MonthRow {
+                            listing_id: r.get(0)?,
+                            month: monthly::month_name(UtcDay(r.get(1)?)),
+                            kind: r.get(2)?,
+                            total: to_u64(r.get(3)?),
+                            uniques_daily_sum: to_u64(r.get(4)?),
+                        })
+                    },
+                )?;
+                Ok(rows.collect::<rusqlite::Result<Vec<_>>>()?)
+            })
+            .await
+    }
+
+    async fn report_range(
         &self,
         tenant: &str,
         account_id: i64,
         from: UtcDay,
         to: UtcDay,
         kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<ReportRow>, StoreError> {
         let tenant = tenant.to_owned();
         let kind = kind.map(str::to_owned);
@@ -214,9 +285,12 @@ impl RollupStore for SqliteRollups {
                 let listings: Vec<i64> = tx
                     .prepare_cached(
                         "SELECT listing_id FROM listings WHERE tenant = ?1 AND account_id = ?2
-                         ORDER BY listing_id",
+                         AND listing_id BETWEEN ?3 AND ?4 ORDER BY listing_id",
                     )?
-                    .query_map(params![tenant, account_id], |r| r.get(0))?
+                    .query_map(
+                        params![tenant, account_id, listings.start(), listings.end()],
+                        |r| r.get(0),
+                    )?
                     .collect::<rusqlite::Result<_>>()?;
                 let parts = monthly::report_parts(from, to);
                 let mut days = tx.prepare_cached(REPORT_DAYS)?;
