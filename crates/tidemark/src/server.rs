@@ -278,10 +278,13 @@ pub async fn run(
     while workers.join_next().await.is_some() {}
     chat_for_shutdown.drain_contacts().await;
     links_for_shutdown.drain_events().await;
+    let deliveries = links_for_shutdown.deliveries();
     drop(links_for_shutdown);
     match Arc::try_unwrap(pool) {
         Ok(pool) => {
             pool.shutdown().await;
+            // The messages the pool delivered while draining, counted before the stores close.
+            deliveries.drain().await;
         }
         Err(_) => {
             tracing::warn!("sending pool still shared at shutdown; queued mail drains unobserved")

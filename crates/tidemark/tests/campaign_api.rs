@@ -288,3 +288,41 @@ async fn campaign_statistics_in(mode: Mode) {
     assert_eq!(v["error"]["code"], "not_found", "{v}");
     server.cleanup().await;
 }
+
+/// A graceful stop right after a send: the messages the pool still delivers while it drains
+/// are counted before the stores close, so after a restart every handed message is delivered
+/// or failed in the statistics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deliveries_made_while_stopping_are_counted() {
+    let mut server = TestServer::start(&[("TIDEMARK_LINKS__MAIL__CONNECTIONS", "1")]).await;
+    let c = client();
+    let (st, v) = call(&c, Method::POST, &server.url("/v1/mailings"), Some(json!({"subject": "Deals", "from": "news@shop.example", "html": "<p>Hi <a href=\"https://shop.example/\">x</a></p>"}))).await;
+    assert_eq!(st, 201, "{v}");
+    let mid = v["mailing_id"].as_str().unwrap().to_owned();
+    let recipients: Vec<Value> = (0..300)
+        .map(|i| json!({"email": format!("r{i}@x.example"), "fields": {}}))
+        .collect();
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/mailings/{mid}/send")),
+        Some(json!({"recipients": recipients})),
+    )
+    .await;
+    assert_eq!((st, &v["queued"]), (202, &json!(300)), "{v}");
+    assert!(server.terminate().success());
+    server.spawn().await;
+    let (st, v) = call(
+        &c,
+        Method::GET,
+        &server.url(&format!("/v1/mailings/{mid}/stats")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(
+        v["sending"],
+        json!({"handed": 300, "delivered": 300, "failed": 0})
+    );
+    server.cleanup().await;
+}

@@ -187,6 +187,12 @@ impl LinksService {
         self.deliveries.drain().await;
     }
 
+    /// The sending pool's outcomes on their way to the statistics: to drain after the pool
+    /// itself was shut down, whose last deliveries report after [`LinksService::drain_events`].
+    pub fn deliveries(&self) -> Deliveries {
+        self.deliveries.clone()
+    }
+
     /// The configuration in force.
     pub fn config(&self) -> &LinksConfig {
         &self.cfg
