@@ -28,6 +28,7 @@ use tidemark_events::http::EventsHttp;
 use tidemark_events::lifecycle::Lifecycle;
 use tidemark_events::report_http::AnalyticsHttp;
 use tidemark_events::rollup::RollupService;
+use tidemark_events::usage::KindUsage;
 use tidemark_links::metrics::LinksMetrics;
 use tidemark_links::partitions::PartitionManager;
 use tidemark_links::service::LinksService;
@@ -104,7 +105,13 @@ impl Node {
         // Each port on the engine its URL names (SQLite by default): `events.raw`,
         // `events.rollups`.
         let raw = tidemark_events::stores::open_raw(&config.events, &events_dir).await?;
-        let ingest = Ingest::new(raw, config.events.clone()).with_store_health(health.clone());
+        // The summary tier (listing_daily, listings): reports, rollups on demand; and the
+        // event-kind audit's usage, which every stored batch and every report notes.
+        let rollups = tidemark_events::stores::open_rollups(&config.events, &events_dir).await?;
+        let usage = KindUsage::new(Arc::clone(&rollups));
+        let ingest = Ingest::new(raw, config.events.clone())
+            .with_store_health(health.clone())
+            .with_usage(usage.clone());
         // Large ingest bodies are inflated and parsed here, and mailings rendered, off the
         // runtime's workers.
         let cpu = CpuPool::per_core();
@@ -113,8 +120,6 @@ impl Node {
             clock: Arc::clone(&clock),
             pool: cpu.clone(),
         };
-        // The summary tier (listing_daily, listings): reports, rollups on demand.
-        let rollups = tidemark_events::stores::open_rollups(&config.events, &events_dir).await?;
         // Nodes sharing the summary tier take in and count the same events.
         rollups.agree_schema(&config.events.schema).await?;
         // Per-day leases where the summary tier is (every node's, on MariaDB), shared with
@@ -124,6 +129,9 @@ impl Node {
             rollups: RollupService::new(Arc::clone(ingest.raw()), rollups, Arc::clone(&clock))
                 .with_leases(day_leases),
             schema: config.events.schema.clone(),
+            usage: Some(usage.clone()),
+            raw_retention: config.events.raw_retention,
+            kind_audit_days: config.events.kind_audit_days,
         };
         // Wiring: a conversation's first message about a listing is one `contact` event.
         let chat = chat.with_contact_sink(Arc::new(crate::wiring::ContactEvents {
@@ -227,6 +235,11 @@ pub async fn run(
     let mut workers = JoinSet::new();
     if config.role.runs_workers() {
         background.spawn(&chat, &mut workers, &cancel).await?;
+    }
+    // Every node notes the event kinds it stores and reads; the figures reach the summary
+    // store every few seconds and at a graceful stop.
+    if let Some(usage) = analytics.usage.clone() {
+        workers.spawn(usage.run(cancel.clone()));
     }
     if config.min_free_disk_mb > 0 {
         workers.spawn(watch_free_space(

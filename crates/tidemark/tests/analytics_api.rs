@@ -629,6 +629,125 @@ async fn exports_stream_every_listing_of_the_account_in(mode: Mode) {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_kind_audit() {
+    the_event_kind_audit_in(Mode::Embedded).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_event_kind_audit_on_influxdb_and_mariadb() {
+    the_event_kind_audit_in(Mode::Production).await;
+}
+
+/// Kinds written and read show when, how much per day and by what; a declared kind never
+/// written nor read is flagged both ways.
+async fn the_event_kind_audit_in(mode: Mode) {
+    let server = TestServer::start_in(mode, &[]).await;
+    let c = client();
+    let today = UtcDay::of_ms(SystemClock.now_ms());
+    let yesterday = today.plus(-1);
+    let y = yesterday.start_ms() + 3_600_000;
+    let t = SystemClock.now_ms() - 1_000;
+    let batch = json!([
+        ev(y, "view", Some(101), Some("s1")),
+        ev(y + 1, "view", Some(101), Some("s2")),
+        ev(t, "view", Some(101), Some("s3")),
+        ev(y, "contact", Some(101), Some("s1")),
+    ]);
+    let (st, v) = call(&c, Method::POST, &server.url("/v1/events"), Some(batch)).await;
+    assert_eq!(st, 202, "{v}");
+    let r = c
+        .put(server.url("/v1/listings/101"))
+        .bearer_auth(KEY)
+        .json(&json!({"account_id": 7}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 204);
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{yesterday}")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let (st, v) = report(
+        &c,
+        &server,
+        &format!("from={yesterday}&to={yesterday}&kind=view"),
+    )
+    .await;
+    assert_eq!((st, v["rows"].as_array().unwrap().len()), (200, 1), "{v}");
+
+    let (st, v) = call(&c, Method::GET, &server.url("/v1/events/kinds"), None).await;
+    assert_eq!(st, 200, "{v}");
+    assert_eq!(v["stale_days"], 30);
+    assert_eq!(v["raw_window_from"], today.plus(-7).to_string());
+    let kind = |name: &str| -> Value {
+        v["kinds"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|k| k["kind"] == name)
+            .unwrap_or_else(|| panic!("no {name} in {v}"))
+            .clone()
+    };
+    let view = kind("view");
+    assert_eq!(view["status"], "declared");
+    assert_eq!(
+        view["events_per_day"],
+        json!([{"day": yesterday.to_string(), "events": 2}, {"day": today.to_string(), "events": 1}])
+    );
+    assert!(
+        view["last_written"]
+            .as_str()
+            .unwrap()
+            .starts_with(&today.to_string()[..4])
+    );
+    assert_eq!(
+        (
+            &view["last_read_by"],
+            &view["not_written"],
+            &view["not_read"]
+        ),
+        (&json!("report"), &json!(false), &json!(false))
+    );
+    let contact = kind("contact");
+    assert_eq!(
+        contact["events_per_day"],
+        json!([{"day": yesterday.to_string(), "events": 1}])
+    );
+    assert_eq!(
+        (
+            &contact["last_read"],
+            &contact["not_read"],
+            &contact["not_written"]
+        ),
+        (&Value::Null, &json!(true), &json!(false))
+    );
+    let click = kind("click");
+    assert_eq!(
+        (
+            &click["last_written"],
+            &click["not_written"],
+            &click["events_per_day"]
+        ),
+        (&Value::Null, &json!(true), &json!([]))
+    );
+    for bad in ["0", "3661", "x"] {
+        let (st, v) = call(
+            &c,
+            Method::GET,
+            &server.url(&format!("/v1/events/kinds?stale_days={bad}")),
+            None,
+        )
+        .await;
+        assert_eq!(st, 400, "{bad}: {v}");
+    }
+    server.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn ingest_answers_503_while_influxdb_is_down_and_acknowledges_nothing_unstored() {
     let mut server = TestServer::start_in(Mode::Production, &[]).await;
     let c = client();

@@ -38,6 +38,7 @@ const V1_ROUTES: &[(&str, &str)] = &[
     ("POST", "/v1/listings"),
     ("GET", "/v1/accounts/{aid}/report"),
     ("GET", "/v1/accounts/{aid}/months"),
+    ("GET", "/v1/events/kinds"),
     ("POST", "/v1/rollups/{day}"),
 ];
 

@@ -44,6 +44,9 @@ pub struct EventsConfig {
     /// `<data_dir>/events/rollups.db`) or a MariaDB / MySQL URL
     /// `mysql://user[:password]@host[:port]/database`.
     pub rollups: String,
+    /// After how many days without a write or a read a kind is flagged by the event-kind
+    /// audit (`GET /v1/events/kinds`, [`crate::usage`]; default 30; `?stale_days=` overrides).
+    pub kind_audit_days: u32,
 }
 
 impl Default for EventsConfig {
@@ -58,6 +61,7 @@ impl Default for EventsConfig {
             day_lease: Duration::from_secs(300),
             raw: "sqlite".into(),
             rollups: "sqlite".into(),
+            kind_audit_days: 30,
         }
     }
 }

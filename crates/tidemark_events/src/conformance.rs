@@ -14,6 +14,7 @@ use crate::model::Event;
 use crate::raw::catalog::{Mark, PENDING_EXPIRES_MS};
 use crate::raw::{DayCatalog, MinuteCount, RawError, RawStore};
 use crate::rollups::{ALL_LISTINGS, DailyRow, MonthRow, ReportRow, RollupStore};
+use crate::usage::{Read, UsageFigures, Written};
 
 fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
     DailyRow {
@@ -319,6 +320,56 @@ pub async fn rollup_store(s: Arc<dyn RollupStore>) {
             report_row(1, "phone_reveal", 4, 4),
             report_row(1, "view", 1, 1)
         ]
+    );
+
+    // The event-kind audit's usage: events per (kind, day) add up across flushes (and
+    // nodes), the later arrival and the later read are kept.
+    assert_eq!(s.kind_usage().await.unwrap(), UsageFigures::default());
+    let usage = |written: &[(&str, i32, u64, i64)], read: &[(&str, i64, &str)]| UsageFigures {
+        written: written
+            .iter()
+            .map(|&(k, d, events, last_ms)| {
+                ((k.to_owned(), UtcDay(d)), Written { events, last_ms })
+            })
+            .collect(),
+        read: read
+            .iter()
+            .map(|&(k, at_ms, by)| {
+                (
+                    k.to_owned(),
+                    Read {
+                        at_ms,
+                        by: by.to_owned(),
+                    },
+                )
+            })
+            .collect(),
+    };
+    s.add_kind_usage(&usage(
+        &[("view", 20_000, 5, 1_000), ("click", 20_001, 1, 900)],
+        &[("view", 2_000, "report")],
+    ))
+    .await
+    .unwrap();
+    s.add_kind_usage(&usage(
+        &[("view", 20_000, 2, 800), ("view", 19_000, 1, 10)],
+        &[("view", 1_500, "dashboard"), ("click", 3_000, "export")],
+    ))
+    .await
+    .unwrap();
+    s.add_kind_usage(&usage(&[], &[("click", 4_000, "dashboard")]))
+        .await
+        .unwrap();
+    assert_eq!(
+        s.kind_usage().await.unwrap(),
+        usage(
+            &[
+                ("click", 20_001, 1, 900),
+                ("view", 19_000, 1, 10),
+                ("view", 20_000, 7, 1_000)
+            ],
+            &[("click", 4_000, "dashboard"), ("view", 2_000, "report")]
+        )
     );
 }
 

@@ -13,6 +13,7 @@ use tidemark_core::timefmt;
 use crate::config::EventsConfig;
 use crate::model::Event;
 use crate::raw::{RawError, RawStore};
+use crate::usage::KindUsage;
 
 mod decode;
 
@@ -133,6 +134,8 @@ pub struct Ingest {
     cfg: EventsConfig,
     /// Where its appends are reported ([`Ingest::with_store_health`]).
     health: StoreHealth,
+    /// Where each stored batch's kinds are noted ([`Ingest::with_usage`]).
+    usage: Option<KindUsage>,
 }
 
 /// The raw tier's name in the node's [`StoreHealth`].
@@ -145,7 +148,20 @@ impl Ingest {
             raw,
             cfg,
             health: StoreHealth::default(),
+            usage: None,
         }
+    }
+
+    /// Notes the kinds and days of every stored batch in `usage` (the event-kind audit).
+    #[must_use]
+    pub fn with_usage(mut self, usage: KindUsage) -> Self {
+        self.usage = Some(usage);
+        self
+    }
+
+    /// The event-kind usage this ingest notes, if any.
+    pub fn usage(&self) -> Option<&KindUsage> {
+        self.usage.as_ref()
     }
 
     /// Reports each append to `health`, the node's, under [`RAW_STORE`]: a full raw tier
@@ -188,12 +204,19 @@ impl Ingest {
             .collect();
         let events = finish(events, bad)?;
         let n = events.len();
+        let per = self
+            .usage
+            .as_ref()
+            .map(|_| KindUsage::per_kind_and_day(&events));
         let appended = self.raw.append(events, now_ms).await;
         self.health.record(RAW_STORE, &appended);
         appended.map_err(|e| match e {
             RawError::Store(s) => IngestError::Store(s),
             d @ RawError::DayDropped(_) => IngestError::DayDropped(d.to_string()),
         })?;
+        if let (Some(usage), Some(per)) = (&self.usage, per) {
+            usage.wrote(per, now_ms);
+        }
         Ok(n)
     }
 }

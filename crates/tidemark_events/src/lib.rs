@@ -74,6 +74,7 @@ pub mod schema;
 pub mod stores;
 #[cfg(feature = "testing")]
 pub mod testing;
+pub mod usage;
 
 /// The OpenAPI description of the events' `/v1` routes (ingest, recent, top, listings,
 /// reports, rollups); the server merges it into `/v1/openapi.json`.

@@ -173,12 +173,18 @@ async fn recent(
         .counts_per_minute(since, until)
         .await
         .map_err(|e| ApiError::store(e.kind(), format!("raw tier: {e}")))?;
-    Ok(axum::Json(fill(
-        since,
-        until,
-        &s.ingest.config().schema.kinds,
-        &counts,
-    )))
+    let answer = fill(since, until, &s.ingest.config().schema.kinds, &counts);
+    if let Some(usage) = s.ingest.usage() {
+        // The kinds the dashboard showed events of were read (the event-kind audit).
+        let shown = answer.minutes.iter().flat_map(|m| {
+            m.counts
+                .iter()
+                .filter(|(_, n)| **n > 0)
+                .map(|(k, _)| k.as_str())
+        });
+        usage.read(shown, "dashboard", s.clock.now_ms());
+    }
+    Ok(axum::Json(answer))
 }
 
 /// Query of `top`.

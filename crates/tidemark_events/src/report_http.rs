@@ -31,6 +31,7 @@ use utoipa::{IntoParams, ToSchema};
 use crate::rollup::{RollupError, RollupOutcome, RollupService};
 use crate::rollups::{MonthRow, ReportRow};
 use crate::schema::Schema;
+use crate::usage::{KindUsage, KindsAudit};
 
 /// Longest report period, in days (a leap year).
 pub const MAX_REPORT_DAYS: i32 = 366;
@@ -50,11 +51,26 @@ pub struct AnalyticsHttp {
     pub rollups: RollupService,
     /// The schema (for the closed set of kinds a report may filter on).
     pub schema: Schema,
+    /// The event-kind audit's usage: reports and exports note the kinds they read.
+    pub usage: Option<KindUsage>,
+    /// `events.raw_retention`: the raw window the audit shows days of.
+    pub raw_retention: std::time::Duration,
+    /// `events.kind_audit_days`: the audit's default `stale_days`.
+    pub kind_audit_days: u32,
+}
+
+impl AnalyticsHttp {
+    /// Notes that `by` read `kinds` now.
+    fn note_read<'a>(&self, kinds: impl IntoIterator<Item = &'a str>, by: &str) {
+        if let Some(u) = &self.usage {
+            u.read(kinds, by, self.rollups.clock().now_ms());
+        }
+    }
 }
 
 /// The OpenAPI description of the listing, report and rollup routes.
 #[derive(Debug, utoipa::OpenApi)]
-#[openapi(paths(put_listing, post_listings, report, months, roll_up))]
+#[openapi(paths(put_listing, post_listings, report, months, roll_up, kinds))]
 pub(crate) struct AnalyticsApi;
 
 /// The listing, report and rollup routes.
@@ -64,6 +80,7 @@ pub fn analytics_router(state: AnalyticsHttp) -> Router {
         .route("/v1/listings", post(post_listings))
         .route("/v1/accounts/{aid}/report", get(report))
         .route("/v1/accounts/{aid}/months", get(months))
+        .route("/v1/events/kinds", get(kinds))
         .route("/v1/rollups/{day}", post(roll_up));
     body_limit(routes, 16 * 1024 * 1024).with_state(Arc::new(state))
 }
@@ -299,6 +316,7 @@ async fn report(
         .report(&tenant, account_id, from, to, q.kind.as_deref())
         .await
         .map_err(store_error)?;
+    s.note_read(rows.iter().map(|r| r.kind.as_str()), "report");
     Ok(axum::Json(ReportBody {
         account_id,
         from: from.to_string(),
@@ -440,4 +458,54 @@ async fn roll_up(
 ) -> Result<axum::Json<RollupOutcome>, ApiError> {
     let d = day("day", &d)?;
     Ok(axum::Json(s.rollups.roll_up(d).await?))
+}
+
+/// How many days without a write or read flag a kind.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+struct KindsParams {
+    /// Days (1 to 3660; default `events.kind_audit_days`, 30).
+    #[param(minimum = 1, maximum = 3660)]
+    stale_days: Option<u32>,
+}
+
+/// The event-kind audit (seed 002: about 180 kinds accumulated, unchecked): per declared kind,
+/// and per retired one (written or read once, no longer declared), when it was last written
+/// and read (by a report, an export or the dashboard), its events per day over the raw window,
+/// and whether it went unwritten or unread for `stale_days`.
+#[utoipa::path(
+    get,
+    path = "/v1/events/kinds",
+    tag = "events",
+    params(KindsParams),
+    responses((status = 200, description = "The audit", body = KindsAudit))
+)]
+async fn kinds(
+    State(s): State<Arc<AnalyticsHttp>>,
+    _t: Tenant,
+    ApiQuery(q): ApiQuery<KindsParams>,
+) -> Result<axum::Json<KindsAudit>, ApiError> {
+    let stale_days = q.stale_days.unwrap_or(s.kind_audit_days);
+    if !(1..=3660).contains(&stale_days) {
+        return Err(ApiError::bad_request(format!(
+            "`stale_days` must be 1 to 3660, got {stale_days}"
+        )));
+    }
+    // This node's latest figures first, so the answer includes them.
+    if let Some(u) = &s.usage {
+        u.flush().await.map_err(store_error)?;
+    }
+    let figures = s
+        .rollups
+        .rollups()
+        .kind_usage()
+        .await
+        .map_err(store_error)?;
+    let now = s.rollups.clock().now_ms();
+    let raw_days = s.raw_retention.as_secs().div_ceil(86_400);
+    let raw_from = UtcDay::of_ms(now).plus(-i32::try_from(raw_days).unwrap_or(i32::MAX));
+    Ok(axum::Json(crate::usage::audit(
+        &s.schema, &figures, raw_from, stale_days, now,
+    )))
 }

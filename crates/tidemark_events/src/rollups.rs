@@ -30,6 +30,7 @@ use tidemark_core::store::StoreError;
 
 use crate::leases::{DayLease, DayLeases, ProcessLeases};
 use crate::schema::Schema;
+use crate::usage::UsageFigures;
 
 pub use mysql::{MysqlRollups, report_part_sql as mysql_report_part_sql};
 pub use sqlite::SqliteRollups;
@@ -180,6 +181,13 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
 
     /// Every row of `day`, ordered by listing and kind (for tests and tools).
     async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError>;
+
+    /// Adds event-kind usage ([`crate::usage`]) in one transaction: events per `(kind, day)`
+    /// summed, the later arrival and the later read kept, so every node adds its own.
+    async fn add_kind_usage(&self, figures: &UsageFigures) -> Result<(), StoreError>;
+
+    /// All event-kind usage kept.
+    async fn kind_usage(&self) -> Result<UsageFigures, StoreError>;
 }
 
 /// The `(listing_id, kind)` keys of a day's `existing` rows that a new run's `rows` no longer

@@ -53,6 +53,15 @@ impl RollupStore for Switchable {
     async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError> {
         self.inner.put_listings(tenant, pairs).await
     }
+    async fn add_kind_usage(
+        &self,
+        figures: &tidemark_events::usage::UsageFigures,
+    ) -> Result<(), StoreError> {
+        self.inner.add_kind_usage(figures).await
+    }
+    async fn kind_usage(&self) -> Result<tidemark_events::usage::UsageFigures, StoreError> {
+        self.inner.kind_usage().await
+    }
     async fn account_listings(
         &self,
         tenant: &str,

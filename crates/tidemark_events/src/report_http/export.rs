@@ -77,6 +77,7 @@ impl Export {
     /// The rows of the listings in `listings`, each encoded by `encode`.
     async fn page(
         &self,
+        s: &AnalyticsHttp,
         store: &dyn RollupStore,
         r: &Request,
         listings: RangeInclusive<i64>,
@@ -88,12 +89,14 @@ impl Export {
                 let rows = store
                     .report_range(&r.tenant, r.account_id, from, to, kind, listings)
                     .await?;
+                s.note_read(rows.iter().map(|r| r.kind.as_str()), "export");
                 Ok(encode.rows(&rows))
             }
             Export::Months { from, to } => {
                 let rows = store
                     .months_range(&r.tenant, r.account_id, from, to, kind, listings)
                     .await?;
+                s.note_read(rows.iter().map(|r| r.kind.as_str()), "export");
                 Ok(encode.rows(&rows))
             }
         }
@@ -158,7 +161,7 @@ pub(super) async fn stream(s: Arc<AnalyticsHttp>, r: Request) -> Result<Response
     if let Some(&last) = ids.last() {
         head.extend_from_slice(
             &r.export
-                .page(store.as_ref(), &r, after + 1..=last, &mut encode)
+                .page(&s, store.as_ref(), &r, after + 1..=last, &mut encode)
                 .await
                 .map_err(store_error)?,
         );
@@ -181,7 +184,7 @@ pub(super) async fn stream(s: Arc<AnalyticsHttp>, r: Request) -> Result<Response
             };
             let bytes = r
                 .export
-                .page(store.as_ref(), &r, after + 1..=last, &mut encode)
+                .page(&s, store.as_ref(), &r, after + 1..=last, &mut encode)
                 .await?;
             let done = ids.len() < EXPORT_PAGE;
             Ok(Some((bytes, (last, done, encode, s, r))))

@@ -7,6 +7,7 @@
 //!   `rollup_kinds`, and `listings` with its index `(tenant, account_id)`.
 //! - version 2: `listing_monthly`, the month sums of `listing_daily` (as on MariaDB), built
 //!   from the days already there.
+//! - version 3: `kind_written` and `kind_read`, the event-kind audit ([`crate::usage`]).
 //! - adopting a file made before versions were recorded: a `listing_daily` keyed
 //!   `(listing_id, day, event)` is rebuilt with version 1's key ([`rekey_listing_daily`]), and
 //!   `rollup_kinds` gets every kind `listing_daily` holds ([`fill_rollup_kinds`]): the report
@@ -20,6 +21,7 @@
 //! - version 2: `events_day_lease`, the per-day leases of the lifecycle ([`crate::leases`]),
 //!   here so that a summary write checks its lease in its own transaction; `events_meta`,
 //!   the events schema the nodes sharing the database agree on.
+//! - version 3: `kind_written` and `kind_read`, the event-kind audit ([`crate::usage`]).
 //! - adopting a database made before versions were recorded: `listing_monthly`, which version
 //!   1's `IF NOT EXISTS` made empty beside the days of a database made before it, is built from
 //!   `listing_daily` ([`build_listing_monthly`]).
@@ -41,6 +43,10 @@ pub(super) static SQLITE: Versions<SqliteUp> = Versions {
             what: "listing_monthly, built from listing_daily",
             up: SqliteUp::Sql(SQLITE_V2),
         },
+        Step {
+            what: "kind_written and kind_read",
+            up: SqliteUp::Sql(SQLITE_V3),
+        },
     ],
     adopt: &[
         Step {
@@ -53,6 +59,23 @@ pub(super) static SQLITE: Versions<SqliteUp> = Versions {
         },
     ],
 };
+
+/// Version 3: the event-kind audit. Events per `(kind, UTC day of the event)` with the last
+/// arrival, and each kind's last read and its reader.
+const SQLITE_V3: &str = "
+CREATE TABLE IF NOT EXISTS kind_written (
+    kind TEXT NOT NULL,
+    day INTEGER NOT NULL,
+    events INTEGER NOT NULL,
+    last_ms INTEGER NOT NULL,
+    PRIMARY KEY (kind, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS kind_read (
+    kind TEXT NOT NULL PRIMARY KEY,
+    at_ms INTEGER NOT NULL,
+    reader TEXT NOT NULL
+) WITHOUT ROWID;
+";
 
 pub(super) const SQLITE_V1: &str = "
 CREATE TABLE IF NOT EXISTS listing_daily (
@@ -156,6 +179,23 @@ pub(super) static MYSQL: Versions<MysqlUp> = Versions {
                     holder VARCHAR(128) NOT NULL,
                     token BIGINT UNSIGNED NOT NULL,
                     expires_ms BIGINT NOT NULL
+                ) ENGINE=InnoDB",
+            ]),
+        },
+        Step {
+            what: "kind_written and kind_read",
+            up: MysqlUp::Sql(&[
+                "CREATE TABLE IF NOT EXISTS kind_written (
+                    kind VARCHAR(100) NOT NULL,
+                    day DATE NOT NULL,
+                    events BIGINT UNSIGNED NOT NULL,
+                    last_ms BIGINT NOT NULL,
+                    PRIMARY KEY (kind, day)
+                ) ENGINE=InnoDB",
+                "CREATE TABLE IF NOT EXISTS kind_read (
+                    kind VARCHAR(100) NOT NULL PRIMARY KEY,
+                    at_ms BIGINT NOT NULL,
+                    reader VARCHAR(32) NOT NULL
                 ) ENGINE=InnoDB",
             ]),
         },

@@ -39,6 +39,7 @@ use super::{DailyRow, MonthRow, ReportRow, RollupStore, produced_keys, stale_key
 use crate::leases::mysql::{MysqlDayLeases, check_fence};
 use crate::leases::{DayLease, DayLeases};
 use crate::schema::Schema;
+use crate::usage::{Read, UsageFigures, Written};
 
 /// Rows per multi-row `INSERT` (5 placeholders each, far below the 65,535 limit).
 const ROWS_PER_INSERT: usize = 1_000;
@@ -405,6 +406,68 @@ impl RollupStore for MysqlRollups {
                 })
             })
             .collect()
+    }
+
+    async fn add_kind_usage(&self, figures: &UsageFigures) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        let written: Vec<_> = figures.written.iter().collect();
+        for chunk in written.chunks(500) {
+            let mut q = QueryBuilder::new("INSERT INTO kind_written (kind, day, events, last_ms) ");
+            q.push_values(chunk, |mut b, ((kind, day), w)| {
+                b.push_bind(kind)
+                    .push_bind(day.to_string())
+                    .push_bind(w.events)
+                    .push_bind(w.last_ms);
+            });
+            q.push(
+                " ON DUPLICATE KEY UPDATE events = events + VALUES(events), \
+                 last_ms = GREATEST(last_ms, VALUES(last_ms))",
+            );
+            q.build().execute(&mut *tx).await?;
+        }
+        let read: Vec<_> = figures.read.iter().collect();
+        for chunk in read.chunks(500) {
+            let mut q = QueryBuilder::new("INSERT INTO kind_read (kind, at_ms, reader) ");
+            q.push_values(chunk, |mut b, (kind, r)| {
+                b.push_bind(kind).push_bind(r.at_ms).push_bind(&r.by);
+            });
+            // `reader` first: it compares with the `at_ms` not yet updated.
+            q.push(
+                " ON DUPLICATE KEY UPDATE reader = IF(VALUES(at_ms) >= at_ms, VALUES(reader), reader), \
+                 at_ms = GREATEST(at_ms, VALUES(at_ms))",
+            );
+            q.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
+    async fn kind_usage(&self) -> Result<UsageFigures, StoreError> {
+        let mut out = UsageFigures::default();
+        let rows: Vec<(Vec<u8>, i64, u64, i64)> = sqlx::query_as(
+            "SELECT kind, TO_DAYS(day) - TO_DAYS('1970-01-01'), events, last_ms FROM kind_written",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        for (kind, day, events, last_ms) in rows {
+            let day = i32::try_from(day).unwrap_or_default();
+            out.written
+                .insert((text(kind)?, UtcDay(day)), Written { events, last_ms });
+        }
+        let rows: Vec<(Vec<u8>, i64, Vec<u8>)> =
+            sqlx::query_as("SELECT kind, at_ms, reader FROM kind_read")
+                .fetch_all(&self.pool)
+                .await?;
+        for (kind, at_ms, by) in rows {
+            out.read.insert(
+                text(kind)?,
+                Read {
+                    at_ms,
+                    by: text(by)?,
+                },
+            );
+        }
+        Ok(out)
     }
 
     async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {

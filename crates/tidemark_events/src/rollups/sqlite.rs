@@ -43,6 +43,7 @@ use tidemark_core::store::StoreError;
 
 use super::monthly::{self, Source};
 use super::{DailyRow, MonthRow, ReportRow, RollupStore, produced_keys, stale_keys};
+use crate::usage::{Read, UsageFigures, Written};
 
 /// Read-side tuning for the report: memory-map the file and keep a larger page cache, so a
 /// year of one account's rows is read without a system call per page. Setting a pragma to the
@@ -327,6 +328,69 @@ impl RollupStore for SqliteRollups {
                     );
                 }
                 out.sort();
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn add_kind_usage(&self, figures: &UsageFigures) -> Result<(), StoreError> {
+        let figures = figures.clone();
+        self.writer
+            .write(move |conn| {
+                let mut w = conn.prepare_cached(
+                    "INSERT INTO kind_written (kind, day, events, last_ms) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (kind, day) DO UPDATE SET events = events + excluded.events,
+                     last_ms = max(last_ms, excluded.last_ms)",
+                )?;
+                for ((kind, day), n) in &figures.written {
+                    w.execute(params![kind, day.0, to_i64(n.events), n.last_ms])?;
+                }
+                let mut r = conn.prepare_cached(
+                    "INSERT INTO kind_read (kind, at_ms, reader) VALUES (?1, ?2, ?3)
+                     ON CONFLICT (kind) DO UPDATE SET at_ms = excluded.at_ms,
+                     reader = excluded.reader WHERE excluded.at_ms >= at_ms",
+                )?;
+                for (kind, read) in &figures.read {
+                    r.execute(params![kind, read.at_ms, read.by])?;
+                }
+                Ok::<_, StoreError>(())
+            })
+            .await
+    }
+
+    async fn kind_usage(&self) -> Result<UsageFigures, StoreError> {
+        self.reads
+            .read(|conn| {
+                let mut out = UsageFigures::default();
+                let mut w =
+                    conn.prepare_cached("SELECT kind, day, events, last_ms FROM kind_written")?;
+                let rows = w.query_map([], |r| {
+                    Ok((
+                        (r.get::<_, String>(0)?, UtcDay(r.get(1)?)),
+                        Written {
+                            events: to_u64(r.get(2)?),
+                            last_ms: r.get(3)?,
+                        },
+                    ))
+                })?;
+                for row in rows {
+                    let (key, w) = row?;
+                    out.written.insert(key, w);
+                }
+                let mut r = conn.prepare_cached("SELECT kind, at_ms, reader FROM kind_read")?;
+                let rows = r.query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        Read {
+                            at_ms: r.get(1)?,
+                            by: r.get(2)?,
+                        },
+                    ))
+                })?;
+                for row in rows {
+                    let (kind, read) = row?;
+                    out.read.insert(kind, read);
+                }
                 Ok(out)
             })
             .await
