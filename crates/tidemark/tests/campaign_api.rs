@@ -14,17 +14,6 @@ const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0";
 const GMAIL_PROXY: &str =
     "Mozilla/5.0 (Windows NT 5.1; rv:11.0) Gecko Firefox/11.0 (via ggpht.com GoogleImageProxy)";
 
-/// The tracking ids of a rendered message, in document order, and its pixel id.
-fn tracking_ids(html: &str, base: &str) -> (Vec<String>, String) {
-    let grab = |route: &str| -> Vec<String> {
-        let prefix = format!("{base}/{route}/");
-        html.match_indices(&prefix)
-            .map(|(i, _)| html[i + prefix.len()..i + prefix.len() + 32].to_owned())
-            .collect()
-    };
-    (grab("c"), grab("o").remove(0))
-}
-
 async fn hit(s: &TestServer, path: &str, method: Method, ua: &str) {
     let r = no_redirects()
         .request(method, s.url(path))

@@ -477,17 +477,6 @@ fn tag_with_body(dom: &str) -> &str {
     &dom[start..=start + dom[start..].find('>').unwrap()]
 }
 
-/// The tracking ids (`/c/`) and pixel id (`/o/`) of a rendered message.
-fn message_ids(html: &str, base: &str) -> (Vec<String>, String) {
-    let grab = |route: &str| -> Vec<String> {
-        let prefix = format!("{base}/{route}/");
-        html.match_indices(&prefix)
-            .map(|(i, _)| html[i + prefix.len()..i + prefix.len() + 32].to_owned())
-            .collect()
-    };
-    (grab("c"), grab("o").remove(0))
-}
-
 /// The campaign page `/dashboard/mailings/{mid}` in headless Chromium: its figures, per-link
 /// table and timeline are the stats route's, a wrong key and an unknown mailing show their
 /// messages; a screenshot is saved under `target/test-artifacts/campaign.png`.
@@ -521,7 +510,7 @@ async fn campaign_page_in_headless_chromium() {
     let browser = "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0";
     let mut hits = 0;
     for (i, m) in v["messages"].as_array().unwrap().iter().enumerate() {
-        let (links, pixel) = message_ids(m["html"].as_str().unwrap(), &server.base);
+        let (links, pixel) = tracking_ids(m["html"].as_str().unwrap(), &server.base);
         let mut paths = vec![format!("/o/{pixel}")];
         paths.extend(links.iter().take(i % 3).map(|l| format!("/c/{l}")));
         for p in paths {

@@ -18,19 +18,6 @@ async fn mailing(c: &reqwest::Client, s: &TestServer, html: &str) -> String {
     v["mailing_id"].as_str().unwrap().to_owned()
 }
 
-/// The tracking ids of a rendered message, in document order, and its pixel id.
-fn tracking_ids(html: &str, base: &str) -> (Vec<String>, String) {
-    let grab = |route: &str| -> Vec<String> {
-        let prefix = format!("{base}/{route}/");
-        html.match_indices(&prefix)
-            .map(|(i, _)| html[i + prefix.len()..i + prefix.len() + 32].to_owned())
-            .collect()
-    };
-    let pixel = grab("o");
-    assert_eq!(pixel.len(), 1, "one pixel per message");
-    (grab("c"), pixel[0].clone())
-}
-
 async fn location(s: &TestServer, id: &str, method: Method, query: &str) -> (u16, Vec<u8>) {
     let r = no_redirects()
         .request(method, s.url(&format!("/c/{id}{query}")))

@@ -51,6 +51,7 @@
 //! - [`json`]: duplicate keys in a JSON object refused, at any depth.
 //! - [`openapi`]: the OpenAPI error schema, the answers common to every `/v1` operation and
 //!   the bearer security scheme, for the document each subsystem contributes to.
+//! - [`page`]: self-contained HTML pages for people (the dashboards) and their policy.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
 //! - [`throttle`]: at most one log line per second for errors that repeat on every request.
 //!
@@ -69,6 +70,7 @@ pub mod json;
 pub mod lease;
 pub mod mysql;
 pub mod openapi;
+pub mod page;
 pub mod retry;
 pub mod schema;
 pub mod sqlite;

@@ -145,7 +145,8 @@ impl LinksService {
             },
             track_images: cfg.track_images,
         };
-        let deliveries = Deliveries::new(Arc::clone(&mailings), clock.clone(), metrics.clone());
+        let deliveries =
+            Deliveries::new(Arc::clone(&mailings), Arc::clone(&clock), metrics.clone());
         pool.report_to(Arc::new(deliveries.clone()));
         Self {
             hit_events: HitEvents::new(ingest, Arc::clone(&mailings), metrics.clone()),

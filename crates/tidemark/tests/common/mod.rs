@@ -416,3 +416,17 @@ pub async fn metric(c: &reqwest::Client, s: &TestServer, name: &str) -> u64 {
         })
         .sum::<f64>() as u64
 }
+
+/// The tracking ids of a rendered message in document order (`/c/<id>`), and its one pixel id
+/// (`/o/<id>`, also its unsubscribe id), under the track base `base`.
+pub fn tracking_ids(html: &str, base: &str) -> (Vec<String>, String) {
+    let grab = |route: &str| -> Vec<String> {
+        let prefix = format!("{base}/{route}/");
+        html.match_indices(&prefix)
+            .map(|(i, _)| html[i + prefix.len()..i + prefix.len() + 32].to_owned())
+            .collect()
+    };
+    let pixel = grab("o");
+    assert_eq!(pixel.len(), 1, "one pixel per message");
+    (grab("c"), pixel[0].clone())
+}

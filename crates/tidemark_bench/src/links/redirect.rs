@@ -41,7 +41,7 @@ pub(super) const BEARER: &str = "Bearer dev-key";
 pub(super) const BROWSER: &str = "Mozilla/5.0 (Windows NT 10.0; Win64; x64) AppleWebKit/537.36 (KHTML, \
                        like Gecko) Chrome/131.0.0.0 Safari/537.36";
 /// The mailing: six tracked links (one in VML), an unsubscribe link that is not tracked.
-pub(super) const TEMPLATE: &str = r#"<!doctype html>
+const TEMPLATE: &str = r#"<!doctype html>
 <html><body>
 <p>Hello {{ first_name }}, new in your area:</p>
 <p><a href="https://shop.example.com/item/48213?utm_source=newsletter&amp;utm_medium=email">A bike</a></p>
@@ -357,12 +357,11 @@ pub(super) fn click_ids(html: &str) -> Vec<String> {
         .collect()
 }
 
-/// Creates the mailing and renders it; returns the ids.
-pub(super) async fn setup(
+/// Creates the mailing of [`TEMPLATE`]; returns its id.
+pub(super) async fn create_mailing(
     client: &HttpClient,
     addr: SocketAddr,
-    recipients: usize,
-) -> anyhow::Result<Vec<String>> {
+) -> anyhow::Result<String> {
     let (status, v) = post_json(
         client,
         &format!("http://{addr}/v1/mailings"),
@@ -373,10 +372,19 @@ pub(super) async fn setup(
         status == StatusCode::CREATED,
         "POST /v1/mailings: {status} {v}"
     );
-    let mid = v["mailing_id"]
+    Ok(v["mailing_id"]
         .as_str()
         .context("no mailing_id in the answer")?
-        .to_owned();
+        .to_owned())
+}
+
+/// Creates the mailing and renders it; returns the ids.
+pub(super) async fn setup(
+    client: &HttpClient,
+    addr: SocketAddr,
+    recipients: usize,
+) -> anyhow::Result<Vec<String>> {
+    let mid = create_mailing(client, addr).await?;
     let mut ids = Vec::new();
     let mut done = 0;
     while done < recipients {

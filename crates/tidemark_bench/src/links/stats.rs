@@ -26,8 +26,8 @@ use serde_json::{Value, json};
 
 use super::super::load::{self, HttpClient, call};
 use super::super::process::ServerProcess;
-use super::redirect::{BEARER, BROWSER, RENDER_CALL, TEMPLATE, click_ids, post_json};
-use super::{Bar, LinksBenchArgs, SUBJECT};
+use super::redirect::{BEARER, BROWSER, RENDER_CALL, click_ids, create_mailing, post_json};
+use super::{Bar, LinksBenchArgs};
 
 /// Bar: p99 of the stats reads under redirect load, ms.
 pub(super) const BAR_STATS_P99_MS: f64 = 50.0;
@@ -106,7 +106,7 @@ impl StatsFigures {
 
 /// Whom of recipient `i` opens and clicks: 30 % open, 10 % click link `(i / 10) % 6`.
 fn plan(i: usize) -> (bool, Option<usize>) {
-    (i % 10 < 3, (i % 10 == 0).then_some((i / 10) % 6))
+    (i % 10 < 3, i.is_multiple_of(10).then_some((i / 10) % 6))
 }
 
 /// The `/o/` id in a rendered message.
@@ -131,20 +131,7 @@ async fn render(
     addr: SocketAddr,
     recipients: usize,
 ) -> anyhow::Result<(String, Vec<String>)> {
-    let (status, v) = post_json(
-        client,
-        &format!("http://{addr}/v1/mailings"),
-        json!({"subject": SUBJECT, "html": TEMPLATE, "from": "news@example.com"}),
-    )
-    .await?;
-    ensure!(
-        status == StatusCode::CREATED,
-        "POST /v1/mailings: {status} {v}"
-    );
-    let mid = v["mailing_id"]
-        .as_str()
-        .context("no mailing_id")?
-        .to_owned();
+    let mid = create_mailing(client, addr).await?;
     let uri = format!("http://{addr}/v1/mailings/{mid}/render");
     let calls = (0..recipients).step_by(RENDER_CALL).map(|from| {
         let (client, uri) = (client.clone(), uri.clone());

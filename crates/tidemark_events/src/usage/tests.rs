@@ -47,8 +47,10 @@ fn merging_sums_events_and_keeps_the_later_times() {
 
 #[test]
 fn the_audit_flags_kinds_unwritten_or_unread_and_shows_retired_ones() {
-    let mut schema = Schema::default();
-    schema.kinds = vec!["view".into(), "click".into(), "contact".into()];
+    let schema = Schema {
+        kinds: vec!["view".into(), "click".into(), "contact".into()],
+        ..Schema::default()
+    };
     let today = UtcDay(20_000);
     let now = today.start_ms() + 3_600_000;
     let f = figures(
