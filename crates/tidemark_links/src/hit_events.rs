@@ -14,9 +14,11 @@
 //! released when its event's group is written or has failed (counted and logged):
 //! [`HitEvents::drain`] waits for all of them, and a graceful shutdown drains.
 //!
-//! A group's statistics are applied under a group id of their own, tried
-//! [`STATS_ATTEMPTS`] times: a try whose outcome was unknown (a lost connection after the
-//! commit) is not counted twice, as the store applies a group id once.
+//! The statistics' hits gather over several groups, up to [`STATS_GROUP`] or for
+//! [`STATS_LINGER`] (at once when the queue runs empty), and are applied beside the next
+//! append, under a group id of their own, tried [`STATS_ATTEMPTS`] times: a try whose
+//! outcome was unknown (a lost connection after the commit) is not counted twice, as the
+//! store applies a group id once.
 //!
 //! What a crash can lose: the visitor is redirected before the click is stored, so a process
 //! killed outright loses the hits queued and not yet appended — at most
@@ -55,6 +57,16 @@ fn linger(waiting: usize) -> Option<Duration> {
 /// Tries of one group's statistics before its hits are counted as lost.
 pub const STATS_ATTEMPTS: u32 = 3;
 
+/// Hits the writer gathers for the statistics before it applies them, whatever
+/// [`STATS_LINGER`] says: a group is one transaction of the link store (an fsync on the
+/// embedded one), and hits of the same recipients in one group are deduplicated before any
+/// row is touched.
+pub const STATS_GROUP: usize = 4_000;
+
+/// Longest time the writer gathers hits for the statistics while events keep coming; once
+/// the queue is empty, what it gathered is applied at once.
+pub const STATS_LINGER: Duration = Duration::from_millis(100);
+
 /// Wait before the second try of a group's statistics; it doubles for each further one.
 const STATS_RETRY: Duration = Duration::from_millis(200);
 
@@ -72,6 +84,35 @@ pub struct HitEvents {
 struct Queue {
     waiting: Vec<Pending>,
     writing: bool,
+}
+
+/// Hits gathered for the statistics, with their permits.
+#[derive(Debug, Default)]
+struct Gathered {
+    hits: Vec<StatsHit>,
+    permits: Vec<OwnedSemaphorePermit>,
+    /// When the first of them was gathered.
+    since: Option<std::time::Instant>,
+    /// The latest arrival among them (Unix ms).
+    now: i64,
+}
+
+impl Gathered {
+    fn add(&mut self, hit: StatsHit, permit: OwnedSemaphorePermit, now: i64) {
+        self.since.get_or_insert_with(std::time::Instant::now);
+        self.hits.push(hit);
+        self.permits.push(permit);
+        self.now = self.now.max(now);
+    }
+
+    /// Full, or gathering for [`STATS_LINGER`] already.
+    fn due(&self) -> bool {
+        self.hits.len() >= STATS_GROUP || self.since.is_some_and(|t| t.elapsed() >= STATS_LINGER)
+    }
+
+    fn take(&mut self) -> Gathered {
+        std::mem::take(self)
+    }
 }
 
 /// One queued hit.
@@ -133,7 +174,11 @@ impl HitEvents {
     }
 
     /// Writes groups until the queue is empty, then stops (the next push starts a writer).
+    /// The hits for the statistics gather over several groups ([`STATS_GROUP`],
+    /// [`STATS_LINGER`]), their permits held until they are applied, so [`HitEvents::drain`]
+    /// waits for them too.
     async fn write_all(self) {
+        let mut stats = Gathered::default();
         loop {
             let waiting = self.lock().waiting.len();
             if let Some(linger) = linger(waiting) {
@@ -142,34 +187,49 @@ impl HitEvents {
             let group: Vec<Pending> = {
                 let mut q = self.lock();
                 if q.waiting.is_empty() {
-                    q.writing = false;
-                    return;
+                    if stats.hits.is_empty() {
+                        q.writing = false;
+                        return;
+                    }
+                    Vec::new()
+                } else {
+                    let n = q.waiting.len().min(HIT_EVENT_GROUP);
+                    q.waiting.drain(..n).collect()
                 }
-                let n = q.waiting.len().min(HIT_EVENT_GROUP);
-                q.waiting.drain(..n).collect()
             };
-            self.write(group).await;
+            let idle = group.is_empty();
+            let now = group.iter().map(|g| g.at_ms).max().unwrap_or(stats.now);
+            let mut events = Vec::with_capacity(group.len());
+            let mut permits = Vec::with_capacity(group.len());
+            for p in group {
+                events.push(p.event);
+                match p.stats {
+                    Some(hit) => stats.add(hit, p.permit, now),
+                    None => permits.push(p.permit),
+                }
+            }
+            let due = idle || stats.due();
+            let applying = if due {
+                stats.take()
+            } else {
+                Gathered::default()
+            };
+            tokio::join!(
+                async {
+                    if !events.is_empty() {
+                        self.append(events, now).await;
+                    }
+                },
+                self.apply_stats(applying.hits, applying.now)
+            );
+            drop(permits);
+            drop(applying.permits);
         }
     }
 
     /// The queue (a panic elsewhere while holding it leaves it usable: it only holds events).
     fn lock(&self) -> std::sync::MutexGuard<'_, Queue> {
         self.queue.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-
-    /// Appends one group's events and applies its hits to the statistics, both at once.
-    async fn write(&self, group: Vec<Pending>) {
-        let now = group.iter().map(|g| g.at_ms).max().unwrap_or_default();
-        let mut events = Vec::with_capacity(group.len());
-        let mut hits = Vec::new();
-        let mut permits = Vec::with_capacity(group.len());
-        for p in group {
-            events.push(p.event);
-            hits.extend(p.stats);
-            permits.push(p.permit);
-        }
-        tokio::join!(self.append(events, now), self.apply_stats(hits, now));
-        drop(permits);
     }
 
     /// Applies hits to their mailings' statistics under one fresh group id, trying again
@@ -290,6 +350,18 @@ mod tests {
     }
 
     fn hit_events(cfg: EventsConfig) -> (HitEvents, Arc<SlowCounted>, tempfile::TempDir) {
+        let (hits, raw, _, dir) = hit_events_and_stats(cfg);
+        (hits, raw, dir)
+    }
+
+    fn hit_events_and_stats(
+        cfg: EventsConfig,
+    ) -> (
+        HitEvents,
+        Arc<SlowCounted>,
+        Arc<SqliteLinks>,
+        tempfile::TempDir,
+    ) {
         let dir = tempfile::tempdir().unwrap();
         let raw = Arc::new(SlowCounted {
             inner: SqliteRaw::open(&dir.path().join("raw.db")).unwrap(),
@@ -297,11 +369,40 @@ mod tests {
         });
         let ingest = Ingest::new(Arc::clone(&raw) as Arc<dyn RawStore>, cfg);
         let stats = Arc::new(SqliteLinks::open(&dir.path().join("links.db")).unwrap());
-        (
-            HitEvents::new(ingest, stats, LinksMetrics::unregistered()),
-            raw,
-            dir,
-        )
+        let hits = HitEvents::new(
+            ingest,
+            Arc::clone(&stats) as _,
+            LinksMetrics::unregistered(),
+        );
+        (hits, raw, stats, dir)
+    }
+
+    /// The statistics' hits gather over several event groups, and a drain waits until they
+    /// are applied.
+    #[tokio::test]
+    async fn hits_for_the_statistics_gather_over_groups_and_drain() {
+        use crate::stats::{HitKind, HitSource, counter};
+        let (hits, raw, stats, _dir) = hit_events_and_stats(EventsConfig::default());
+        let now = now_ms();
+        for i in 0..3_000 {
+            let hit = StatsHit {
+                mailing_id: "m".into(),
+                email: format!("r{}@ex.com", i % 700),
+                position: Some(0),
+                kind: HitKind::Click,
+                source: HitSource::Person,
+                at_ms: now,
+            };
+            hits.push(Event::new("email_click", now), Some(hit), now)
+                .await
+                .unwrap();
+        }
+        hits.drain().await;
+        let s = stats.stats("m").await.unwrap();
+        assert_eq!(s.counts[counter::CLICKS], 3_000);
+        assert_eq!(s.counts[counter::CLICKS_UNIQUE], 700);
+        assert_eq!(raw.days().await.unwrap()[0].events, 3_000);
+        assert_eq!(hits.metrics.stats_failures.get(), 0);
     }
 
     fn now_ms() -> i64 {

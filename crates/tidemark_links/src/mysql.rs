@@ -208,6 +208,8 @@ pub struct MysqlLinks {
     pool: MySqlPool,
     /// Days that have a partition, as last read or changed by this process; `None` until read.
     known: Mutex<Option<BTreeSet<UtcDay>>>,
+    /// Campaign-statistics unique keys known stored ([`crate::stats::SeenUniques`]).
+    seen: crate::stats::SeenUniques,
 }
 
 impl MysqlLinks {
@@ -221,6 +223,7 @@ impl MysqlLinks {
         Ok(Self {
             pool,
             known: Mutex::new(None),
+            seen: crate::stats::SeenUniques::default(),
         })
     }
 

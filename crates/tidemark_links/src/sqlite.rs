@@ -9,6 +9,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
+use std::sync::Arc;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
@@ -78,6 +79,8 @@ fn no_such_table(e: &rusqlite::Error) -> bool {
 pub struct SqliteLinks {
     writer: GroupWriter,
     reads: ReadPool,
+    /// Campaign-statistics unique keys known stored ([`crate::stats::SeenUniques`]).
+    seen: Arc<crate::stats::SeenUniques>,
 }
 
 impl SqliteLinks {
@@ -92,7 +95,11 @@ impl SqliteLinks {
             migrate_sqlite(&conn, path, &crate::migrations::SQLITE)?;
             let writer = GroupWriter::start("links", conn, 64);
             let reads = ReadPool::open(path, 8)?;
-            Ok(Self { writer, reads })
+            Ok(Self {
+                writer,
+                reads,
+                seen: Arc::default(),
+            })
         })?)
     }
 }
@@ -353,10 +360,13 @@ impl MailingStore for SqliteLinks {
     }
 
     async fn apply_hits(&self, group_id: &str, hits: Vec<StatsHit>, now_ms: i64) -> Result<bool> {
-        let group = group_id.to_owned();
-        self.writer
-            .write(move |conn| stats::apply_hits(conn, &group, &hits, now_ms))
-            .await
+        let (group, seen) = (group_id.to_owned(), Arc::clone(&self.seen));
+        let (applied, fresh) = self
+            .writer
+            .write(move |conn| stats::apply_hits(conn, &group, &hits, now_ms, &seen))
+            .await?;
+        self.seen.remember(fresh);
+        Ok(applied)
     }
 
     async fn stats(&self, mailing_id: &str) -> Result<StoredStats> {

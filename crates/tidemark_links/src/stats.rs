@@ -224,6 +224,76 @@ impl Tally {
     }
 }
 
+/// Most unique keys [`SeenUniques`] remembers before it starts afresh (16 bytes each).
+pub const SEEN_UNIQUES_MAX: usize = 1 << 20;
+
+/// The unique keys `(mailing, what, recipient)` this process knows the store holds: a
+/// recipient clicking again is then counted without touching its unique rows (rows of
+/// `mailing_unique` are never deleted, so a key once stored stays stored). Keys are 128-bit
+/// SipHash digests under a random key of the process; at most [`SEEN_UNIQUES_MAX`], then it
+/// starts afresh. A store adds a group's keys only after the group committed.
+#[derive(Debug)]
+pub struct SeenUniques {
+    hasher: siphasher::sip128::SipHasher13,
+    keys: std::sync::Mutex<std::collections::HashSet<u128>>,
+}
+
+impl Default for SeenUniques {
+    fn default() -> Self {
+        Self {
+            hasher: siphasher::sip128::SipHasher13::new_with_keys(rand::random(), rand::random()),
+            keys: std::sync::Mutex::default(),
+        }
+    }
+}
+
+impl SeenUniques {
+    fn key(&self, mailing: &str, what: Unique, email: &str) -> u128 {
+        use siphasher::sip128::Hasher128;
+        use std::hash::Hasher;
+        let mut h = self.hasher;
+        h.write(mailing.as_bytes());
+        h.write_u8(0);
+        h.write_i64(what.code());
+        h.write(email.as_bytes());
+        h.finish128().as_u128()
+    }
+
+    /// Drops from `t` the uniques already known stored; returns the keys of those left, for
+    /// [`SeenUniques::remember`] once they are committed.
+    pub fn filter(&self, t: &mut Tally) -> Vec<u128> {
+        let known = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let mut fresh = Vec::new();
+        for ((mailing, what), emails) in &mut t.uniques {
+            emails.retain(|e| {
+                let k = self.key(mailing, *what, e);
+                let keep = !known.contains(&k);
+                if keep {
+                    fresh.push(k);
+                }
+                keep
+            });
+        }
+        t.uniques.retain(|_, emails| !emails.is_empty());
+        fresh
+    }
+
+    /// Remembers committed keys.
+    pub fn remember(&self, keys: Vec<u128>) {
+        let mut known = self
+            .keys
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if known.len() + keys.len() > SEEN_UNIQUES_MAX {
+            known.clear();
+        }
+        known.extend(keys);
+    }
+}
+
 /// The recipient key of the uniques and deliveries: trimmed, lower case.
 pub fn recipient_key(email: &str) -> String {
     email.trim().to_lowercase()

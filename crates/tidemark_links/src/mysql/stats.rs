@@ -125,6 +125,7 @@ impl MysqlLinks {
         let mut t = tally(hits, |m, e| {
             delivered.get(&(m.to_owned(), e.to_owned())).copied()
         });
+        let fresh = self.seen.filter(&mut t);
         for ((mailing, what), emails) in &t.uniques {
             let mut new = 0;
             for chunk in emails.chunks(ROWS_PER_STATEMENT) {
@@ -155,6 +156,7 @@ impl MysqlLinks {
             q.build().execute(&mut *tx).await?;
         }
         tx.commit().await?;
+        self.seen.remember(fresh);
         Ok(true)
     }
 

@@ -9,8 +9,8 @@ use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Result;
 use crate::stats::{
-    DELIVERIES_KEPT_MS, Delivery, HIT_GROUPS_KEPT_MS, StatsHit, StoredStats, Tally, counter,
-    recipient_key, tally,
+    DELIVERIES_KEPT_MS, Delivery, HIT_GROUPS_KEPT_MS, SeenUniques, StatsHit, StoredStats, Tally,
+    counter, recipient_key, tally,
 };
 
 /// Adds `n` to one counter.
@@ -71,34 +71,36 @@ pub(super) fn record_deliveries(
 }
 
 /// Applies one group of hits unless `group_id` was applied already; returns whether it was
-/// applied now.
+/// applied now, and the unique keys to remember in `seen` once the group is committed.
 pub(super) fn apply_hits(
     conn: &Connection,
     group_id: &str,
     hits: &[StatsHit],
     now_ms: i64,
-) -> Result<bool> {
+    seen: &SeenUniques,
+) -> Result<(bool, Vec<u128>)> {
     let fresh = conn
         .prepare_cached("INSERT OR IGNORE INTO hit_group (group_id, at_ms) VALUES (?1, ?2)")?
         .execute(params![group_id, now_ms])?
         == 1;
     if !fresh {
-        return Ok(false);
+        return Ok((false, Vec::new()));
     }
     conn.prepare_cached("DELETE FROM hit_group WHERE at_ms < ?1")?
         .execute([now_ms - HIT_GROUPS_KEPT_MS])?;
     let mut delivery = conn.prepare_cached(
         "SELECT at_ms FROM mailing_delivery WHERE mailing_id = ?1 AND email = ?2",
     )?;
-    let t = tally(hits, |m, e| {
+    let mut t = tally(hits, |m, e| {
         delivery
             .query_row(params![m, e], |r| r.get(0))
             .optional()
             .ok()
             .flatten()
     });
+    let keys = seen.filter(&mut t);
     write_tally(conn, &t)?;
-    Ok(true)
+    Ok((true, keys))
 }
 
 fn write_tally(conn: &Connection, t: &Tally) -> Result<()> {

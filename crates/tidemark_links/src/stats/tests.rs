@@ -292,3 +292,31 @@ fn an_unsubscribe_counts_its_recipient_once_and_nothing_else() {
     assert!(t.hours.is_empty());
     assert_eq!(Unique::Unsubscribed.counter(), counter::UNSUBSCRIBED);
 }
+
+#[test]
+fn uniques_known_stored_are_not_written_again() {
+    let known = SeenUniques::default();
+    let group = |emails: &[&str]| {
+        let hits: Vec<StatsHit> = emails
+            .iter()
+            .map(|e| hit(e, HitKind::Click, HitSource::Person, Some(1), 5))
+            .collect();
+        tally(&hits, |_, _| None)
+    };
+    let mut t = group(&["a@ex.com", "b@ex.com"]);
+    let keys = known.filter(&mut t);
+    // Nothing remembered yet: every unique is written (3 kinds × 2 recipients).
+    assert_eq!(keys.len(), 6);
+    assert_eq!(seen(&t, Unique::ClickedLink(1)), ["a@ex.com", "b@ex.com"]);
+    // Filtering again before the commit is remembered changes nothing.
+    let mut again = group(&["a@ex.com"]);
+    assert_eq!(known.filter(&mut again).len(), 3);
+    known.remember(keys);
+    let mut t = group(&["A@ex.com", "c@ex.com"]);
+    let keys = known.filter(&mut t);
+    assert_eq!(keys.len(), 3);
+    assert_eq!(seen(&t, Unique::Clicked), ["c@ex.com"]);
+    assert_eq!(seen(&t, Unique::Opened), ["c@ex.com"]);
+    // The counters are untouched: every click still counts.
+    assert_eq!(count(&t, counter::CLICKS), 2);
+}
