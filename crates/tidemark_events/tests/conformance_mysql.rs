@@ -142,7 +142,7 @@ async fn a_database_made_before_listing_monthly_gets_it_built_from_the_days() {
         sqlx::query(sql).execute(&pool).await.unwrap();
     }
     let store = MysqlRollups::connect(&url, 2).await.unwrap();
-    assert_eq!(schema_version(&pool).await, Some(2));
+    assert_eq!(schema_version(&pool).await, Some(3));
     let months: Vec<(String, i64, i64, i32)> = sqlx::query_as(
         "SELECT CAST(month AS CHAR), total, uniques, days FROM listing_monthly ORDER BY month",
     )
@@ -187,7 +187,7 @@ async fn a_database_of_a_newer_build_is_refused() {
         .await
         .unwrap();
     let store = MysqlRollups::connect(&url, 2).await.unwrap();
-    sqlx::query("UPDATE tidemark_schema_version SET version = 3 WHERE store = 'events_rollups'")
+    sqlx::query("UPDATE tidemark_schema_version SET version = 4 WHERE store = 'events_rollups'")
         .execute(store.pool())
         .await
         .unwrap();
@@ -199,7 +199,7 @@ async fn a_database_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "database {database} has events_rollups schema version 3, this build knows up to 2: use a newer tidemark"
+            "database {database} has events_rollups schema version 4, this build knows up to 3: use a newer tidemark"
         )
     );
     store.pool().close().await;
