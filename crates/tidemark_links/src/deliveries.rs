@@ -2,7 +2,7 @@
 //! ([`crate::store::MailingStore::record_deliveries`]): the pool's workers report each
 //! message without waiting ([`crate::send::DeliveryLog`]); the first report to find no writer
 //! running starts one, which lets a group gather for [`DELIVERY_LINGER`], writes it, and goes
-//! on until none is left. A group that fails is tried [`DELIVERY_ATTEMPTS`] times, then
+//! on until none is left. A group that fails is tried [`crate::stats::WRITE_ATTEMPTS`] times, then
 //! counted in `tidemark_links_stats_failures_total` and logged; past
 //! [`MAX_PENDING_DELIVERIES`] waiting, reports are counted there too instead of queued, so a
 //! store that is down never blocks sending.
@@ -14,7 +14,7 @@ use tidemark_core::clock::SharedClock;
 
 use crate::metrics::LinksMetrics;
 use crate::send::{DeliveryLog, OutgoingMail};
-use crate::stats::Delivery;
+use crate::stats::{Delivery, with_tries};
 use crate::store::MailingStore;
 
 /// How long a group of outcomes gathers before it is written.
@@ -25,9 +25,6 @@ pub const DELIVERY_GROUP: usize = 5_000;
 
 /// Most outcomes waiting at once; later ones are counted as lost.
 pub const MAX_PENDING_DELIVERIES: usize = 100_000;
-
-/// Tries of one group before it is counted as lost.
-pub const DELIVERY_ATTEMPTS: u32 = 3;
 
 /// The pool's [`DeliveryLog`] of a links service (see the module docs).
 #[derive(Debug, Clone)]
@@ -72,21 +69,14 @@ impl Deliveries {
                 let n = q.0.len().min(DELIVERY_GROUP);
                 q.0.drain(..n).collect()
             };
-            let mut wait = Duration::from_millis(200);
-            for attempt in 1..=DELIVERY_ATTEMPTS {
-                let now = self.clock.now_ms();
-                match self.store.record_deliveries(group.clone(), now).await {
-                    Ok(()) => break,
-                    Err(error) if attempt < DELIVERY_ATTEMPTS => {
-                        tracing::debug!(%error, attempt, "delivery outcomes: trying again");
-                        tokio::time::sleep(wait).await;
-                        wait *= 2;
-                    }
-                    Err(error) => {
-                        self.metrics.stats_failures.inc_by(group.len() as u64);
-                        tracing::warn!(%error, outcomes = group.len(), "could not count deliveries");
-                    }
-                }
+            let written = with_tries("delivery outcomes", || {
+                self.store
+                    .record_deliveries(group.clone(), self.clock.now_ms())
+            })
+            .await;
+            if let Err(error) = written {
+                self.metrics.stats_failures.inc_by(group.len() as u64);
+                tracing::warn!(%error, outcomes = group.len(), "could not count deliveries");
             }
         }
     }

@@ -16,7 +16,7 @@
 //!
 //! The statistics' hits gather over several groups, up to [`STATS_GROUP`] or for
 //! [`STATS_LINGER`] (at once when the queue runs empty), and are applied beside the next
-//! append, under a group id of their own, tried [`STATS_ATTEMPTS`] times: a try whose
+//! append, under a group id of their own, tried [`crate::stats::WRITE_ATTEMPTS`] times: a try whose
 //! outcome was unknown (a lost connection after the commit) is not counted twice, as the
 //! store applies a group id once.
 //!
@@ -33,7 +33,7 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::error::{LinksError, Result};
 use crate::metrics::LinksMetrics;
-use crate::stats::StatsHit;
+use crate::stats::{StatsHit, with_tries};
 use crate::store::MailingStore;
 
 /// Most hit events waiting to be written at once before the redirector waits.
@@ -54,9 +54,6 @@ fn linger(waiting: usize) -> Option<Duration> {
     (waiting < HIT_EVENT_GROUP).then_some(HIT_EVENT_LINGER)
 }
 
-/// Tries of one group's statistics before its hits are counted as lost.
-pub const STATS_ATTEMPTS: u32 = 3;
-
 /// Hits the writer gathers for the statistics before it applies them, whatever
 /// [`STATS_LINGER`] says: a group is one transaction of the link store (an fsync on the
 /// embedded one), and hits of the same recipients in one group are deduplicated before any
@@ -66,9 +63,6 @@ pub const STATS_GROUP: usize = 4_000;
 /// Longest time the writer gathers hits for the statistics while events keep coming; once
 /// the queue is empty, what it gathered is applied at once.
 pub const STATS_LINGER: Duration = Duration::from_millis(100);
-
-/// Wait before the second try of a group's statistics; it doubles for each further one.
-const STATS_RETRY: Duration = Duration::from_millis(200);
 
 /// The queue of hit events and its writer (see the module docs).
 #[derive(Debug, Clone)]
@@ -239,20 +233,13 @@ impl HitEvents {
             return;
         }
         let group = uuid::Uuid::now_v7().to_string();
-        let mut wait = STATS_RETRY;
-        for attempt in 1..=STATS_ATTEMPTS {
-            match self.stats.apply_hits(&group, hits.clone(), now).await {
-                Ok(_) => return,
-                Err(error) if attempt < STATS_ATTEMPTS => {
-                    tracing::debug!(%error, attempt, "campaign statistics: trying the group again");
-                    tokio::time::sleep(wait).await;
-                    wait *= 2;
-                }
-                Err(error) => {
-                    self.metrics.stats_failures.inc_by(hits.len() as u64);
-                    tracing::warn!(%error, hits = hits.len(), "could not count tracking hits");
-                }
-            }
+        let applied = with_tries("campaign statistics", || {
+            self.stats.apply_hits(&group, hits.clone(), now)
+        })
+        .await;
+        if let Err(error) = applied {
+            self.metrics.stats_failures.inc_by(hits.len() as u64);
+            tracing::warn!(%error, hits = hits.len(), "could not count tracking hits");
         }
     }
 

@@ -161,6 +161,62 @@ pub struct Delivery {
     pub at_ms: i64,
 }
 
+/// Tries of one write to the statistics (a group of hits, or of delivery outcomes) before
+/// its figures are counted as lost.
+pub const WRITE_ATTEMPTS: u32 = 3;
+
+/// Wait before the second try of such a write; it doubles for each further one.
+const WRITE_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Runs `write` up to [`WRITE_ATTEMPTS`] times, pausing between tries; returns the last error
+/// if every try failed. `what` names the write in the debug log of a retry.
+pub(crate) async fn with_tries<T, F, Fut>(what: &str, mut write: F) -> crate::error::Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = crate::error::Result<T>>,
+{
+    let mut wait = WRITE_RETRY;
+    let mut attempt = 1;
+    loop {
+        match write().await {
+            Err(error) if attempt < WRITE_ATTEMPTS => {
+                tracing::debug!(%error, attempt, "{what}: trying again");
+                tokio::time::sleep(wait).await;
+                wait *= 2;
+                attempt += 1;
+            }
+            done => return done,
+        }
+    }
+}
+
+/// What a group of the sending pool's outcomes adds to the summaries, for a store to write.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct DeliveryTally {
+    /// `(mailing, counter)` (`delivered` or `failed`) → amount to add.
+    pub counts: BTreeMap<(String, String), i64>,
+    /// `(mailing, recipient key)` → when its message was delivered (the group's last).
+    pub delivered_at: BTreeMap<(String, String), i64>,
+}
+
+/// Counts a group of outcomes ([`DeliveryTally`]).
+pub fn tally_deliveries(deliveries: &[Delivery]) -> DeliveryTally {
+    let mut t = DeliveryTally::default();
+    for d in deliveries {
+        let name = if d.delivered {
+            t.delivered_at
+                .insert((d.mailing_id.clone(), recipient_key(&d.email)), d.at_ms);
+            counter::DELIVERED
+        } else {
+            counter::FAILED
+        };
+        *t.counts
+            .entry((d.mailing_id.clone(), name.to_owned()))
+            .or_default() += 1;
+    }
+    t
+}
+
 /// What a recipient did, in the uniques of a mailing.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Unique {

@@ -13,8 +13,8 @@ use tidemark_core::mysql::text_column;
 use super::MysqlLinks;
 use crate::error::Result;
 use crate::stats::{
-    DELIVERIES_KEPT_MS, Delivery, HIT_GROUPS_KEPT_MS, StatsHit, StoredStats, counter,
-    recipient_key, tally,
+    DELIVERIES_KEPT_MS, Delivery, HIT_GROUPS_KEPT_MS, StatsHit, StoredStats, recipient_key, tally,
+    tally_deliveries,
 };
 
 /// Rows per multi-row statement.
@@ -67,31 +67,19 @@ impl MysqlLinks {
         deliveries: &[Delivery],
         now_ms: i64,
     ) -> Result<()> {
-        let mut counts = BTreeMap::new();
-        let mut kept = BTreeMap::new();
-        for d in deliveries {
-            let name = if d.delivered {
-                kept.insert((d.mailing_id.clone(), recipient_key(&d.email)), d.at_ms);
-                counter::DELIVERED
-            } else {
-                counter::FAILED
-            };
-            *counts
-                .entry((d.mailing_id.clone(), name.to_owned()))
-                .or_default() += 1;
-        }
-        let kept: Vec<_> = kept.into_iter().collect();
+        let t = tally_deliveries(deliveries);
+        let kept: Vec<_> = t.delivered_at.iter().collect();
         let mut tx = self.pool.begin().await?;
         for chunk in kept.chunks(ROWS_PER_STATEMENT) {
             let mut q =
                 QueryBuilder::new("INSERT INTO mailing_delivery (mailing_id, email, at_ms) ");
             q.push_values(chunk, |mut b, ((m, e), at)| {
-                b.push_bind(m).push_bind(e).push_bind(*at);
+                b.push_bind(m).push_bind(e).push_bind(**at);
             });
             q.push(" ON DUPLICATE KEY UPDATE at_ms = VALUES(at_ms)");
             q.build().execute(&mut *tx).await?;
         }
-        add(&mut tx, &counts).await?;
+        add(&mut tx, &t.counts).await?;
         sqlx::query("DELETE FROM mailing_delivery WHERE at_ms < ?")
             .bind(now_ms - DELIVERIES_KEPT_MS)
             .execute(&mut *tx)

@@ -3,14 +3,12 @@
 //! what they compute. Every function runs inside one job of the store's group writer (or on a
 //! read connection), so a group of hits is applied whole or not at all.
 
-use std::collections::HashMap;
-
 use rusqlite::{Connection, OptionalExtension, params};
 
 use crate::error::Result;
 use crate::stats::{
     DELIVERIES_KEPT_MS, Delivery, HIT_GROUPS_KEPT_MS, SeenUniques, StatsHit, StoredStats, Tally,
-    counter, recipient_key, tally,
+    tally, tally_deliveries,
 };
 
 /// Adds `n` to one counter.
@@ -49,21 +47,15 @@ pub(super) fn record_deliveries(
     deliveries: &[Delivery],
     now_ms: i64,
 ) -> Result<()> {
-    let mut counts: HashMap<(&str, &str), i64> = HashMap::new();
+    let t = tally_deliveries(deliveries);
     let mut keep = conn.prepare_cached(
         "INSERT OR REPLACE INTO mailing_delivery (mailing_id, email, at_ms) VALUES (?1, ?2, ?3)",
     )?;
-    for d in deliveries {
-        let name = if d.delivered {
-            keep.execute(params![d.mailing_id, recipient_key(&d.email), d.at_ms])?;
-            counter::DELIVERED
-        } else {
-            counter::FAILED
-        };
-        *counts.entry((&d.mailing_id, name)).or_default() += 1;
+    for ((mailing, email), at) in &t.delivered_at {
+        keep.execute(params![mailing, email, at])?;
     }
-    for ((mailing, name), n) in counts {
-        add(conn, mailing, name, n)?;
+    for ((mailing, name), n) in &t.counts {
+        add(conn, mailing, name, *n)?;
     }
     conn.prepare_cached("DELETE FROM mailing_delivery WHERE at_ms < ?1")?
         .execute([now_ms - DELIVERIES_KEPT_MS])?;

@@ -320,3 +320,36 @@ fn uniques_known_stored_are_not_written_again() {
     // The counters are untouched: every click still counts.
     assert_eq!(count(&t, counter::CLICKS), 2);
 }
+
+#[test]
+fn outcomes_count_per_mailing_and_keep_each_recipients_last_delivery() {
+    let d = |mailing: &str, email: &str, delivered: bool, at_ms: i64| Delivery {
+        mailing_id: mailing.into(),
+        email: email.into(),
+        delivered,
+        at_ms,
+    };
+    let t = tally_deliveries(&[
+        d(M, "Ana@Ex.com", true, 10),
+        d(M, "ana@ex.com", true, 12),
+        d(M, "ben@ex.com", false, 11),
+        d("m2", "ana@ex.com", true, 9),
+    ]);
+    let key = |m: &str, s: &str| (m.to_owned(), s.to_owned());
+    assert_eq!(
+        t.counts,
+        [
+            (key(M, counter::DELIVERED), 2),
+            (key(M, counter::FAILED), 1),
+            (key("m2", counter::DELIVERED), 1)
+        ]
+        .into_iter()
+        .collect()
+    );
+    assert_eq!(
+        t.delivered_at,
+        [(key(M, "ana@ex.com"), 12), (key("m2", "ana@ex.com"), 9)]
+            .into_iter()
+            .collect()
+    );
+}
