@@ -142,35 +142,19 @@ impl Encoder {
 
 /// Answers `r`, streamed page by page (see the module docs).
 pub(super) async fn stream(s: Arc<AnalyticsHttp>, r: Request) -> Result<Response, ApiError> {
-    let mut encode = Encoder {
-        format: r.format,
-        first: true,
-    };
-    let store = s.rollups.rollups();
-    // The first page before answering, so a store error gets its status.
-    let ids = store
-        .account_listings(&r.tenant, r.account_id, -1, EXPORT_PAGE)
-        .await
-        .map_err(store_error)?;
+    let (format, file_name) = (r.format, r.file_name.clone());
     let mut head = Vec::new();
-    if r.format == Format::Json {
+    if format == Format::Json {
         head.extend_from_slice(r.json_head.as_bytes());
         head.extend_from_slice(b",\"rows\":[");
     }
-    let mut after = -1;
-    if let Some(&last) = ids.last() {
-        head.extend_from_slice(
-            &r.export
-                .page(&s, store.as_ref(), &r, after + 1..=last, &mut encode)
-                .await
-                .map_err(store_error)?,
-        );
-        after = last;
-    }
-    let done = ids.len() < EXPORT_PAGE;
-    let (format, file_name) = (r.format, r.file_name.clone());
-    let rest = futures::stream::try_unfold(
-        (after, done, encode, s, r),
+    let encode = Encoder {
+        format,
+        first: true,
+    };
+    // Each page: the next listings of the account (ids above the last page's), their rows.
+    let mut pages = Box::pin(futures::stream::try_unfold(
+        (-1, false, encode, s, r),
         |(after, done, mut encode, s, r)| async move {
             if done {
                 return Ok::<_, StoreError>(None);
@@ -189,8 +173,14 @@ pub(super) async fn stream(s: Arc<AnalyticsHttp>, r: Request) -> Result<Response
             let done = ids.len() < EXPORT_PAGE;
             Ok(Some((bytes, (last, done, encode, s, r))))
         },
-    )
-    .inspect_err(|e| tracing::warn!(error = %e, "an export ended early: the summary store failed"));
+    ));
+    // The first page before answering, so a store error gets its status.
+    if let Some(first) = pages.try_next().await.map_err(store_error)? {
+        head.extend_from_slice(&first);
+    }
+    let rest = pages.inspect_err(
+        |e| tracing::warn!(error = %e, "an export ended early: the summary store failed"),
+    );
     let tail =
         futures::stream::iter((format == Format::Json).then(|| Ok(Bytes::from_static(b"]}"))));
     let body = futures::stream::iter([Ok(Bytes::from(head))])
