@@ -455,6 +455,60 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
         assert!(!server.dir.join("events/raw.db").exists());
         assert!(!server.dir.join("events/rollups.db").exists());
     }
+
+    // Distinct visitors of the period: s1 comes back to listing 101 today, so the daily sum
+    // counts s1 twice and the period once.
+    let (st, _) = call(
+        &c,
+        Method::POST,
+        &server.url("/v1/events"),
+        Some(json!([ev(t + 1_000, "view", Some(101), Some("s1"))])),
+    )
+    .await;
+    assert_eq!(st, 202);
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &server.url(&format!("/v1/rollups/{today}")),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200, "{v}");
+    let with_period = |l, k, total, daily_sum, period: u64| {
+        let mut r = report_row(l, k, total, daily_sum);
+        r["uniques_period"] = json!(period);
+        r
+    };
+    let (st, v) = report(&c, &server, &format!("{range}&uniques_period=true")).await;
+    assert_eq!(
+        (st, &v["rows"]),
+        (
+            200,
+            &json!([
+                with_period(101, "click", 1, 1, 1),
+                with_period(101, "view", 5, 4, 3),
+                with_period(102, "view", 2, 2, 2),
+            ])
+        ),
+        "{v}"
+    );
+    let (st, v) = report(&c, &server, &format!("{range}&uniques_period=false")).await;
+    assert_eq!((st, &v["rows"][1]), (200, &report_row(101, "view", 5, 4)));
+    let r = c
+        .get(server.url(&format!(
+            "/v1/accounts/7/report?{range}&kind=view&uniques_period=true&format=csv"
+        )))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(
+        r.text().await.unwrap(),
+        "listing_id,kind,total,uniques_daily_sum,uniques_period\n101,view,5,4,3\n102,view,2,2,2\n"
+    );
+    let (st, v) = report(&c, &server, &format!("{range}&uniques_period=yes")).await;
+    assert_bad(st, &v, "uniques_period");
     server.cleanup().await;
 }
 

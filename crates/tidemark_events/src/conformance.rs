@@ -16,12 +16,16 @@ use crate::raw::{DayCatalog, MinuteCount, RawError, RawStore};
 use crate::rollups::{ALL_LISTINGS, DailyRow, MonthRow, ReportRow, RollupStore};
 use crate::usage::{Read, UsageFigures, Written};
 
+mod visitors;
+pub use visitors::period_uniques;
+
 fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
     DailyRow {
         listing_id,
         kind: kind.into(),
         total,
         uniques,
+        visitors: Vec::new(),
     }
 }
 
@@ -31,6 +35,7 @@ fn report_row(listing_id: i64, kind: &str, total: u64, uniques_daily_sum: u64) -
         kind: kind.into(),
         total,
         uniques_daily_sum,
+        uniques_period: None,
     }
 }
 

@@ -48,6 +48,8 @@
 //! - `rollups`: the summary-tier port and its SQLite and MariaDB backends.
 //! - `schema`: declared kinds and field types; what is refused.
 //! - `stores`: the backend of each port by URL.
+//! - `usage`: the event-kind audit.
+//! - `visitors`: period uniques, from a sketch of each day's visitors.
 //!
 //! The `testing` feature (tests and benchmarks only, never the product) adds:
 //! - `conformance`: one suite per port that every backend's tests run.
@@ -75,6 +77,7 @@ pub mod stores;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod usage;
+pub mod visitors;
 
 /// The OpenAPI description of the events' `/v1` routes (ingest, recent, top, listings,
 /// reports, rollups); the server merges it into `/v1/openapi.json`.

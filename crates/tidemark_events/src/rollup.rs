@@ -17,6 +17,8 @@
 //!      (e.g. email opens and clicks) count in `total` but not in `uniques`: there is no
 //!      visitor to tell apart, and lumping them all into one "unknown visitor" would be as
 //!      wrong as counting each as new.
+//!    - `visitors` = those distinct visitors as a sketch ([`crate::visitors`]), so that the
+//!      visitors of a month or a year can be counted without reading raw rows again.
 //! 3. If fewer events were read than the catalog counted, part of the day is missing (dropped
 //!    while reading): refused as [`RollupError::RawGone`], nothing written.
 //! 4. Replace the day in the summary tier ([`RollupStore::upsert_day`]: a re-run overwrites,
@@ -46,6 +48,8 @@ use crate::leases::{DayLease, DayLeases};
 use crate::model::Event;
 use crate::raw::{DayState, RawStore};
 use crate::rollups::{DailyRow, RollupStore};
+use crate::visitors::{self, Visitors};
+use datasketches::hll::Coupon;
 
 /// Events read from the raw tier per chunk.
 pub const ROLLUP_CHUNK: usize = 50_000;
@@ -166,6 +170,15 @@ impl Interner {
         let id = self.ids.len() as u32;
         self.ids.insert(s.into(), id);
         id
+    }
+
+    /// Every string, indexed by its number.
+    fn strings(&self) -> Vec<&str> {
+        let mut out = vec![""; self.ids.len()];
+        for (s, id) in &self.ids {
+            out[*id as usize] = s.as_str();
+        }
+        out
     }
 
     /// Interns every string of `other`: its numbers mapped to this interner's.
@@ -318,18 +331,39 @@ impl DayAggregate {
 
     fn rows(mut self) -> Vec<DailyRow> {
         self.compact();
-        for v in &self.visits {
-            self.buckets[(v >> 64) as usize].uniques += 1;
+        let (sessions, pages) = (self.sessions.strings(), self.pages.strings());
+        // Each bucket's coupons in their own order, not in the order the visits were first
+        // seen: the same visitors then make the same sketch bytes however the day was read.
+        let mut coupons: Vec<(u32, Coupon)> = self
+            .visits
+            .iter()
+            .map(|v| {
+                let page = *v as u32;
+                let visitor = visitors::coupon(
+                    sessions[(v >> 32) as u32 as usize],
+                    (page != NO_PAGE).then(|| pages[page as usize]),
+                );
+                ((v >> 64) as u32, visitor)
+            })
+            .collect();
+        coupons.sort_unstable();
+        let mut visitors: Vec<Visitors> =
+            self.buckets.iter().map(|_| Visitors::default()).collect();
+        for (b, c) in coupons {
+            self.buckets[b as usize].uniques += 1;
+            visitors[b as usize].add(c);
         }
         let kinds = self.kinds;
         let mut rows: Vec<DailyRow> = self
             .buckets
             .into_iter()
-            .map(|b| DailyRow {
+            .zip(visitors)
+            .map(|(b, v)| DailyRow {
                 listing_id: b.listing_id,
                 kind: kinds[b.kind as usize].clone(),
                 total: b.total,
                 uniques: b.uniques,
+                visitors: v.to_bytes(),
             })
             .collect();
         rows.sort();

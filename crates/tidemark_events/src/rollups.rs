@@ -12,8 +12,10 @@
 //! [`MysqlRollups`] (MariaDB / MySQL, `events.rollups = "mysql://…"`). Both replace a day the
 //! same way — upsert every produced row, then delete the day's rows [`stale_keys`] finds no
 //! longer produced, in one transaction, adding the day's difference to its month's row of
-//! `listing_monthly` — and differ only in their SQL. The month plan both follow (the deltas of
-//! a day, the parts of a report): `monthly`. The versions of both schemas: `migrations`.
+//! `listing_monthly`, and each row's visitor sketch with its month's union
+//! ([`crate::visitors`]) — and differ only in their SQL (the sketches' in `sqlite/visitors.rs`
+//! and `mysql/visitors.rs`). The month plan both follow (the deltas of a day, the parts of a
+//! report and of period uniques): `monthly`. The versions of both schemas: `migrations`.
 
 mod migrations;
 mod monthly;
@@ -46,6 +48,11 @@ pub struct DailyRow {
     pub total: u64,
     /// Distinct `(session_id, page_url)` among those events that carry a session.
     pub uniques: u64,
+    /// Those visitors as a sketch ([`crate::visitors`]: DataSketches' compact HLL form), for
+    /// period uniques. Empty: not known (a row written without one); a store keeps no sketch
+    /// for it, and [`RollupStore::day_rows`] leaves sketches out.
+    #[serde(skip)]
+    pub visitors: Vec<u8>,
 }
 
 /// One row of an account report: a listing's sums of one kind over the period.
@@ -61,7 +68,18 @@ pub struct ReportRow {
     /// Sum of the daily uniques. Named honestly: a visitor who came back on two days counts
     /// twice, so this is not the number of distinct visitors of the period.
     pub uniques_daily_sum: u64,
+    /// Asked for (`uniques_period=true`): the distinct visitors of the period, estimated from
+    /// the days' sketches ([`crate::visitors`]); `null` when a day of the period was rolled
+    /// up before sketches were kept. Left out when not asked for.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<u64>, nullable)]
+    pub uniques_period: Option<PeriodUniques>,
 }
+
+/// The distinct visitors of a period ([`crate::visitors`]): a number, or `null` when not known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(transparent)]
+pub struct PeriodUniques(pub Option<u64>);
 
 /// One row of a monthly export: a listing's sums of one kind over one UTC month.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
@@ -179,7 +197,23 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<MonthRow>, StoreError>;
 
-    /// Every row of `day`, ordered by listing and kind (for tests and tools).
+    /// Per listing of `account_id` (as mapped by `tenant`) whose id is in `listings`, and kind:
+    /// the distinct visitors over `from..=to` ([`crate::visitors`]), from the sketches of the
+    /// edge days in `listing_daily` and of the whole months in `listing_monthly`
+    /// (`monthly::split`), unioned by [`crate::visitors::PeriodUnions`]; `None` where a part has no sketch.
+    /// Ordered by listing and kind; optionally only `kind`. Reads only the summaries.
+    async fn period_uniques(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from: UtcDay,
+        to: UtcDay,
+        kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
+    ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError>;
+
+    /// Every row of `day` without its sketch, ordered by listing and kind (for tests and
+    /// tools).
     async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError>;
 
     /// Adds event-kind usage ([`crate::usage`]) in one transaction: events per `(kind, day)`
@@ -188,6 +222,20 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
 
     /// All event-kind usage kept.
     async fn kind_usage(&self) -> Result<UsageFigures, StoreError>;
+}
+
+/// Sets each report row's `uniques_period` from `estimates` ([`RollupStore::period_uniques`]
+/// of the same period and listings); a row without one is not known (`null`).
+pub fn with_period_uniques(rows: &mut [ReportRow], estimates: Vec<(i64, String, Option<u64>)>) {
+    let by_key: std::collections::HashMap<(i64, String), Option<u64>> =
+        estimates.into_iter().map(|(l, k, e)| ((l, k), e)).collect();
+    for r in rows {
+        let known = by_key
+            .get(&(r.listing_id, r.kind.clone()))
+            .copied()
+            .flatten();
+        r.uniques_period = Some(PeriodUniques(known));
+    }
 }
 
 /// The `(listing_id, kind)` keys of a day's `existing` rows that a new run's `rows` no longer

@@ -19,6 +19,17 @@ async fn mysql_rollup_store() {
     drop_database(&url).await.unwrap();
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mysql_period_uniques() {
+    let url = scratch_database(&test_server_url(), "tm_uniques")
+        .await
+        .unwrap();
+    let store = MysqlRollups::connect(&url, 4).await.unwrap();
+    conformance::period_uniques(Arc::new(store.clone())).await;
+    store.pool().close().await;
+    drop_database(&url).await.unwrap();
+}
+
 /// The report reads the account's listings from `listings_account` and, per listing, a range
 /// of `listing_daily`'s (and `listing_monthly`'s) clustered primary key — never a scan of the
 /// whole table.
@@ -44,6 +55,7 @@ async fn the_report_reads_ranges_of_the_primary_key() {
                 kind: "view".into(),
                 total: 2,
                 uniques: 1,
+                visitors: Vec::new(),
             })
             .collect();
         store.upsert_day(first.plus(d), rows).await.unwrap();
@@ -142,7 +154,7 @@ async fn a_database_made_before_listing_monthly_gets_it_built_from_the_days() {
         sqlx::query(sql).execute(&pool).await.unwrap();
     }
     let store = MysqlRollups::connect(&url, 2).await.unwrap();
-    assert_eq!(schema_version(&pool).await, Some(3));
+    assert_eq!(schema_version(&pool).await, Some(4));
     let months: Vec<(String, i64, i64, i32)> = sqlx::query_as(
         "SELECT CAST(month AS CHAR), total, uniques, days FROM listing_monthly ORDER BY month",
     )
@@ -165,7 +177,8 @@ async fn a_database_made_before_listing_monthly_gets_it_built_from_the_days() {
             listing_id: 7,
             kind: "view".into(),
             total: 16,
-            uniques_daily_sum: 7
+            uniques_daily_sum: 7,
+            uniques_period: None,
         }]
     );
     // A second connect finds version 2: nothing runs again.
@@ -187,7 +200,7 @@ async fn a_database_of_a_newer_build_is_refused() {
         .await
         .unwrap();
     let store = MysqlRollups::connect(&url, 2).await.unwrap();
-    sqlx::query("UPDATE tidemark_schema_version SET version = 4 WHERE store = 'events_rollups'")
+    sqlx::query("UPDATE tidemark_schema_version SET version = 5 WHERE store = 'events_rollups'")
         .execute(store.pool())
         .await
         .unwrap();
@@ -199,7 +212,7 @@ async fn a_database_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "database {database} has events_rollups schema version 4, this build knows up to 3: use a newer tidemark"
+            "database {database} has events_rollups schema version 5, this build knows up to 4: use a newer tidemark"
         )
     );
     store.pool().close().await;
@@ -264,6 +277,7 @@ async fn days_of_one_month_upserted_at_once_on_two_nodes_all_land() {
                     kind: kind.into(),
                     total: u64::try_from(d).unwrap() + 1,
                     uniques: 1,
+                    visitors: Vec::new(),
                 })
             })
             .collect()

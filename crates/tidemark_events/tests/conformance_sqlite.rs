@@ -17,6 +17,15 @@ async fn sqlite_rollup_store() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_period_uniques() {
+    let dir = tempfile::tempdir().unwrap();
+    conformance::period_uniques(Arc::new(
+        SqliteRollups::open(&dir.path().join("rollups.db")).unwrap(),
+    ))
+    .await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_raw_store() {
     let dir = tempfile::tempdir().unwrap();
     conformance::raw_store(Arc::new(

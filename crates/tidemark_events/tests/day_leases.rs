@@ -55,6 +55,7 @@ fn row(listing_id: i64, total: u64) -> DailyRow {
         kind: "view".into(),
         total,
         uniques: 1,
+        visitors: Vec::new(),
     }
 }
 
@@ -173,6 +174,7 @@ async fn two_nodes_lifecycles_work_each_day_once() {
                 kind: "view".into(),
                 total: i as u64 + 1,
                 uniques: 0,
+                visitors: Vec::new(),
             }]
         );
     }

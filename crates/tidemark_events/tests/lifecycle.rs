@@ -86,6 +86,19 @@ impl RollupStore for Switchable {
             .months_range(tenant, account_id, from_month, to_month, kind, listings)
             .await
     }
+    async fn period_uniques(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from: UtcDay,
+        to: UtcDay,
+        kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
+    ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError> {
+        self.inner
+            .period_uniques(tenant, account_id, from, to, kind, listings)
+            .await
+    }
     async fn report_range(
         &self,
         tenant: &str,
@@ -252,6 +265,7 @@ fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
         kind: kind.into(),
         total,
         uniques,
+        visitors: Vec::new(),
     }
 }
 

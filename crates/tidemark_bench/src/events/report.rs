@@ -274,6 +274,7 @@ fn daily_rows(listing: i64, d: u32) -> Vec<DailyRow> {
         kind: kind.into(),
         total,
         uniques,
+        visitors: Vec::new(),
     };
     let mut rows = Vec::with_capacity(2);
     if h % 100 < 82 {
@@ -447,6 +448,7 @@ async fn fill(
             kind,
             total,
             uniques_daily_sum: uniques,
+            uniques_period: None,
         })
         .collect();
     Ok(Fill {

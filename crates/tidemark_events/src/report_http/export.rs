@@ -23,7 +23,7 @@ use tidemark_core::http::ApiError;
 use tidemark_core::store::StoreError;
 
 use super::{AnalyticsHttp, store_error};
-use crate::rollups::RollupStore;
+use crate::rollups::{RollupStore, with_period_uniques};
 
 /// Listings per page of an export.
 pub(super) const EXPORT_PAGE: usize = 500;
@@ -53,8 +53,13 @@ impl Format {
 /// What is exported: the rows of the account's listings in a range of listing ids.
 #[derive(Debug, Clone)]
 pub(super) enum Export {
-    /// Sums over a period of days ([`RollupStore::report_range`]).
-    Report { from: UtcDay, to: UtcDay },
+    /// Sums over a period of days ([`RollupStore::report_range`]), with the distinct visitors
+    /// of the period if asked ([`RollupStore::period_uniques`]).
+    Report {
+        from: UtcDay,
+        to: UtcDay,
+        uniques_period: bool,
+    },
     /// Month sums over months, first days ([`RollupStore::months_range`]).
     Months { from: UtcDay, to: UtcDay },
 }
@@ -85,10 +90,20 @@ impl Export {
     ) -> Result<Bytes, StoreError> {
         let kind = r.kind.as_deref();
         match *self {
-            Export::Report { from, to } => {
-                let rows = store
-                    .report_range(&r.tenant, r.account_id, from, to, kind, listings)
+            Export::Report {
+                from,
+                to,
+                uniques_period,
+            } => {
+                let mut rows = store
+                    .report_range(&r.tenant, r.account_id, from, to, kind, listings.clone())
                     .await?;
+                if uniques_period {
+                    let estimates = store
+                        .period_uniques(&r.tenant, r.account_id, from, to, kind, listings)
+                        .await?;
+                    with_period_uniques(&mut rows, estimates);
+                }
                 s.note_read(rows.iter().map(|r| r.kind.as_str()), "export");
                 Ok(encode.rows(&rows))
             }

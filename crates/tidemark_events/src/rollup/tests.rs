@@ -34,7 +34,22 @@ fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
         kind: kind.into(),
         total,
         uniques,
+        visitors: Vec::new(),
     }
+}
+
+/// `rows` without their visitor sketches, each sketch checked first: it counts the row's
+/// `uniques`.
+fn figures(rows: Vec<DailyRow>) -> Vec<DailyRow> {
+    rows.into_iter()
+        .map(|mut r| {
+            let mut u = crate::visitors::PeriodUnion::default();
+            u.add(Some(&r.visitors)).unwrap();
+            assert_eq!(u.estimate(), Some(r.uniques), "{r:?}");
+            r.visitors.clear();
+            r
+        })
+        .collect()
 }
 
 /// Where the tests run: the embedded default, or InfluxDB (started by the test, a retention
@@ -637,7 +652,10 @@ async fn the_embedded_one_pass_read_counts_as_the_chunked_read() {
     assert_eq!(counts(&by_chunks), counts(&one_pass));
     assert_eq!(counts(&default_fold), counts(&one_pass));
     let rows = one_pass.rows();
-    assert!(rows.contains(&row(2, "click", 1, 1)), "{rows:?}");
+    assert!(
+        figures(rows.clone()).contains(&row(2, "click", 1, 1)),
+        "{rows:?}"
+    );
     assert_eq!(by_chunks.rows(), rows);
     assert_eq!(default_fold.rows(), rows);
 }
@@ -665,7 +683,7 @@ fn visits_compacted_midway_still_count_each_visitor_once() {
     add(&mut agg, "s1", Some("/b"));
     agg.compact();
     add(&mut agg, "s1", Some("/b"));
-    assert_eq!(agg.rows(), vec![row(7, "view", 7, 3)]);
+    assert_eq!(figures(agg.rows()), vec![row(7, "view", 7, 3)]);
 }
 
 #[test]
@@ -696,7 +714,7 @@ fn two_merged_halves_count_as_the_whole_day() {
         merged.merge(fold(&events[cut..]));
         assert_eq!(counts(&merged), (9, 1, 1), "cut at {cut}");
         assert_eq!(
-            merged.rows(),
+            figures(merged.rows()),
             vec![
                 row(1, "view", 4, 3),
                 row(2, "click", 2, 1),

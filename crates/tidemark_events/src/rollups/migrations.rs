@@ -8,6 +8,8 @@
 //! - version 2: `listing_monthly`, the month sums of `listing_daily` (as on MariaDB), built
 //!   from the days already there.
 //! - version 3: `kind_written` and `kind_read`, the event-kind audit ([`crate::usage`]).
+//! - version 4: `listing_daily_visitors` and `listing_monthly_visitors`, the visitor sketches
+//!   of period uniques ([`crate::visitors`]).
 //! - adopting a file made before versions were recorded: a `listing_daily` keyed
 //!   `(listing_id, day, event)` is rebuilt with version 1's key ([`rekey_listing_daily`]), and
 //!   `rollup_kinds` gets every kind `listing_daily` holds ([`fill_rollup_kinds`]): the report
@@ -22,6 +24,7 @@
 //!   here so that a summary write checks its lease in its own transaction; `events_meta`,
 //!   the events schema the nodes sharing the database agree on.
 //! - version 3: `kind_written` and `kind_read`, the event-kind audit ([`crate::usage`]).
+//! - version 4: `listing_daily_visitors` and `listing_monthly_visitors`, as on SQLite.
 //! - adopting a database made before versions were recorded: `listing_monthly`, which version
 //!   1's `IF NOT EXISTS` made empty beside the days of a database made before it, is built from
 //!   `listing_daily` ([`build_listing_monthly`]).
@@ -46,6 +49,10 @@ pub(super) static SQLITE: Versions<SqliteUp> = Versions {
         Step {
             what: "kind_written and kind_read",
             up: SqliteUp::Sql(SQLITE_V3),
+        },
+        Step {
+            what: "listing_daily_visitors and listing_monthly_visitors",
+            up: SqliteUp::Sql(SQLITE_V4),
         },
     ],
     adopt: &[
@@ -74,6 +81,26 @@ CREATE TABLE IF NOT EXISTS kind_read (
     kind TEXT NOT NULL PRIMARY KEY,
     at_ms INTEGER NOT NULL,
     reader TEXT NOT NULL
+) WITHOUT ROWID;
+";
+
+/// Version 4: the visitor sketches of `listing_daily` and `listing_monthly` rows
+/// ([`crate::visitors`]), keyed as those rows, in tables of their own so that the sums the
+/// report reads stay as dense as before. Rows rolled up earlier have none (not known).
+const SQLITE_V4: &str = "
+CREATE TABLE IF NOT EXISTS listing_daily_visitors (
+    listing_id INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    day INTEGER NOT NULL,
+    sketch BLOB NOT NULL,
+    PRIMARY KEY (listing_id, event, day)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS listing_monthly_visitors (
+    listing_id INTEGER NOT NULL,
+    event TEXT NOT NULL,
+    month INTEGER NOT NULL,
+    sketch BLOB NOT NULL,
+    PRIMARY KEY (listing_id, event, month)
 ) WITHOUT ROWID;
 ";
 
@@ -196,6 +223,25 @@ pub(super) static MYSQL: Versions<MysqlUp> = Versions {
                     kind VARCHAR(100) NOT NULL PRIMARY KEY,
                     at_ms BIGINT NOT NULL,
                     reader VARCHAR(32) NOT NULL
+                ) ENGINE=InnoDB",
+            ]),
+        },
+        Step {
+            what: "listing_daily_visitors and listing_monthly_visitors",
+            up: MysqlUp::Sql(&[
+                "CREATE TABLE IF NOT EXISTS listing_daily_visitors (
+                    listing_id BIGINT NOT NULL,
+                    day DATE NOT NULL,
+                    event VARCHAR(100) NOT NULL,
+                    sketch MEDIUMBLOB NOT NULL,
+                    PRIMARY KEY (listing_id, day, event)
+                ) ENGINE=InnoDB",
+                "CREATE TABLE IF NOT EXISTS listing_monthly_visitors (
+                    listing_id BIGINT NOT NULL,
+                    month DATE NOT NULL,
+                    event VARCHAR(100) NOT NULL,
+                    sketch MEDIUMBLOB NOT NULL,
+                    PRIMARY KEY (listing_id, month, event)
                 ) ENGINE=InnoDB",
             ]),
         },

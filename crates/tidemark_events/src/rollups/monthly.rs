@@ -183,6 +183,25 @@ pub(crate) fn report_parts(from: UtcDay, to: UtcDay) -> Vec<Part> {
     parts
 }
 
+/// The parts whose sketches make the distinct visitors of `from..=to`
+/// ([`crate::visitors`]): its edge days and its whole months, `(source, first, last)` with
+/// months by their first days. Unlike [`report_parts`] nothing is subtracted: a sketch cannot
+/// lose visitors.
+pub(crate) fn visitor_parts(from: UtcDay, to: UtcDay) -> Vec<(Source, UtcDay, UtcDay)> {
+    let split = split(from, to);
+    let mut parts = Vec::new();
+    if let Some((a, b)) = split.head {
+        parts.push((Source::Daily, a, b));
+    }
+    if let Some((a, end)) = split.months {
+        parts.push((Source::Monthly, a, month_of(end.plus(-1))));
+    }
+    if let Some((a, b)) = split.tail {
+        parts.push((Source::Daily, a, b));
+    }
+    parts
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -227,6 +246,7 @@ mod tests {
             kind: k.into(),
             total: t,
             uniques: u,
+            visitors: Vec::new(),
         };
         let old = vec![(1, "view".to_owned(), 5, 3), (2, "click".to_owned(), 1, 1)];
         let new = vec![row(1, "view", 6, 3), row(3, "view", 2, 2)];
@@ -239,6 +259,28 @@ mod tests {
             ]
         );
         assert!(deltas(&old, &[row(1, "view", 5, 3), row(2, "click", 1, 1)]).is_empty());
+    }
+
+    #[test]
+    fn period_uniques_read_edge_days_and_whole_months_never_subtracting() {
+        use Source::{Daily, Monthly};
+        assert_eq!(
+            visitor_parts(d("2024-01-15"), d("2024-03-10")),
+            vec![
+                (Daily, d("2024-01-15"), d("2024-01-31")),
+                (Monthly, d("2024-02-01"), d("2024-02-01")),
+                (Daily, d("2024-03-01"), d("2024-03-10")),
+            ]
+        );
+        assert_eq!(
+            visitor_parts(d("2025-11-01"), d("2026-10-31")),
+            vec![(Monthly, d("2025-11-01"), d("2026-10-01"))]
+        );
+        assert_eq!(
+            visitor_parts(d("2024-02-03"), d("2024-02-20")),
+            vec![(Daily, d("2024-02-03"), d("2024-02-20"))]
+        );
+        assert!(visitor_parts(d("2024-02-03"), d("2024-02-01")).is_empty());
     }
 
     #[test]

@@ -11,6 +11,8 @@
 //! - `listing_monthly (listing_id, month, event, total, uniques, days)`: the month sums of
 //!   `listing_daily`, kept in the same transaction as each day ([`monthly`]), so a year's
 //!   report reads ~12 rows per listing and kind instead of ~366.
+//! - `listing_daily_visitors` and `listing_monthly_visitors`: each row's visitor sketch, keyed
+//!   as the row (`mysql/visitors.rs`, [`crate::visitors`]).
 //!
 //! Data flow:
 //! - [`RollupStore::upsert_day`]: one transaction — multi-row
@@ -40,6 +42,8 @@ use crate::leases::mysql::{MysqlDayLeases, check_fence};
 use crate::leases::{DayLease, DayLeases};
 use crate::schema::Schema;
 use crate::usage::{Read, UsageFigures, Written};
+
+mod visitors;
 
 /// Rows per multi-row `INSERT` (5 placeholders each, far below the 65,535 limit).
 const ROWS_PER_INSERT: usize = 1_000;
@@ -171,8 +175,11 @@ impl MysqlRollups {
             q.push(" ON DUPLICATE KEY UPDATE total = VALUES(total), uniques = VALUES(uniques)");
             q.build().execute(&mut *tx).await?;
         }
+        let month = monthly::month_of(day).to_string();
+        visitors::keep(&mut tx, &day_text, &month, rows).await?;
         let existing = old.iter().map(|(l, k, _, _)| (*l, k.clone()));
-        for (listing_id, event) in stale_keys(existing, rows) {
+        let stale = stale_keys(existing, rows);
+        for (listing_id, event) in &stale {
             sqlx::query("DELETE FROM listing_daily WHERE listing_id = ? AND day = ? AND event = ?")
                 .bind(listing_id)
                 .bind(&day_text)
@@ -181,7 +188,6 @@ impl MysqlRollups {
                 .await?;
         }
         // The month rows follow, in the same transaction.
-        let month = monthly::month_of(day).to_string();
         let deltas = monthly::deltas(&old, rows);
         for chunk in deltas.chunks(ROWS_PER_INSERT) {
             let mut q = QueryBuilder::new(
@@ -206,6 +212,9 @@ impl MysqlRollups {
                 .bind(&month)
                 .execute(&mut *tx)
                 .await?;
+        }
+        if !stale.is_empty() || deltas.iter().any(|d| d.4 < 0) {
+            visitors::forget(&mut tx, &day_text, &month, &stale).await?;
         }
         tx.commit().await?;
         Ok(produced_keys(rows).len())
@@ -403,9 +412,22 @@ impl RollupStore for MysqlRollups {
                     kind: text(r.try_get(1)?)?,
                     total: r.try_get(2)?,
                     uniques_daily_sum: r.try_get(3)?,
+                    uniques_period: None,
                 })
             })
             .collect()
+    }
+
+    async fn period_uniques(
+        &self,
+        tenant: &str,
+        account_id: i64,
+        from: UtcDay,
+        to: UtcDay,
+        kind: Option<&str>,
+        listings: std::ops::RangeInclusive<i64>,
+    ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError> {
+        visitors::period_uniques(&self.pool, tenant, account_id, (from, to), kind, listings).await
     }
 
     async fn add_kind_usage(&self, figures: &UsageFigures) -> Result<(), StoreError> {
@@ -485,6 +507,7 @@ impl RollupStore for MysqlRollups {
                     kind: text(kind)?,
                     total,
                     uniques,
+                    visitors: Vec::new(),
                 })
             })
             .collect()
