@@ -127,7 +127,8 @@ impl Node {
         let day_leases = rollups.day_leases(config.events.day_lease);
         let analytics = AnalyticsHttp {
             rollups: RollupService::new(Arc::clone(ingest.raw()), rollups, Arc::clone(&clock))
-                .with_leases(day_leases),
+                .with_leases(day_leases)
+                .with_usage(usage.clone()),
             schema: config.events.schema.clone(),
             usage: Some(usage.clone()),
             raw_retention: config.events.raw_retention,

@@ -39,6 +39,7 @@ const V1_ROUTES: &[(&str, &str)] = &[
     ("GET", "/v1/accounts/{aid}/report"),
     ("GET", "/v1/accounts/{aid}/months"),
     ("GET", "/v1/events/kinds"),
+    ("GET", "/v1/events/raw-window"),
     ("POST", "/v1/rollups/{day}"),
 ];
 

@@ -13,6 +13,7 @@ use crate::leases::DayLeases;
 use crate::model::Event;
 use crate::raw::catalog::{Mark, PENDING_EXPIRES_MS};
 use crate::raw::{DayCatalog, MinuteCount, RawError, RawStore};
+use crate::raw_window::{Need, NeedCount};
 use crate::rollups::{ALL_LISTINGS, DailyRow, MonthRow, ReportRow, RollupStore};
 use crate::usage::{Read, UsageFigures, Written};
 
@@ -349,6 +350,7 @@ pub async fn rollup_store(s: Arc<dyn RollupStore>) {
                 )
             })
             .collect(),
+        needs: Default::default(),
     };
     s.add_kind_usage(&usage(
         &[("view", 20_000, 5, 1_000), ("click", 20_001, 1, 900)],
@@ -375,6 +377,36 @@ pub async fn rollup_store(s: Arc<dyn RollupStore>) {
             ],
             &[("click", 4_000, "dashboard"), ("view", 2_000, "report")]
         )
+    );
+
+    // The raw window's needs, with the usage: counts add up, the first time is the earliest.
+    let needs = |n: &[(Need, u32, u64, i64)]| UsageFigures {
+        needs: n
+            .iter()
+            .map(|&(need, age, count, first_ms)| ((need, age), NeedCount { count, first_ms }))
+            .collect(),
+        ..UsageFigures::default()
+    };
+    s.add_kind_usage(&needs(&[
+        (Need::Late, 1, 5, 900),
+        (Need::Reroll, 31, 1, 950),
+    ]))
+    .await
+    .unwrap();
+    s.add_kind_usage(&needs(&[
+        (Need::Late, 1, 2, 700),
+        (Need::TooOld, 12, 3, 990),
+    ]))
+    .await
+    .unwrap();
+    assert_eq!(
+        s.kind_usage().await.unwrap().needs,
+        needs(&[
+            (Need::Late, 1, 7, 700),
+            (Need::TooOld, 12, 3, 990),
+            (Need::Reroll, 31, 1, 950)
+        ])
+        .needs
     );
 }
 
@@ -519,6 +551,11 @@ pub async fn raw_store(raw: Arc<dyn RawStore>) {
     assert_eq!(raw.top_listings(d0, 1).await.unwrap(), vec![(7, 4)]);
     assert!(raw.top_listings(d0.plus(5), 3).await.unwrap().is_empty());
 
+    // Bytes on disk per day held: both days take some.
+    let bytes = raw.day_bytes().await.unwrap();
+    assert_eq!(bytes.iter().map(|b| b.0).collect::<Vec<_>>(), vec![d0, d1]);
+    assert!(bytes.iter().all(|b| b.1 > 0), "{bytes:?}");
+
     // Dropping: refused until rolled up and archived up to the last arrival.
     assert!(!raw.drop_day(d0, 9_000).await.unwrap());
     raw.mark_rolled_up(d0, 5_000).await.unwrap();
@@ -541,8 +578,10 @@ pub async fn raw_store(raw: Arc<dyn RawStore>) {
     assert!(raw.day_events(d0).await.unwrap().is_empty());
     let s0 = raw.days().await.unwrap()[0];
     assert_eq!((s0.day, s0.events, s0.dropped_ms), (d0, 7, Some(9_000)));
-    // The next day is untouched.
+    // The next day is untouched; the dropped one takes no bytes.
     assert_eq!(raw.day_events(d1).await.unwrap(), vec![late.clone()]);
+    let bytes = raw.day_bytes().await.unwrap();
+    assert_eq!(bytes.iter().map(|b| b.0).collect::<Vec<_>>(), vec![d1]);
 
     // Late events for the dropped day refuse the whole batch.
     let refused = raw

@@ -6,6 +6,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
+use tidemark_core::day::UtcDay;
 use tidemark_core::health::StoreHealth;
 use tidemark_core::store::StoreError;
 use tidemark_core::timefmt;
@@ -78,6 +79,21 @@ pub(crate) fn finish(events: Vec<Event>, bad: Vec<BadLine>) -> Result<Vec<Event>
 
 /// How far in the future an event may be stamped (clock skew of producers): one day.
 pub const MAX_FUTURE_MS: i64 = 86_400_000;
+
+/// How far back a refused event counts as needed by someone ([`crate::raw_window`]): older
+/// ones are taken for timestamps in the wrong unit, which land near 1970.
+const NEEDED_AT_MOST_MS: i64 = 3_660 * 86_400_000;
+
+/// The UTC days of the events of a batch that are older than the raw window (`window_ms`
+/// before `now_ms`), those within [`NEEDED_AT_MOST_MS`].
+fn too_old_days(events: &[Event], now_ms: i64, window_ms: i64) -> Vec<UtcDay> {
+    let floor = now_ms.saturating_sub(window_ms);
+    events
+        .iter()
+        .filter(|e| e.time_ms < floor && e.time_ms >= now_ms.saturating_sub(NEEDED_AT_MOST_MS))
+        .map(|e| UtcDay::of_ms(e.time_ms))
+        .collect()
+}
 
 /// Event times must lie in the raw window: from `now - (raw_retention + lateness)` (the
 /// oldest day the raw tier still takes in: older ones are rolled up, archived and may be gone)
@@ -202,6 +218,11 @@ impl Ingest {
                     .map(|error| BadLine { line: i + 1, error })
             })
             .collect();
+        if let Some(usage) = &self.usage
+            && !bad.is_empty()
+        {
+            usage.refused(too_old_days(&events, now_ms, window_ms), now_ms);
+        }
         let events = finish(events, bad)?;
         let n = events.len();
         let per = self

@@ -42,6 +42,7 @@
 //! - `metrics`: the lifecycle's Prometheus metrics.
 //! - `model`: [`Event`].
 //! - `raw`: the raw-tier port, its SQLite and InfluxDB backends and the day catalog.
+//! - `raw_window`: how far back raw days were needed, and what a longer window costs.
 //! - `recent`: the dashboard's reads (`/v1/events/recent`, `/v1/events/top`).
 //! - `report_http`: listings, account reports and on-demand rollups over HTTP.
 //! - `rollup`: the daily rollup rule and the service that runs it.
@@ -68,6 +69,7 @@ pub mod lineproto;
 pub mod metrics;
 pub mod model;
 pub mod raw;
+pub mod raw_window;
 pub mod recent;
 pub mod report_http;
 pub mod rollup;

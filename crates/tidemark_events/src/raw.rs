@@ -154,6 +154,12 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// The `limit` listings with most non-bot events on `day`: `(listing_id, events)`.
     async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError>;
 
+    /// Bytes on disk of each day held, ascending (the raw-window report,
+    /// [`crate::raw_window`]): SQLite counts the pages of each day's table (`dbstat`), InfluxDB
+    /// sums the `diskBytes` of the shards of each day. A day without its own storage is left
+    /// out.
+    async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError>;
+
     /// When the store itself removes `day`, whatever Tidemark decides (Unix ms): InfluxDB's
     /// retention policy does. `None` (the default) for stores that keep a day until
     /// [`RawStore::drop_day`]. The lifecycle alerts a day before (DESIGN principle 2).
@@ -204,6 +210,15 @@ pub struct SqliteRaw {
 
 fn table(day: UtcDay) -> String {
     format!("raw_{}", day.compact())
+}
+
+/// The day of a table named by [`table`]; `None` for any other name.
+fn day_of_table(name: &str) -> Option<UtcDay> {
+    let d = name.strip_prefix("raw_")?;
+    if d.len() != 8 || !d.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    UtcDay::parse(&format!("{}-{}-{}", &d[..4], &d[4..6], &d[6..])).ok()
 }
 
 fn ensure_day(conn: &Connection, day: UtcDay) -> rusqlite::Result<()> {
@@ -419,6 +434,28 @@ impl RawStore for SqliteRaw {
                     }
                     day = day.plus(1);
                 }
+                Ok(out)
+            })
+            .await
+    }
+
+    async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError> {
+        self.reads
+            .read(|conn| {
+                // `dbstat` walks every page; `aggregate` sums each table's in SQLite itself.
+                let mut stmt = conn.prepare(
+                    "SELECT name, pgsize FROM dbstat WHERE aggregate = TRUE AND name GLOB 'raw_*'",
+                )?;
+                let rows =
+                    stmt.query_map([], |r| Ok((r.get::<_, String>(0)?, r.get::<_, i64>(1)?)))?;
+                let mut out = Vec::new();
+                for row in rows {
+                    let (name, bytes) = row?;
+                    if let Some(day) = day_of_table(&name) {
+                        out.push((day, u64::try_from(bytes).unwrap_or(0)));
+                    }
+                }
+                out.sort_unstable();
                 Ok(out)
             })
             .await

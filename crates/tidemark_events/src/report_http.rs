@@ -6,6 +6,8 @@
 //! | `POST /v1/listings` `[{"listing_id": n, "account_id": m}, …]` | 200 `{"upserted": n}` (all or nothing) |
 //! | `GET /v1/accounts/{aid}/report?from=YYYY-MM-DD&to=YYYY-MM-DD[&kind=…][&format=csv][&uniques_period=true]` | 200 `{"account_id", "from", "to", "rows": [{"listing_id", "kind", "total", "uniques_daily_sum"[, "uniques_period"]}]}`, or those rows as a streamed CSV download |
 //! | `GET /v1/accounts/{aid}/months?from=YYYY-MM&to=YYYY-MM[&kind=…][&format=csv]` | 200 streamed `{"account_id", "from", "to", "rows": [{"listing_id", "month", "kind", "total", "uniques_daily_sum"}]}`, or CSV: the month sums, for invoices (`report_http/export.rs`) |
+//! | `GET /v1/events/kinds?stale_days=N` | 200 the event-kind audit ([`crate::usage`]) |
+//! | `GET /v1/events/raw-window` | 200 the raw-window report ([`crate::raw_window`], `report_http/raw_window.rs`) |
 //! | `POST /v1/rollups/{day}` | 200 the rollup's outcome; 404 `no_events` for a day without any event (e.g. in the future); 409 `raw_gone` when the day's raw events are gone |
 //!
 //! Bad ids, dates, a range with `from > to` or longer than [`MAX_REPORT_DAYS`] (months:
@@ -39,6 +41,7 @@ pub const MAX_REPORT_DAYS: i32 = 366;
 pub const MAX_EXPORT_MONTHS: i32 = 120;
 
 mod export;
+mod raw_window;
 
 use export::{Export, Format};
 /// Most listings in one bulk `POST /v1/listings`.
@@ -70,7 +73,15 @@ impl AnalyticsHttp {
 
 /// The OpenAPI description of the listing, report and rollup routes.
 #[derive(Debug, utoipa::OpenApi)]
-#[openapi(paths(put_listing, post_listings, report, months, roll_up, kinds))]
+#[openapi(paths(
+    put_listing,
+    post_listings,
+    report,
+    months,
+    roll_up,
+    kinds,
+    raw_window::raw_window
+))]
 pub(crate) struct AnalyticsApi;
 
 /// The listing, report and rollup routes.
@@ -81,6 +92,7 @@ pub fn analytics_router(state: AnalyticsHttp) -> Router {
         .route("/v1/accounts/{aid}/report", get(report))
         .route("/v1/accounts/{aid}/months", get(months))
         .route("/v1/events/kinds", get(kinds))
+        .route("/v1/events/raw-window", get(raw_window::raw_window))
         .route("/v1/rollups/{day}", post(roll_up));
     body_limit(routes, 16 * 1024 * 1024).with_state(Arc::new(state))
 }

@@ -48,6 +48,7 @@ use crate::leases::{DayLease, DayLeases};
 use crate::model::Event;
 use crate::raw::{DayState, RawStore};
 use crate::rollups::{DailyRow, RollupStore};
+use crate::usage::KindUsage;
 use crate::visitors::{self, Visitors};
 use datasketches::hll::Coupon;
 
@@ -492,6 +493,7 @@ pub struct RollupService {
     clock: SharedClock,
     leases: Arc<dyn DayLeases>,
     one_at_a_time: Arc<Mutex<()>>,
+    usage: Option<KindUsage>,
 }
 
 /// Lease time of [`RollupService::new`]'s leases: `events.day_lease`'s default.
@@ -507,7 +509,16 @@ impl RollupService {
             rollups,
             clock,
             one_at_a_time: Arc::new(Mutex::new(())),
+            usage: None,
         }
+    }
+
+    /// Notes in `usage` every rollup of a day rolled up before (the raw-window report's
+    /// re-rolls, [`crate::raw_window`]).
+    #[must_use]
+    pub fn with_usage(mut self, usage: KindUsage) -> Self {
+        self.usage = Some(usage);
+        self
     }
 
     /// Takes its days' leases from `leases`: the summary tier's under another lease time
@@ -562,13 +573,18 @@ impl RollupService {
     }
 
     async fn roll_up_in_turn(&self, lease: &DayLease) -> Result<RollupOutcome, RollupError> {
-        roll_up_day_leased(
-            self.raw.as_ref(),
-            self.rollups.as_ref(),
-            lease,
-            self.clock.now_ms(),
-        )
-        .await
+        let before = match &self.usage {
+            Some(_) => day_state(self.raw.as_ref(), lease.day).await?,
+            None => None,
+        };
+        let now = self.clock.now_ms();
+        let out = roll_up_day_leased(self.raw.as_ref(), self.rollups.as_ref(), lease, now).await?;
+        if let (Some(usage), Some(before)) = (&self.usage, before)
+            && before.rolled_up_arrival_ms.is_some()
+        {
+            usage.rerolled(lease.day, now);
+        }
+        Ok(out)
     }
 
     /// The summary tier (for reports and listings).

@@ -6,7 +6,10 @@
 //!   `(kind, UTC day of the event)`, with the arrival time ([`crate::Ingest::with_usage`]);
 //! - [`KindUsage::read`]: a report, an export or the dashboard notes the kinds it answered
 //!   with, and which of them read it;
-//! - both gather in memory and [`KindUsage::flush`] adds them to the summary store
+//! - the raw window's needs ([`crate::raw_window`]): late and refused events by age, and
+//!   re-rolls of old days ([`KindUsage::refused`], [`KindUsage::rerolled`]), gathered with
+//!   the rest;
+//! - all gather in memory and [`KindUsage::flush`] adds them to the summary store
 //!   ([`RollupStore::add_kind_usage`], additive, so every node of a deployment adds its own)
 //!   every [`FLUSH_EVERY`] ([`KindUsage::run`]) and at a graceful stop; a flush that fails
 //!   keeps its figures for the next one;
@@ -31,6 +34,7 @@ use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
 use crate::model::Event;
+use crate::raw_window::{self, Need, NeedCount};
 use crate::rollups::RollupStore;
 use crate::schema::Schema;
 
@@ -62,6 +66,8 @@ pub struct UsageFigures {
     pub written: BTreeMap<(String, UtcDay), Written>,
     /// kind → its last read.
     pub read: BTreeMap<String, Read>,
+    /// `(need, age in days)` → how often a day that old was needed ([`crate::raw_window`]).
+    pub needs: BTreeMap<(Need, u32), NeedCount>,
 }
 
 impl UsageFigures {
@@ -71,6 +77,12 @@ impl UsageFigures {
             let mine = self.written.entry(key).or_default();
             mine.events += w.events;
             mine.last_ms = mine.last_ms.max(w.last_ms);
+        }
+        for (key, n) in other.needs {
+            self.needs
+                .entry(key)
+                .and_modify(|mine| mine.add(n))
+                .or_insert(n);
         }
         for (kind, r) in other.read {
             match self.read.get(&kind) {
@@ -82,8 +94,23 @@ impl UsageFigures {
         }
     }
 
+    fn need(&mut self, need: Need, age: u32, count: u64, now_ms: i64) {
+        self.needs
+            .entry((need, age))
+            .and_modify(|c| {
+                c.add(NeedCount {
+                    count,
+                    first_ms: now_ms,
+                })
+            })
+            .or_insert(NeedCount {
+                count,
+                first_ms: now_ms,
+            });
+    }
+
     fn is_empty(&self) -> bool {
-        self.written.is_empty() && self.read.is_empty()
+        self.written.is_empty() && self.read.is_empty() && self.needs.is_empty()
     }
 }
 
@@ -120,13 +147,35 @@ impl KindUsage {
             .collect()
     }
 
-    /// Notes a stored batch ([`KindUsage::per_kind_and_day`]), which arrived at `now_ms`.
+    /// Notes a stored batch ([`KindUsage::per_kind_and_day`]), which arrived at `now_ms`; its
+    /// events of past days are late ([`Need::Late`]).
     pub fn wrote(&self, per: Vec<((String, UtcDay), u64)>, now_ms: i64) {
         let mut p = self.lock();
         for (key, n) in per {
+            if let Some(age) = raw_window::age(key.1, now_ms) {
+                p.need(Need::Late, age, n, now_ms);
+            }
             let w = p.written.entry(key).or_default();
             w.events += n;
             w.last_ms = w.last_ms.max(now_ms);
+        }
+    }
+
+    /// Notes events refused at `now_ms` as older than the raw window, by their UTC days
+    /// ([`Need::TooOld`]).
+    pub fn refused(&self, days: impl IntoIterator<Item = UtcDay>, now_ms: i64) {
+        let mut p = self.lock();
+        for day in days {
+            if let Some(age) = raw_window::age(day, now_ms) {
+                p.need(Need::TooOld, age, 1, now_ms);
+            }
+        }
+    }
+
+    /// Notes that `day`, rolled up before, was rolled up again at `now_ms` ([`Need::Reroll`]).
+    pub fn rerolled(&self, day: UtcDay, now_ms: i64) {
+        if let Some(age) = raw_window::age(day, now_ms) {
+            self.lock().need(Need::Reroll, age, 1, now_ms);
         }
     }
 

@@ -43,8 +43,7 @@
 //! a table there, which every node shares: any node ingests, the sequence numbers of a day are
 //! unique across nodes, and the lifecycle sees every day whichever node took its events.
 
-use std::collections::BTreeMap;
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -585,8 +584,59 @@ impl InfluxRaw {
     }
 }
 
+impl InfluxRaw {
+    /// The shards of this database's retention policy: id → the UTC day its time range starts
+    /// in (the day it holds: shards are days, or hours of one day).
+    async fn shard_days(&self) -> Result<BTreeMap<u64, UtcDay>, StoreError> {
+        let mut out = BTreeMap::new();
+        for s in self.select("SHOW SHARDS", "ns").await? {
+            let at = |row: &[Value], name: &str| {
+                s.columns
+                    .iter()
+                    .position(|c| c == name)
+                    .and_then(|i| row.get(i).cloned())
+            };
+            for row in &s.values {
+                let text = |name| at(row, name).and_then(|v| v.as_str().map(str::to_owned));
+                if text("database").as_deref() == Some(self.target.database.as_str())
+                    && text("retention_policy").as_deref() == Some(RETENTION_POLICY)
+                    && let Some(id) = at(row, "id").and_then(|v| v.as_u64())
+                    && let Some(day) = text("start_time")
+                        .and_then(|t| t.get(..10).and_then(|d| UtcDay::parse(d).ok()))
+                {
+                    out.insert(id, day);
+                }
+            }
+        }
+        Ok(out)
+    }
+}
+
 #[async_trait]
 impl RawStore for InfluxRaw {
+    async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError> {
+        let shards = self.shard_days().await?;
+        let mut per_day: BTreeMap<UtcDay, u64> = BTreeMap::new();
+        // Each shard's statistics: one series tagged with its id, `diskBytes` its files' size.
+        for s in self.select("SHOW STATS FOR 'shard'", "ns").await? {
+            let id = s
+                .tags
+                .get("id")
+                .and_then(Value::as_str)
+                .and_then(|i| i.parse::<u64>().ok());
+            let Some(day) = id.and_then(|id| shards.get(&id)) else {
+                continue;
+            };
+            let column = s.columns.iter().position(|c| c == "diskBytes");
+            let bytes = column
+                .and_then(|i| s.values.first().and_then(|row| row.get(i)))
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+            *per_day.entry(*day).or_default() += bytes;
+        }
+        Ok(per_day.into_iter().collect())
+    }
+
     async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError> {
         if events.is_empty() {
             return Ok(());

@@ -415,6 +415,9 @@ impl RawStore for Meddling {
     async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.inner.mark_rolled_up(day, arrival_ms).await
     }
+    async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError> {
+        self.inner.day_bytes().await
+    }
     async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
         self.inner.mark_archived(day, arrival_ms).await
     }

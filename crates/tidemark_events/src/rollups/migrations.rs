@@ -9,7 +9,7 @@
 //!   from the days already there.
 //! - version 3: `kind_written` and `kind_read`, the event-kind audit ([`crate::usage`]).
 //! - version 4: `listing_daily_visitors` and `listing_monthly_visitors`, the visitor sketches
-//!   of period uniques ([`crate::visitors`]).
+//!   of period uniques ([`crate::visitors`]), and `raw_window_needs` ([`crate::raw_window`]).
 //! - adopting a file made before versions were recorded: a `listing_daily` keyed
 //!   `(listing_id, day, event)` is rebuilt with version 1's key ([`rekey_listing_daily`]), and
 //!   `rollup_kinds` gets every kind `listing_daily` holds ([`fill_rollup_kinds`]): the report
@@ -24,7 +24,8 @@
 //!   here so that a summary write checks its lease in its own transaction; `events_meta`,
 //!   the events schema the nodes sharing the database agree on.
 //! - version 3: `kind_written` and `kind_read`, the event-kind audit ([`crate::usage`]).
-//! - version 4: `listing_daily_visitors` and `listing_monthly_visitors`, as on SQLite.
+//! - version 4: `listing_daily_visitors`, `listing_monthly_visitors` and `raw_window_needs`,
+//!   as on SQLite.
 //! - adopting a database made before versions were recorded: `listing_monthly`, which version
 //!   1's `IF NOT EXISTS` made empty beside the days of a database made before it, is built from
 //!   `listing_daily` ([`build_listing_monthly`]).
@@ -51,7 +52,7 @@ pub(super) static SQLITE: Versions<SqliteUp> = Versions {
             up: SqliteUp::Sql(SQLITE_V3),
         },
         Step {
-            what: "listing_daily_visitors and listing_monthly_visitors",
+            what: "listing_daily_visitors, listing_monthly_visitors and raw_window_needs",
             up: SqliteUp::Sql(SQLITE_V4),
         },
     ],
@@ -86,7 +87,8 @@ CREATE TABLE IF NOT EXISTS kind_read (
 
 /// Version 4: the visitor sketches of `listing_daily` and `listing_monthly` rows
 /// ([`crate::visitors`]), keyed as those rows, in tables of their own so that the sums the
-/// report reads stay as dense as before. Rows rolled up earlier have none (not known).
+/// report reads stay as dense as before (rows rolled up earlier have none: not known); and
+/// `raw_window_needs`, how often raw days of each age were needed ([`crate::raw_window`]).
 const SQLITE_V4: &str = "
 CREATE TABLE IF NOT EXISTS listing_daily_visitors (
     listing_id INTEGER NOT NULL,
@@ -101,6 +103,13 @@ CREATE TABLE IF NOT EXISTS listing_monthly_visitors (
     month INTEGER NOT NULL,
     sketch BLOB NOT NULL,
     PRIMARY KEY (listing_id, event, month)
+) WITHOUT ROWID;
+CREATE TABLE IF NOT EXISTS raw_window_needs (
+    need TEXT NOT NULL,
+    age INTEGER NOT NULL,
+    count INTEGER NOT NULL,
+    first_ms INTEGER NOT NULL,
+    PRIMARY KEY (need, age)
 ) WITHOUT ROWID;
 ";
 
@@ -227,7 +236,7 @@ pub(super) static MYSQL: Versions<MysqlUp> = Versions {
             ]),
         },
         Step {
-            what: "listing_daily_visitors and listing_monthly_visitors",
+            what: "listing_daily_visitors, listing_monthly_visitors and raw_window_needs",
             up: MysqlUp::Sql(&[
                 "CREATE TABLE IF NOT EXISTS listing_daily_visitors (
                     listing_id BIGINT NOT NULL,
@@ -242,6 +251,13 @@ pub(super) static MYSQL: Versions<MysqlUp> = Versions {
                     event VARCHAR(100) NOT NULL,
                     sketch MEDIUMBLOB NOT NULL,
                     PRIMARY KEY (listing_id, month, event)
+                ) ENGINE=InnoDB",
+                "CREATE TABLE IF NOT EXISTS raw_window_needs (
+                    need VARCHAR(16) NOT NULL,
+                    age INT UNSIGNED NOT NULL,
+                    count BIGINT UNSIGNED NOT NULL,
+                    first_ms BIGINT NOT NULL,
+                    PRIMARY KEY (need, age)
                 ) ENGINE=InnoDB",
             ]),
         },

@@ -40,6 +40,7 @@ use super::monthly::{self, Source, report_parts};
 use super::{DailyRow, MonthRow, ReportRow, RollupStore, produced_keys, stale_keys};
 use crate::leases::mysql::{MysqlDayLeases, check_fence};
 use crate::leases::{DayLease, DayLeases};
+use crate::raw_window::{Need, NeedCount};
 use crate::schema::Schema;
 use crate::usage::{Read, UsageFigures, Written};
 
@@ -460,6 +461,22 @@ impl RollupStore for MysqlRollups {
             );
             q.build().execute(&mut *tx).await?;
         }
+        let needs: Vec<_> = figures.needs.iter().collect();
+        for chunk in needs.chunks(500) {
+            let mut q =
+                QueryBuilder::new("INSERT INTO raw_window_needs (need, age, count, first_ms) ");
+            q.push_values(chunk, |mut b, ((need, age), c)| {
+                b.push_bind(need.as_str())
+                    .push_bind(*age)
+                    .push_bind(c.count)
+                    .push_bind(c.first_ms);
+            });
+            q.push(
+                " ON DUPLICATE KEY UPDATE count = count + VALUES(count), \
+                 first_ms = LEAST(first_ms, VALUES(first_ms))",
+            );
+            q.build().execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(())
     }
@@ -488,6 +505,16 @@ impl RollupStore for MysqlRollups {
                     by: text(by)?,
                 },
             );
+        }
+        let rows: Vec<(Vec<u8>, u32, u64, i64)> =
+            sqlx::query_as("SELECT need, age, count, first_ms FROM raw_window_needs")
+                .fetch_all(&self.pool)
+                .await?;
+        for (need, age, count, first_ms) in rows {
+            // A need this build does not know (a newer node's) is left out.
+            if let Some(need) = Need::parse(&text(need)?) {
+                out.needs.insert((need, age), NeedCount { count, first_ms });
+            }
         }
         Ok(out)
     }

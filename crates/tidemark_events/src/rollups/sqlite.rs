@@ -46,6 +46,7 @@ use tidemark_core::store::StoreError;
 
 use super::monthly::{self, Source};
 use super::{DailyRow, MonthRow, ReportRow, RollupStore, produced_keys, stale_keys};
+use crate::raw_window::{Need, NeedCount};
 use crate::usage::{Read, UsageFigures, Written};
 
 mod visitors;
@@ -402,6 +403,14 @@ impl RollupStore for SqliteRollups {
                 for (kind, read) in &figures.read {
                     r.execute(params![kind, read.at_ms, read.by])?;
                 }
+                let mut n = conn.prepare_cached(
+                    "INSERT INTO raw_window_needs (need, age, count, first_ms) VALUES (?1, ?2, ?3, ?4)
+                     ON CONFLICT (need, age) DO UPDATE SET count = count + excluded.count,
+                     first_ms = min(first_ms, excluded.first_ms)",
+                )?;
+                for ((need, age), c) in &figures.needs {
+                    n.execute(params![need.as_str(), age, to_i64(c.count), c.first_ms])?;
+                }
                 Ok::<_, StoreError>(())
             })
             .await
@@ -439,6 +448,25 @@ impl RollupStore for SqliteRollups {
                 for row in rows {
                     let (kind, read) = row?;
                     out.read.insert(kind, read);
+                }
+                let mut n =
+                    conn.prepare_cached("SELECT need, age, count, first_ms FROM raw_window_needs")?;
+                let rows = n.query_map([], |r| {
+                    Ok((
+                        r.get::<_, String>(0)?,
+                        r.get::<_, u32>(1)?,
+                        NeedCount {
+                            count: to_u64(r.get(2)?),
+                            first_ms: r.get(3)?,
+                        },
+                    ))
+                })?;
+                for row in rows {
+                    let (need, age, c) = row?;
+                    // A need this build does not know (a newer node's) is left out.
+                    if let Some(need) = Need::parse(&need) {
+                        out.needs.insert((need, age), c);
+                    }
                 }
                 Ok(out)
             })

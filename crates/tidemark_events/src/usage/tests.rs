@@ -23,6 +23,7 @@ fn figures(written: &[(&str, i32, u64, i64)], read: &[(&str, i64, &str)]) -> Usa
                 )
             })
             .collect(),
+        needs: BTreeMap::new(),
     }
 }
 
@@ -139,5 +140,36 @@ async fn flushed_usage_reads_back_from_the_summary_store() {
             ],
             &[("view", 600, "report")]
         )
+    );
+}
+
+#[tokio::test]
+async fn late_and_refused_events_and_rerolls_are_noted_by_age() {
+    let dir = tempfile::tempdir().unwrap();
+    let store: Arc<dyn RollupStore> =
+        Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap());
+    let usage = KindUsage::new(Arc::clone(&store));
+    let today = UtcDay(20_000);
+    let now = today.start_ms() + 5_000;
+    let events: Vec<Event> = [0, -1, -1, -3, -45]
+        .into_iter()
+        .map(|d| Event::new("view", today.plus(d).start_ms() + 60_000))
+        .collect();
+    usage.wrote(KindUsage::per_kind_and_day(&events), now);
+    usage.refused([today.plus(-9), today.plus(-9)], now + 1);
+    usage.rerolled(today.plus(-2), now + 2);
+    // Today's own rollup again is no need of an older day.
+    usage.rerolled(today, now + 3);
+    usage.flush().await.unwrap();
+    let n = |count, first_ms| NeedCount { count, first_ms };
+    assert_eq!(
+        store.kind_usage().await.unwrap().needs,
+        BTreeMap::from([
+            ((Need::Late, 1), n(2, now)),
+            ((Need::Late, 3), n(1, now)),
+            ((Need::Late, 31), n(1, now)),
+            ((Need::TooOld, 9), n(2, now + 1)),
+            ((Need::Reroll, 2), n(1, now + 2)),
+        ])
     );
 }
