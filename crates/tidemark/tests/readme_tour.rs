@@ -103,6 +103,7 @@ async fn every_tour_command_works_as_written() {
         r#"{"listing_id":48213,"kind":"email_click","total":1,"uniques_daily_sum":0,"uniques_period":0}"#,
         r#"{"listing_id":48213,"kind":"view","total":2,"uniques_daily_sum":2,"uniques_period":2}"#,
         r#""minutes":["#,
+        r#""raw_retention_days":7"#,
         r#""listings":["#,
         "/dashboard?key=dev-key",
     ];
