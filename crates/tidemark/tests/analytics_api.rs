@@ -611,6 +611,29 @@ async fn exports_stream_every_listing_of_the_account_in(mode: Mode) {
     let (st, v) = report(&c, &server, &range).await;
     assert_eq!(st, 200);
     assert_eq!(v["rows"].as_array().unwrap().len(), want.len());
+    // An account without rows: the header row alone.
+    let empty = server.url("/v1/accounts/999");
+    for (query, header) in [
+        (
+            format!("report?{range}&format=csv"),
+            "listing_id,kind,total,uniques_daily_sum\n",
+        ),
+        (
+            format!("report?{range}&format=csv&uniques_period=true"),
+            "listing_id,kind,total,uniques_daily_sum,uniques_period\n",
+        ),
+        (
+            format!(
+                "months?from={}&to={}&format=csv",
+                &yesterday.to_string()[..7],
+                &yesterday.to_string()[..7]
+            ),
+            "listing_id,month,kind,total,uniques_daily_sum\n",
+        ),
+    ] {
+        let (st, _, _, csv) = get_text(&c, &format!("{empty}/{query}")).await;
+        assert_eq!((st, csv.as_str()), (200, header), "{query}");
+    }
 
     // The month sums, streamed as JSON and as CSV: the same rows.
     let month = &yesterday.to_string()[..7];

@@ -104,11 +104,13 @@ pub struct RawDay {
 pub struct AtLeast {
     /// `k`, in days.
     pub days: u32,
-    /// Events stored at least `k` days after their day.
+    /// Events stored when their UTC day was at least `k` days old.
     pub late_events: u64,
-    /// Events refused at least `k` days after their day.
+    /// Events refused (older than the raw window) when their UTC day was at least `k` days
+    /// old.
     pub refused_events: u64,
-    /// Days rolled up again at least `k` days after they ended.
+    /// Rollups of a day rolled up before, run when the day was at least `k` UTC days old
+    /// (today's date minus the day's).
     pub rerolls: u64,
     /// Bytes a raw window of `k` days would hold at the mean of the closed days held.
     pub window_bytes: u64,
@@ -133,7 +135,7 @@ pub struct RawWindowReport {
     pub beyond_30_days: Beyond,
 }
 
-/// Needs of days older than [`MAX_AGE`].
+/// Needs of days older than 30 days.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct Beyond {
     /// Late events stored.

@@ -50,7 +50,6 @@ use crate::raw::{DayState, RawStore};
 use crate::rollups::{DailyRow, RollupStore};
 use crate::usage::KindUsage;
 use crate::visitors::{self, Visitors};
-use datasketches::hll::Coupon;
 
 /// Events read from the raw tier per chunk.
 pub const ROLLUP_CHUNK: usize = 50_000;
@@ -333,26 +332,19 @@ impl DayAggregate {
     fn rows(mut self) -> Vec<DailyRow> {
         self.compact();
         let (sessions, pages) = (self.sessions.strings(), self.pages.strings());
-        // Each bucket's coupons in their own order, not in the order the visits were first
-        // seen: the same visitors then make the same sketch bytes however the day was read.
-        let mut coupons: Vec<(u32, Coupon)> = self
-            .visits
-            .iter()
-            .map(|v| {
-                let page = *v as u32;
-                let visitor = visitors::coupon(
-                    sessions[(v >> 32) as u32 as usize],
-                    (page != NO_PAGE).then(|| pages[page as usize]),
-                );
-                ((v >> 64) as u32, visitor)
-            })
-            .collect();
-        coupons.sort_unstable();
         let mut visitors: Vec<Visitors> =
             self.buckets.iter().map(|_| Visitors::default()).collect();
-        for (b, c) in coupons {
-            self.buckets[b as usize].uniques += 1;
-            visitors[b as usize].add(c);
+        // The visits are in order of their interned numbers, that is of first sight, which has
+        // nothing to do with their hashes. Coupons must not go in sorted by hash: the sketch's
+        // running estimate assumes them in random order, and sorted ones skew it upwards.
+        for v in &self.visits {
+            let b = (v >> 64) as usize;
+            self.buckets[b].uniques += 1;
+            let page = *v as u32;
+            visitors[b].add(visitors::coupon(
+                sessions[(v >> 32) as u32 as usize],
+                (page != NO_PAGE).then(|| pages[page as usize]),
+            ));
         }
         let kinds = self.kinds;
         let mut rows: Vec<DailyRow> = self

@@ -79,6 +79,18 @@ pub(super) struct Request {
 }
 
 impl Export {
+    /// The CSV header row, sent first even when no row follows.
+    fn csv_header(&self) -> &'static str {
+        match self {
+            Export::Report {
+                uniques_period: true,
+                ..
+            } => "listing_id,kind,total,uniques_daily_sum,uniques_period\n",
+            Export::Report { .. } => "listing_id,kind,total,uniques_daily_sum\n",
+            Export::Months { .. } => "listing_id,month,kind,total,uniques_daily_sum\n",
+        }
+    }
+
     /// The rows of the listings in `listings`, each encoded by `encode`.
     async fn page(
         &self,
@@ -118,11 +130,12 @@ impl Export {
     }
 }
 
-/// Encodes pages of rows: CSV with one header row, or the elements of a JSON array.
+/// Encodes pages of rows: CSV rows (the header is sent before, [`Export::csv_header`]), or the
+/// elements of a JSON array.
 #[derive(Debug)]
 struct Encoder {
     format: Format,
-    /// No row written yet (CSV: the header is due; JSON: no comma before the next row).
+    /// No row written yet (JSON: no comma before the next row).
     first: bool,
 }
 
@@ -132,13 +145,12 @@ impl Encoder {
         match self.format {
             Format::Csv => {
                 let mut w = csv::WriterBuilder::new()
-                    .has_headers(self.first)
+                    .has_headers(false)
                     .from_writer(&mut out);
                 for row in rows {
                     // Rows of numbers and kind names (a closed set of identifiers): always
                     // serialisable.
                     let _ = w.serialize(row);
-                    self.first = false;
                 }
                 let _ = w.flush();
             }
@@ -159,9 +171,12 @@ impl Encoder {
 pub(super) async fn stream(s: Arc<AnalyticsHttp>, r: Request) -> Result<Response, ApiError> {
     let (format, file_name) = (r.format, r.file_name.clone());
     let mut head = Vec::new();
-    if format == Format::Json {
-        head.extend_from_slice(r.json_head.as_bytes());
-        head.extend_from_slice(b",\"rows\":[");
+    match format {
+        Format::Json => {
+            head.extend_from_slice(r.json_head.as_bytes());
+            head.extend_from_slice(b",\"rows\":[");
+        }
+        Format::Csv => head.extend_from_slice(r.export.csv_header().as_bytes()),
     }
     let encode = Encoder {
         format,

@@ -12,7 +12,8 @@ use crate::raw_window::{self, RawWindowReport};
 /// 30 would cost): the raw days held with their events and bytes, how often a day at least
 /// `k` days old was needed (`k` = 1 to 30: late events stored, events refused as too old,
 /// days rolled up again), and the bytes a window of `k` days would take at the mean of the
-/// closed days held.
+/// closed days held. Ages are in whole UTC days (today's date minus the day's). The route takes
+/// no query parameters.
 #[utoipa::path(
     get,
     path = "/v1/events/raw-window",

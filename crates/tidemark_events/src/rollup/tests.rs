@@ -654,13 +654,10 @@ async fn the_embedded_one_pass_read_counts_as_the_chunked_read() {
     assert_eq!(counts(&one_pass), (14, 2, 1));
     assert_eq!(counts(&by_chunks), counts(&one_pass));
     assert_eq!(counts(&default_fold), counts(&one_pass));
-    let rows = one_pass.rows();
-    assert!(
-        figures(rows.clone()).contains(&row(2, "click", 1, 1)),
-        "{rows:?}"
-    );
-    assert_eq!(by_chunks.rows(), rows);
-    assert_eq!(default_fold.rows(), rows);
+    let rows = figures(one_pass.rows());
+    assert!(rows.contains(&row(2, "click", 1, 1)), "{rows:?}");
+    assert_eq!(figures(by_chunks.rows()), rows);
+    assert_eq!(figures(default_fold.rows()), rows);
 }
 
 #[test]
@@ -727,4 +724,29 @@ fn two_merged_halves_count_as_the_whole_day() {
         );
     }
     assert_eq!(counts(&whole), (9, 1, 1));
+}
+
+/// A day's sketch of many visitors estimates them as well as any union does: the coupons go
+/// in in the order the visits were first seen, never sorted by their hash (which skews the
+/// sketch's own running estimate upwards, by 8 % at 10,000 visitors).
+#[test]
+fn one_day_of_many_visitors_is_estimated_within_two_percent() {
+    for n in [2_000u32, 10_000, 60_000] {
+        let mut agg = DayAggregate::default();
+        for i in 0..n {
+            agg.add(RollupRow {
+                kind: "view",
+                listing_id: Some(7),
+                session_id: Some(&format!("s{i}")),
+                page_url: Some("/item/7"),
+                bot: false,
+            });
+        }
+        let rows = agg.rows();
+        let mut u = crate::visitors::PeriodUnion::default();
+        u.add(Some(&rows[0].visitors)).unwrap();
+        let got = u.estimate().unwrap() as f64;
+        let error = (got - f64::from(n)).abs() / f64::from(n);
+        assert!(error < 0.02, "{got} for {n} visitors");
+    }
 }
