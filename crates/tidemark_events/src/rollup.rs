@@ -172,15 +172,6 @@ impl Interner {
         id
     }
 
-    /// Every string, indexed by its number.
-    fn strings(&self) -> Vec<&str> {
-        let mut out = vec![""; self.ids.len()];
-        for (s, id) in &self.ids {
-            out[*id as usize] = s.as_str();
-        }
-        out
-    }
-
     /// Interns every string of `other`: its numbers mapped to this interner's.
     fn absorb(&mut self, other: &Interner) -> Vec<u32> {
         let mut to = vec![0; other.ids.len()];
@@ -208,7 +199,8 @@ pub struct DayAggregate {
     /// `(listing_id, kind)` → index in `buckets`.
     bucket_of: HashMap<(i64, u32), u32, Fast>,
     buckets: Vec<Bucket>,
-    /// Every `(bucket, session, page)` visit, packed by [`visit`]; kept sorted and free of
+    /// Every `(bucket, session, page)` visit with its visitor hash, packed by [`visit`]; kept
+    /// sorted and free of
     /// duplicates up to `distinct_upto` ([`DayAggregate::compact`]). Sorting a vector of
     /// numbers is several times cheaper than probing a hash set of millions of visits, whose
     /// every insert misses the cache.
@@ -227,9 +219,15 @@ const NO_PAGE: u32 = u32::MAX;
 /// Visits gathered beyond the distinct ones before they are compacted again.
 const COMPACT_EVERY: usize = 1 << 20;
 
-/// One visit as one number: bucket, session and page, in that order of significance.
-fn visit(bucket: u32, session: u32, page: u32) -> u128 {
-    (u128::from(bucket) << 64) | (u128::from(session) << 32) | u128::from(page)
+/// One visit as one number: bucket, session and page, in that order of significance, then
+/// the visitor's hash ([`visitors::visitor_hash`], a function of session and page, so it never
+/// tells two equal visits apart), taken while the event's strings are at hand so that the
+/// sketches need not look them up again.
+fn visit(bucket: u32, session: u32, page: u32, hash: u32) -> u128 {
+    (u128::from(bucket) << 96)
+        | (u128::from(session) << 64)
+        | (u128::from(page) << 32)
+        | u128::from(hash)
 }
 
 impl DayAggregate {
@@ -248,9 +246,10 @@ impl DayAggregate {
         let b = self.bucket_id(listing_id, kind);
         self.buckets[b as usize].total += 1;
         if let Some(session) = e.session_id {
+            let hash = visitors::visitor_hash(session, e.page_url);
             let session = self.sessions.id(session);
             let page = e.page_url.map_or(NO_PAGE, |p| self.pages.id(p));
-            self.visits.push(visit(b, session, page));
+            self.visits.push(visit(b, session, page, hash));
             if self.visits.len() >= 2 * self.distinct_upto + COMPACT_EVERY {
                 self.compact();
             }
@@ -283,15 +282,16 @@ impl DayAggregate {
         other.compact();
         self.visits.reserve(other.visits.len());
         for v in other.visits {
-            let page = v as u32;
+            let page = (v >> 32) as u32;
             self.visits.push(visit(
-                buckets[(v >> 64) as usize],
-                sessions[(v >> 32) as u32 as usize],
+                buckets[(v >> 96) as usize],
+                sessions[(v >> 64) as u32 as usize],
                 if page == NO_PAGE {
                     NO_PAGE
                 } else {
                     pages[page as usize]
                 },
+                v as u32,
             ));
         }
         self.compact();
@@ -331,20 +331,15 @@ impl DayAggregate {
 
     fn rows(mut self) -> Vec<DailyRow> {
         self.compact();
-        let (sessions, pages) = (self.sessions.strings(), self.pages.strings());
         let mut visitors: Vec<Visitors> =
             self.buckets.iter().map(|_| Visitors::default()).collect();
         // The visits are in order of their interned numbers, that is of first sight, which has
         // nothing to do with their hashes. Coupons must not go in sorted by hash: the sketch's
         // running estimate assumes them in random order, and sorted ones skew it upwards.
         for v in &self.visits {
-            let b = (v >> 64) as usize;
+            let b = (v >> 96) as usize;
             self.buckets[b].uniques += 1;
-            let page = *v as u32;
-            visitors[b].add(visitors::coupon(
-                sessions[(v >> 32) as u32 as usize],
-                (page != NO_PAGE).then(|| pages[page as usize]),
-            ));
+            visitors[b].add(visitors::coupon(*v as u32));
         }
         let kinds = self.kinds;
         let mut rows: Vec<DailyRow> = self

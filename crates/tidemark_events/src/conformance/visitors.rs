@@ -4,13 +4,13 @@ use std::sync::Arc;
 
 use super::day;
 use crate::rollups::{ALL_LISTINGS, DailyRow, RollupStore};
-use crate::visitors::{Visitors, coupon};
+use crate::visitors::{Visitors, coupon, visitor_hash};
 
 /// A row of `visitors` sessions `s<i>` (one page each) and as many events.
 fn row(listing_id: i64, kind: &str, visitors: std::ops::Range<u32>) -> DailyRow {
     let mut v = Visitors::default();
     for i in visitors.clone() {
-        v.add(coupon(&format!("s{i}"), Some("/item")));
+        v.add(coupon(visitor_hash(&format!("s{i}"), Some("/item"))));
     }
     let n = u64::from(visitors.end - visitors.start);
     DailyRow {
