@@ -547,26 +547,13 @@ impl InfluxRaw {
     async fn remove_day(&self, day: UtcDay) -> Result<(), StoreError> {
         let start = format!("{day}T00:00:00Z");
         let end = format!("{}T00:00:00Z", day.plus(1));
-        let mut shards = Vec::new();
-        for s in self.select("SHOW SHARDS", "ns").await? {
-            let at = |row: &[Value], name: &str| {
-                s.columns
-                    .iter()
-                    .position(|c| c == name)
-                    .and_then(|i| row.get(i).cloned())
-            };
-            for row in &s.values {
-                let text = |name| at(row, name).and_then(|v| v.as_str().map(str::to_owned));
-                if text("database").as_deref() == Some(self.target.database.as_str())
-                    && text("retention_policy").as_deref() == Some(RETENTION_POLICY)
-                    && text("start_time").as_deref() == Some(start.as_str())
-                    && text("end_time").as_deref() == Some(end.as_str())
-                    && let Some(id) = at(row, "id").and_then(|v| v.as_u64())
-                {
-                    shards.push(id);
-                }
-            }
-        }
+        let shards: Vec<u64> = self
+            .shards()
+            .await?
+            .into_iter()
+            .filter(|s| s.start == start && s.end == end)
+            .map(|s| s.id)
+            .collect();
         if shards.is_empty() {
             let (a, b) = (
                 day.start_ms() * NS_PER_MS,
@@ -584,11 +571,18 @@ impl InfluxRaw {
     }
 }
 
+/// One shard of `SHOW SHARDS`: its id and time range (RFC 3339, UTC).
+#[derive(Debug)]
+struct Shard {
+    id: u64,
+    start: String,
+    end: String,
+}
+
 impl InfluxRaw {
-    /// The shards of this database's retention policy: id → the UTC day its time range starts
-    /// in (the day it holds: shards are days, or hours of one day).
-    async fn shard_days(&self) -> Result<BTreeMap<u64, UtcDay>, StoreError> {
-        let mut out = BTreeMap::new();
+    /// The shards of this database's retention policy (`SHOW SHARDS`).
+    async fn shards(&self) -> Result<Vec<Shard>, StoreError> {
+        let mut out = Vec::new();
         for s in self.select("SHOW SHARDS", "ns").await? {
             let at = |row: &[Value], name: &str| {
                 s.columns
@@ -601,14 +595,27 @@ impl InfluxRaw {
                 if text("database").as_deref() == Some(self.target.database.as_str())
                     && text("retention_policy").as_deref() == Some(RETENTION_POLICY)
                     && let Some(id) = at(row, "id").and_then(|v| v.as_u64())
-                    && let Some(day) = text("start_time")
-                        .and_then(|t| t.get(..10).and_then(|d| UtcDay::parse(d).ok()))
+                    && let (Some(start), Some(end)) = (text("start_time"), text("end_time"))
                 {
-                    out.insert(id, day);
+                    out.push(Shard { id, start, end });
                 }
             }
         }
         Ok(out)
+    }
+
+    /// The shards of this database's retention policy: id → the UTC day its time range starts
+    /// in (the day it holds: shards are days, or hours of one day).
+    async fn shard_days(&self) -> Result<BTreeMap<u64, UtcDay>, StoreError> {
+        Ok(self
+            .shards()
+            .await?
+            .into_iter()
+            .filter_map(|s| {
+                let day = s.start.get(..10).and_then(|d| UtcDay::parse(d).ok())?;
+                Some((s.id, day))
+            })
+            .collect())
     }
 }
 
