@@ -12,12 +12,15 @@
 //! 3. **Lifecycle** ([`lifecycle`]): once a day has closed plus the lateness window, it is
 //!    rolled up ([`rollup`]: the raw tier lends the day's rows one by one,
 //!    [`RawStore::fold_day`]; per `(listing_id, day, kind)` `total` and `uniques`, bots
-//!    excluded) into the summary tier ([`rollups`]: `listing_daily`, its month sums
-//!    `listing_monthly`, `listings`), archived as Parquet ([`archive`]), and only then, past
-//!    `raw_retention`, dropped whole. A day with late events is rolled up and archived again.
+//!    excluded, and a sketch of the visitors, [`visitors`]) into the summary tier ([`rollups`]:
+//!    `listing_daily`, its month sums `listing_monthly`, `listings`), archived as Parquet
+//!    ([`archive`]), and only then, past `raw_retention`, dropped whole. A day with late
+//!    events is rolled up and archived again.
 //! 4. **Reads**: the live dashboard ([`recent`], page in [`dashboard`]) reads the raw tier;
 //!    account reports ([`report_http`]) read the summary tier only: whole months from
-//!    `listing_monthly`, the edge days from `listing_daily`.
+//!    `listing_monthly`, the edge days from `listing_daily`, and their visitor sketches for
+//!    the distinct visitors of the period. The audits ([`usage`], [`raw_window`]) read what
+//!    ingest and rollups noted of the kinds and of the ages of the days they needed.
 //!
 //! Backends, picked by URL in [`stores`] (the archive by `events.archive_url`):
 //! - **Raw tier**: SQLite, the embedded default (`raw.db`, one table per UTC day), or
