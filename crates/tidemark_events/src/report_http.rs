@@ -31,7 +31,7 @@ use tidemark_core::store::StoreError;
 use utoipa::{IntoParams, ToSchema};
 
 use crate::rollup::{RollupError, RollupOutcome, RollupService};
-use crate::rollups::{ALL_LISTINGS, MonthRow, ReportRow, with_period_uniques};
+use crate::rollups::{ALL_LISTINGS, MonthRow, ReportRow, RollupStore, with_period_uniques};
 use crate::schema::Schema;
 use crate::usage::{KindUsage, KindsAudit};
 
@@ -332,19 +332,17 @@ async fn report(
         )
         .await;
     }
-    let store = s.rollups.rollups();
-    let kind = q.kind.as_deref();
-    let mut rows = store
-        .report(&tenant, account_id, from, to, kind)
-        .await
-        .map_err(store_error)?;
-    if uniques_period {
-        let estimates = store
-            .period_uniques(&tenant, account_id, from, to, kind, ALL_LISTINGS)
-            .await
-            .map_err(store_error)?;
-        with_period_uniques(&mut rows, estimates);
-    }
+    let rows = report_rows(
+        s.rollups.rollups().as_ref(),
+        &tenant,
+        account_id,
+        (from, to),
+        q.kind.as_deref(),
+        ALL_LISTINGS,
+        uniques_period,
+    )
+    .await
+    .map_err(store_error)?;
     s.note_read(rows.iter().map(|r| r.kind.as_str()), "report");
     Ok(axum::Json(ReportBody {
         account_id,
@@ -353,6 +351,30 @@ async fn report(
         rows,
     })
     .into_response())
+}
+
+/// The report rows of `account_id`'s listings in `listings` over `from..=to` (optionally one
+/// kind), with the distinct visitors of the period when `uniques_period`: what the JSON report
+/// answers and each page of its CSV export holds.
+async fn report_rows(
+    store: &dyn RollupStore,
+    tenant: &str,
+    account_id: i64,
+    (from, to): (UtcDay, UtcDay),
+    kind: Option<&str>,
+    listings: std::ops::RangeInclusive<i64>,
+    uniques_period: bool,
+) -> Result<Vec<ReportRow>, StoreError> {
+    let mut rows = store
+        .report_range(tenant, account_id, from, to, kind, listings.clone())
+        .await?;
+    if uniques_period {
+        let estimates = store
+            .period_uniques(tenant, account_id, from, to, kind, listings)
+            .await?;
+        with_period_uniques(&mut rows, estimates);
+    }
+    Ok(rows)
 }
 
 /// The months (at most 120) and an optional kind of a month export.

@@ -367,7 +367,7 @@ pub async fn roll_up_day(
     day: UtcDay,
     now_ms: i64,
 ) -> Result<RollupOutcome, RollupError> {
-    roll_up(raw, rollups, day, now_ms, None).await
+    Ok(roll_up(raw, rollups, day, now_ms, None).await?.0)
 }
 
 /// [`roll_up_day`] under `lease` on the day: the summary write is fenced by it
@@ -378,16 +378,19 @@ pub async fn roll_up_day_leased(
     lease: &DayLease,
     now_ms: i64,
 ) -> Result<RollupOutcome, RollupError> {
-    roll_up(raw, rollups, lease.day, now_ms, Some(lease)).await
+    Ok(roll_up(raw, rollups, lease.day, now_ms, Some(lease))
+        .await?
+        .0)
 }
 
+/// The rollup, and whether the day had been rolled up before (a re-roll).
 async fn roll_up(
     raw: &dyn RawStore,
     rollups: &dyn RollupStore,
     day: UtcDay,
     now_ms: i64,
     lease: Option<&DayLease>,
-) -> Result<RollupOutcome, RollupError> {
+) -> Result<(RollupOutcome, bool), RollupError> {
     let state = day_state(raw, day).await?;
     let gone = |why: String| RollupError::RawGone { day, why };
     let state = match state {
@@ -409,6 +412,7 @@ async fn roll_up(
         Some(s) => s,
     };
     let as_of = state.last_arrival_ms;
+    let again = state.rolled_up_arrival_ms.is_some();
 
     let agg = raw
         .fold_day(day, DayAggregate::default())
@@ -451,14 +455,15 @@ async fn roll_up(
         now = %rfc3339_ms(now_ms),
         "day rolled up"
     );
-    Ok(RollupOutcome {
+    let outcome = RollupOutcome {
         day,
         events_read,
         bots_skipped,
         without_listing_skipped,
         rows_written,
         as_of_arrival_ms: as_of,
-    })
+    };
+    Ok((outcome, again))
 }
 
 async fn day_state(raw: &dyn RawStore, day: UtcDay) -> Result<Option<DayState>, RollupError> {
@@ -560,14 +565,17 @@ impl RollupService {
     }
 
     async fn roll_up_in_turn(&self, lease: &DayLease) -> Result<RollupOutcome, RollupError> {
-        let before = match &self.usage {
-            Some(_) => day_state(self.raw.as_ref(), lease.day).await?,
-            None => None,
-        };
         let now = self.clock.now_ms();
-        let out = roll_up_day_leased(self.raw.as_ref(), self.rollups.as_ref(), lease, now).await?;
-        if let (Some(usage), Some(before)) = (&self.usage, before)
-            && before.rolled_up_arrival_ms.is_some()
+        let (out, again) = roll_up(
+            self.raw.as_ref(),
+            self.rollups.as_ref(),
+            lease.day,
+            now,
+            Some(lease),
+        )
+        .await?;
+        if let Some(usage) = &self.usage
+            && again
         {
             usage.rerolled(lease.day, now);
         }

@@ -79,10 +79,7 @@ impl UsageFigures {
             mine.last_ms = mine.last_ms.max(w.last_ms);
         }
         for (key, n) in other.needs {
-            self.needs
-                .entry(key)
-                .and_modify(|mine| mine.add(n))
-                .or_insert(n);
+            self.add_need(key, n);
         }
         for (kind, r) in other.read {
             match self.read.get(&kind) {
@@ -94,19 +91,18 @@ impl UsageFigures {
         }
     }
 
-    fn need(&mut self, need: Need, age: u32, count: u64, now_ms: i64) {
+    /// Adds `n` to the need `key` (counts summed, the earlier first kept).
+    fn add_need(&mut self, key: (Need, u32), n: NeedCount) {
         self.needs
-            .entry((need, age))
-            .and_modify(|c| {
-                c.add(NeedCount {
-                    count,
-                    first_ms: now_ms,
-                })
-            })
-            .or_insert(NeedCount {
-                count,
-                first_ms: now_ms,
-            });
+            .entry(key)
+            .and_modify(|mine| mine.add(n))
+            .or_insert(n);
+    }
+
+    /// Notes `count` times the need `need` of a day `age` days old, at `now_ms`.
+    fn need(&mut self, need: Need, age: u32, count: u64, now_ms: i64) {
+        let first_ms = now_ms;
+        self.add_need((need, age), NeedCount { count, first_ms });
     }
 
     fn is_empty(&self) -> bool {

@@ -22,8 +22,8 @@ use tidemark_core::day::UtcDay;
 use tidemark_core::http::ApiError;
 use tidemark_core::store::StoreError;
 
-use super::{AnalyticsHttp, store_error};
-use crate::rollups::{RollupStore, with_period_uniques};
+use super::{AnalyticsHttp, report_rows, store_error};
+use crate::rollups::RollupStore;
 
 /// Listings per page of an export.
 pub(super) const EXPORT_PAGE: usize = 500;
@@ -107,15 +107,16 @@ impl Export {
                 to,
                 uniques_period,
             } => {
-                let mut rows = store
-                    .report_range(&r.tenant, r.account_id, from, to, kind, listings.clone())
-                    .await?;
-                if uniques_period {
-                    let estimates = store
-                        .period_uniques(&r.tenant, r.account_id, from, to, kind, listings)
-                        .await?;
-                    with_period_uniques(&mut rows, estimates);
-                }
+                let rows = report_rows(
+                    store,
+                    &r.tenant,
+                    r.account_id,
+                    (from, to),
+                    kind,
+                    listings,
+                    uniques_period,
+                )
+                .await?;
                 s.note_read(rows.iter().map(|r| r.kind.as_str()), "export");
                 Ok(encode.rows(&rows))
             }

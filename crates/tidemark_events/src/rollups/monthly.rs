@@ -99,13 +99,16 @@ pub(crate) type Delta = (i64, String, i64, i64, i64);
 
 /// What replacing a day's `old` rows (`(listing_id, kind, total, uniques)`) by `new` changes in
 /// its month's rows; keys that do not change are left out.
-pub(crate) fn deltas(old: &[(i64, String, u64, u64)], new: &[DailyRow]) -> Vec<Delta> {
+pub(crate) fn deltas<'a>(
+    old: impl IntoIterator<Item = (i64, &'a str, u64, u64)>,
+    new: &[DailyRow],
+) -> Vec<Delta> {
     let signed = |v: u64| i64::try_from(v).unwrap_or(i64::MAX);
     let mut m: BTreeMap<(i64, String), (i64, i64, i64)> = BTreeMap::new();
     for (l, k, t, u) in old {
-        let e = m.entry((*l, k.clone())).or_default();
-        e.0 -= signed(*t);
-        e.1 -= signed(*u);
+        let e = m.entry((l, k.to_owned())).or_default();
+        e.0 -= signed(t);
+        e.1 -= signed(u);
         e.2 -= 1;
     }
     for r in new {
@@ -248,17 +251,17 @@ mod tests {
             uniques: u,
             visitors: Vec::new(),
         };
-        let old = vec![(1, "view".to_owned(), 5, 3), (2, "click".to_owned(), 1, 1)];
+        let old = [(1, "view", 5, 3), (2, "click", 1, 1)];
         let new = vec![row(1, "view", 6, 3), row(3, "view", 2, 2)];
         assert_eq!(
-            deltas(&old, &new),
+            deltas(old, &new),
             vec![
                 (1, "view".into(), 1, 0, 0),
                 (2, "click".into(), -1, -1, -1),
                 (3, "view".into(), 2, 2, 1),
             ]
         );
-        assert!(deltas(&old, &[row(1, "view", 5, 3), row(2, "click", 1, 1)]).is_empty());
+        assert!(deltas(old, &[row(1, "view", 5, 3), row(2, "click", 1, 1)]).is_empty());
     }
 
     #[test]

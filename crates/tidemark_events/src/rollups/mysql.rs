@@ -189,7 +189,10 @@ impl MysqlRollups {
                 .await?;
         }
         // The month rows follow, in the same transaction.
-        let deltas = monthly::deltas(&old, rows);
+        let deltas = monthly::deltas(
+            old.iter().map(|(l, k, t, u)| (*l, k.as_str(), *t, *u)),
+            rows,
+        );
         for chunk in deltas.chunks(ROWS_PER_INSERT) {
             let mut q = QueryBuilder::new(
                 "INSERT INTO listing_monthly (listing_id, month, event, total, uniques, days) ",

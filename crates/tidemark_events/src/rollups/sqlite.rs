@@ -108,8 +108,9 @@ fn replace_day(
     day: UtcDay,
     mut rows: Vec<DailyRow>,
 ) -> Result<usize, StoreError> {
-    // The day as it was: what its month rows must lose, and the keys no longer produced.
-    let old_rows: Vec<(i64, String, u64, u64, bool)> = conn
+    // The day as it was: what its month rows must lose, the keys no longer produced, and which
+    // rows have their sketch.
+    let old: Vec<(i64, String, u64, u64, bool)> = conn
         .prepare_cached(
             "SELECT d.listing_id, d.event, d.total, d.uniques, v.day IS NOT NULL
              FROM listing_daily d LEFT JOIN listing_daily_visitors v
@@ -126,10 +127,6 @@ fn replace_day(
             ))
         })?
         .collect::<rusqlite::Result<_>>()?;
-    let old: Vec<(i64, String, u64, u64)> = old_rows
-        .iter()
-        .map(|(l, k, t, u, _)| (*l, k.clone(), *t, *u))
-        .collect();
     // Listing order: each listing's rows of the day land next to each other in the B-tree.
     rows.sort_by(|a, b| (a.listing_id, &a.kind).cmp(&(b.listing_id, &b.kind)));
     let mut upsert = conn.prepare_cached(
@@ -142,7 +139,7 @@ fn replace_day(
     let mut kind = conn.prepare_cached("INSERT OR IGNORE INTO rollup_kinds (kind) VALUES (?1)")?;
     // A row already stored with the same figures is left alone: a re-run over an unchanged
     // day writes nothing, and a late re-roll writes the rows it changed.
-    let stored: HashMap<(i64, &str), (u64, u64, bool)> = old_rows
+    let stored: HashMap<(i64, &str), (u64, u64, bool)> = old
         .iter()
         .map(|(l, k, t, u, v)| ((*l, k.as_str()), (*t, *u, *v)))
         .collect();
@@ -170,7 +167,7 @@ fn replace_day(
         ])?;
         visitors::keep(conn, r, day, month)?;
     }
-    let existing = old.iter().map(|(l, k, _, _)| (*l, k.clone()));
+    let existing = old.iter().map(|(l, k, _, _, _)| (*l, k.clone()));
     let mut delete = conn.prepare_cached(
         "DELETE FROM listing_daily WHERE listing_id = ?1 AND event = ?3 AND day = ?2",
     )?;
@@ -191,7 +188,10 @@ fn replace_day(
          WHERE listing_id = ?1 AND event = ?2 AND month = ?3 AND days <= 0",
     )?;
     let mut emptied = Vec::new();
-    for (listing_id, event, total, uniques, days) in monthly::deltas(&old, &rows) {
+    for (listing_id, event, total, uniques, days) in monthly::deltas(
+        old.iter().map(|(l, k, t, u, _)| (*l, k.as_str(), *t, *u)),
+        &rows,
+    ) {
         add.execute(params![listing_id, month, event, total, uniques, days])?;
         if days < 0 {
             empty.execute(params![listing_id, event, month])?;

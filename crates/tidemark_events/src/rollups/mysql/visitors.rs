@@ -34,21 +34,14 @@ pub(super) async fn keep(
     let (with, without): (Vec<&DailyRow>, Vec<&DailyRow>) =
         rows.iter().partition(|r| !r.visitors.is_empty());
     for r in &without {
-        for table in ["listing_daily_visitors", "listing_monthly_visitors"] {
-            let column = if table == "listing_daily_visitors" {
-                "day"
-            } else {
-                "month"
-            };
-            sqlx::query(&format!(
-                "DELETE FROM {table} WHERE listing_id = ? AND {column} = ? AND event = ?"
-            ))
-            .bind(r.listing_id)
-            .bind(if column == "day" { day } else { month })
-            .bind(&r.kind)
-            .execute(&mut *tx)
-            .await?;
-        }
+        sqlx::query(
+            "DELETE FROM listing_daily_visitors WHERE listing_id = ? AND day = ? AND event = ?",
+        )
+        .bind(r.listing_id)
+        .bind(day)
+        .bind(&r.kind)
+        .execute(&mut *tx)
+        .await?;
     }
     // The months as they were, for the day's listings.
     let mut was: HashMap<(i64, String), MonthWas> = HashMap::new();
@@ -70,8 +63,10 @@ pub(super) async fn keep(
             was.insert(key, (i64::from(row.try_get::<i32, _>(2)?), row.try_get(3)?));
         }
     }
+    // A month with a day of unknown visitors is unknown: rows without a sketch, and months
+    // that counted such a day before ([`month_after`]).
     let mut months = Vec::with_capacity(with.len());
-    let mut unknown = Vec::new();
+    let mut unknown = without;
     for r in &with {
         let old = was.get(&(r.listing_id, r.kind.clone()));
         match month_after(old.map(|(d, v)| (*d, v.as_deref())), &r.visitors)? {
