@@ -34,7 +34,7 @@ use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::{DAY_MS, UtcDay};
+use tidemark_core::day::{DAY_MS, Day};
 use tidemark_core::timefmt::rfc3339_ms;
 
 use api::Api;
@@ -191,7 +191,7 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Summary> {
 async fn replay(api: &Api, corpus: &Corpus, args: &DemoArgs) -> anyhow::Result<Summary> {
     let started = Instant::now();
     let now = SystemClock.now_ms();
-    let day = UtcDay::of_ms(now);
+    let day = Day::of_utc_ms(now);
     let day_start = now - now.rem_euclid(DAY_MS);
     let before = api.metrics().await.context("reading /metrics")?;
     let listings = corpus.listings();

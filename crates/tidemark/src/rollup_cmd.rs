@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use anyhow::Context;
 use tidemark_core::clock::SystemClock;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_events::rollup::RollupService;
 
 use crate::config::Config;
@@ -30,7 +30,7 @@ pub struct RollupArgs {
 
 /// Runs `tidemark rollup`.
 pub async fn run(args: RollupArgs) -> anyhow::Result<()> {
-    let day = UtcDay::parse(&args.day)?;
+    let day = Day::parse(&args.day)?;
     let mut cfg = Config::load(args.config.as_deref())?;
     if let Some(d) = args.data_dir {
         cfg.data_dir = d;

@@ -79,7 +79,7 @@ impl ContactSink for ContactEvents {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use tidemark_core::day::UtcDay;
+    use tidemark_core::day::Day;
     use tidemark_events::{EventsConfig, RawStore, SqliteRaw};
 
     #[tokio::test]
@@ -100,7 +100,7 @@ mod tests {
         };
         sink.record(contact("other", "c-other")).await.unwrap();
         sink.record(contact("demo", "c-demo")).await.unwrap();
-        let events = raw.day_events(UtcDay::of_ms(at)).await.unwrap();
+        let events = raw.day_events(Day::of_utc_ms(at)).await.unwrap();
         assert_eq!(events.len(), 1);
         assert_eq!(events[0].fields["conversation_id"], "c-demo");
     }

@@ -12,7 +12,7 @@ use common::*;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 const OTHER_KEY: &str = "other-key";
 
@@ -84,10 +84,10 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
     )
     .await;
     let c = client();
-    let today = UtcDay::of_ms(SystemClock.now_ms());
+    let today = Day::of_utc_ms(SystemClock.now_ms());
     let yesterday = today.plus(-1);
-    let y = yesterday.start_ms() + 10 * 3_600_000;
-    let t = today.start_ms() + 1_000;
+    let y = yesterday.utc_start_ms() + 10 * 3_600_000;
+    let t = today.utc_start_ms() + 1_000;
 
     let batch = json!([
         ev(y, "view", Some(101), Some("s1")),
@@ -538,8 +538,8 @@ async fn get_text(c: &reqwest::Client, url: &str) -> (u16, String, String, Strin
 async fn exports_stream_every_listing_of_the_account_in(mode: Mode) {
     let server = TestServer::start_in(mode, &[]).await;
     let c = client();
-    let yesterday = UtcDay::of_ms(SystemClock.now_ms()).plus(-1);
-    let at = yesterday.start_ms() + 3_600_000;
+    let yesterday = Day::of_utc_ms(SystemClock.now_ms()).plus(-1);
+    let at = yesterday.utc_start_ms() + 3_600_000;
     // 1,200 listings of account 7 (more than two pages of 500), 1 to 3 views each, and one
     // click on every tenth; listing 5,000 is another account's.
     let listings: Vec<i64> = (1..=1_200).map(|i| i * 3).collect();
@@ -720,9 +720,9 @@ async fn the_event_kind_audit_on_influxdb_and_mariadb() {
 async fn the_event_kind_audit_in(mode: Mode) {
     let server = TestServer::start_in(mode, &[]).await;
     let c = client();
-    let today = UtcDay::of_ms(SystemClock.now_ms());
+    let today = Day::of_utc_ms(SystemClock.now_ms());
     let yesterday = today.plus(-1);
-    let y = yesterday.start_ms() + 3_600_000;
+    let y = yesterday.utc_start_ms() + 3_600_000;
     let t = SystemClock.now_ms() - 1_000;
     let batch = json!([
         ev(y, "view", Some(101), Some("s1")),
@@ -890,7 +890,7 @@ async fn a_line_protocol_line_the_parser_refuses_is_a_400_naming_it() {
     let listings: Vec<i64> = conn
         .prepare(&format!(
             "SELECT listing_id FROM raw_{}",
-            tidemark_core::day::UtcDay::of_ms(now)
+            tidemark_core::day::Day::of_utc_ms(now)
                 .to_string()
                 .replace('-', "")
         ))
@@ -910,7 +910,7 @@ async fn a_line_protocol_line_the_parser_refuses_is_a_400_naming_it() {
 async fn unknown_query_parameters_are_refused() {
     let server = TestServer::start(&[]).await;
     let c = client();
-    let today = UtcDay::of_ms(SystemClock.now_ms()).to_string();
+    let today = Day::of_utc_ms(SystemClock.now_ms()).to_string();
     for path in [
         format!("/v1/accounts/7/report?from={today}&to={today}&kinds=view"),
         "/v1/events/top?day=today&limit=3&sort=asc".to_owned(),

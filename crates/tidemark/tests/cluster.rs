@@ -23,7 +23,7 @@ use common::demo_figures::{assert_demo_summary, corpus, otto, otto_events};
 use common::{Engines, KEY, TestServer, call, client, metric};
 use serde_json::{Value, json};
 use tidemark_chat::testing::{KafkaBroker, RedisCluster};
-use tidemark_core::day::{DAY_MS, UtcDay};
+use tidemark_core::day::{DAY_MS, Day};
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_events::testing::S3Server;
 
@@ -141,7 +141,7 @@ async fn three_nodes_run_one_marketplace_day_with_exact_figures() {
     assert_eq!(stored().await, (messages, links), "after the restart");
 
     // 4. Yesterday's events through the three nodes, then the lifecycles race for the day.
-    let yesterday = UtcDay::of_ms(UtcDay::parse(&today).unwrap().start_ms() - DAY_MS);
+    let yesterday = Day::of_utc_ms(Day::parse(&today).unwrap().utc_start_ms() - DAY_MS);
     let (events, expected) = yesterday_events(yesterday);
     for (i, chunk) in events.chunks(100).enumerate() {
         let node = &nodes[i % nodes.len()];
@@ -271,7 +271,7 @@ type CatalogRow = (i32, i64, Option<i64>, Option<i64>, Option<i64>);
 
 /// The OTTO sample's events spread over `day` (JSON bodies for `POST /v1/events`), and what
 /// their rollup must hold: `(listing, kind)` → (total, distinct sessions).
-fn yesterday_events(day: UtcDay) -> (Vec<Value>, Rollup) {
+fn yesterday_events(day: Day) -> (Vec<Value>, Rollup) {
     let raw = otto_events();
     let lo = raw.iter().map(|e| e.0).min().unwrap();
     let span = (raw.iter().map(|e| e.0).max().unwrap() - lo).max(1) as i128;
@@ -282,7 +282,7 @@ fn yesterday_events(day: UtcDay) -> (Vec<Value>, Rollup) {
             let entry = expected.entry((listing, kind.to_owned())).or_default();
             entry.0 += 1;
             entry.1.insert(session);
-            let at = day.start_ms() + ((ts - lo) as i128 * (DAY_MS - 1) as i128 / span) as i64;
+            let at = day.utc_start_ms() + ((ts - lo) as i128 * (DAY_MS - 1) as i128 / span) as i64;
             json!({"time": at, "kind": kind, "listing_id": listing,
                    "session_id": format!("y-{session}"), "page_url": format!("/item/{listing}")})
         })
@@ -301,7 +301,7 @@ struct CatalogDay {
 
 /// Waits (up to 60 s) until `day` is marked dropped in the day catalog, rolled up and archived
 /// first.
-async fn wait_dropped(rollups_db: &str, day: UtcDay) -> CatalogDay {
+async fn wait_dropped(rollups_db: &str, day: Day) -> CatalogDay {
     let pool = tidemark_core::mysql::connect(rollups_db, 1).await.unwrap();
     let deadline = Instant::now() + Duration::from_secs(60);
     loop {

@@ -14,7 +14,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use common::*;
 use reqwest::Method;
 use serde_json::{Value, json};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::timefmt::rfc3339_ms;
 
 const CHROMIUM: &str = "/usr/bin/chromium";
@@ -50,9 +50,9 @@ impl Ingested {
     }
 
     /// Non-bot events of `day` per listing, most first (ties: lower id first).
-    fn top(&self, day: UtcDay) -> Vec<(i64, u64)> {
+    fn top(&self, day: Day) -> Vec<(i64, u64)> {
         let mut per: BTreeMap<i64, u64> = BTreeMap::new();
-        for &(_, _, l, _) in self.humans().filter(|e| UtcDay::of_ms(e.0) == day) {
+        for &(_, _, l, _) in self.humans().filter(|e| Day::of_utc_ms(e.0) == day) {
             *per.entry(l).or_default() += 1;
         }
         let mut v: Vec<(i64, u64)> = per.into_iter().collect();
@@ -180,8 +180,8 @@ async fn recent_and_top_over_http() {
     )
     .await;
     assert_eq!(st, 200, "{top}");
-    let day = UtcDay::parse(top["day"].as_str().unwrap()).unwrap();
-    let today = UtcDay::of_ms(now_ms());
+    let day = Day::parse(top["day"].as_str().unwrap()).unwrap();
+    let today = Day::of_utc_ms(now_ms());
     assert!(day == today || day == today.plus(-1), "{day}");
     let want: Vec<Value> = data
         .top(day)
@@ -413,8 +413,8 @@ async fn dashboard_in_headless_chromium() {
     assert_eq!(legend, want_legend);
 
     // Today's top listings, in order, without the bots' listing.
-    let day = UtcDay::parse(&id_attr(&dom, "top", "data-day")).unwrap();
-    assert!(day == UtcDay::of_ms(now) || day == UtcDay::of_ms(now).plus(-1));
+    let day = Day::parse(&id_attr(&dom, "top", "data-day")).unwrap();
+    assert!(day == Day::of_utc_ms(now) || day == Day::of_utc_ms(now).plus(-1));
     let rows: Vec<(i64, u64)> = tags_with(&dom, "data-listing")
         .into_iter()
         .map(|(t, l)| {

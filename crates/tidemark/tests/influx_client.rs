@@ -89,7 +89,7 @@ async fn official_python_client_writes_line_protocol_in(mode: Mode) {
             )
             .await
             .unwrap();
-            let day = tidemark_core::day::UtcDay::parse("2024-06-03").unwrap();
+            let day = tidemark_core::day::Day::parse("2024-06-03").unwrap();
             use tidemark_events::RawStore;
             raw.day_events(day)
                 .await

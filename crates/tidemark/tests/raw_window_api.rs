@@ -8,7 +8,7 @@ use common::*;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 fn ev(time: i64, session: &str) -> Value {
     json!({"time": time, "kind": "view", "listing_id": 5, "session_id": session})
@@ -28,8 +28,8 @@ async fn the_raw_window_report_in(mode: Mode) {
     let server = TestServer::start_in(mode, &[]).await;
     let c = client();
     let now = SystemClock.now_ms();
-    let today = UtcDay::of_ms(now);
-    let at = |days_ago: i32| today.plus(-days_ago).start_ms() + 3_600_000;
+    let today = Day::of_utc_ms(now);
+    let at = |days_ago: i32| today.plus(-days_ago).utc_start_ms() + 3_600_000;
     let post = |events: Value| {
         let (c, url) = (c.clone(), server.url("/v1/events"));
         async move { call(&c, Method::POST, &url, Some(events)).await }
@@ -49,7 +49,7 @@ async fn the_raw_window_report_in(mode: Mode) {
     assert_eq!(st, 400, "{v}");
     // The day three days back rolled up, then a late event, then rolled up again.
     let three = today.plus(-3);
-    let roll = |day: UtcDay| {
+    let roll = |day: Day| {
         let (c, url) = (c.clone(), server.url(&format!("/v1/rollups/{day}")));
         async move { call(&c, Method::POST, &url, None).await }
     };

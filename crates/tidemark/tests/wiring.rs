@@ -12,7 +12,7 @@ use common::*;
 use reqwest::Method;
 use serde_json::{Value, json};
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 const BROWSER: &str = "Mozilla/5.0 (X11; Linux x86_64) Firefox/120.0";
 
@@ -33,7 +33,7 @@ async fn conversation(
 
 /// Rolls up today and returns account 9's report rows.
 async fn report_rows(c: &reqwest::Client, s: &TestServer) -> Value {
-    let today = UtcDay::of_ms(SystemClock.now_ms());
+    let today = Day::of_utc_ms(SystemClock.now_ms());
     let (st, v) = call(
         c,
         Method::POST,

@@ -27,7 +27,7 @@
 //! - [`clock`]: injected time (`Arc<dyn Clock>`, Unix ms), so hot windows, TTLs and day
 //!   boundaries are tested without sleeping.
 //! - [`hlc`]: the hybrid logical clock nodes time their shared rules with (seed 000, step 3).
-//! - [`day`]: UTC days ([`day::UtcDay`]), the partition unit of link records and raw events.
+//! - [`day`]: UTC days ([`day::Day`]), the partition unit of link records and raw events.
 //! - [`sqlite`]: the embedded engine: [`sqlite::GroupWriter`] (group commit), read pools,
 //!   checkpoints off the commit path, [`sqlite::SqliteError`].
 //! - [`engine`]: whether a store key names the embedded SQLite store or a shared engine's URL,

@@ -47,7 +47,7 @@ use parquet::basic::{Compression, ZstdLevel};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{KeyValue, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::properties::WriterProperties;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::classify::{io_kind, io_kind_in_chain};
 use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
 
@@ -71,7 +71,7 @@ const TMP_PREFIX: &str = ".events.parquet.tmp-";
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ArchiveOutcome {
     /// The day.
-    pub day: UtcDay,
+    pub day: Day,
     /// The object written (`<prefix>/events/day=YYYY-MM-DD/events.parquet`).
     pub location: String,
     /// Rows written, and read back.
@@ -90,16 +90,16 @@ pub struct ArchiveOutcome {
 pub enum ArchiveError {
     /// The day is not in the raw catalog.
     #[error("day {0} is not in the raw tier")]
-    UnknownDay(UtcDay),
+    UnknownDay(Day),
     /// The day's raw partition was dropped: archiving it again would replace its archive with
     /// whatever arrived since.
     #[error("the raw data of day {0} was dropped; its archive is kept as it is")]
-    Dropped(UtcDay),
+    Dropped(Day),
     /// Fewer events were read than the catalog counted: the raw partition is incomplete.
     #[error("day {day}: read {read} events but the raw catalog counts {catalog}")]
     Incomplete {
         /// The day.
-        day: UtcDay,
+        day: Day,
         /// Events read.
         read: u64,
         /// Events counted by the catalog.
@@ -303,7 +303,7 @@ impl RawArchive {
     }
 
     /// The folder of a day's archive: `<prefix>/events/day=YYYY-MM-DD`.
-    pub fn day_dir(&self, day: UtcDay) -> ObjectPath {
+    pub fn day_dir(&self, day: Day) -> ObjectPath {
         self.prefix
             .clone()
             .join("events")
@@ -311,7 +311,7 @@ impl RawArchive {
     }
 
     /// The archive object of a day: `<prefix>/events/day=YYYY-MM-DD/events.parquet`.
-    pub fn day_path(&self, day: UtcDay) -> ObjectPath {
+    pub fn day_path(&self, day: Day) -> ObjectPath {
         self.day_dir(day).join(OBJECT_NAME)
     }
 
@@ -320,7 +320,7 @@ impl RawArchive {
     pub async fn archive_day(
         &self,
         raw: &dyn RawStore,
-        day: UtcDay,
+        day: Day,
     ) -> Result<ArchiveOutcome, ArchiveError> {
         let state = raw
             .days()
@@ -388,7 +388,7 @@ impl RawArchive {
     async fn write_and_check(
         &self,
         raw: &dyn RawStore,
-        day: UtcDay,
+        day: Day,
         last_arrival: i64,
         catalog_events: u64,
         tmp: &ObjectPath,
@@ -441,7 +441,7 @@ impl RawArchive {
     async fn copy_day(
         &self,
         raw: &dyn RawStore,
-        day: UtcDay,
+        day: Day,
         schema: &SchemaRef,
         writer: &mut AsyncArrowWriter<BufWriter>,
     ) -> Result<u64, ArchiveError> {
@@ -520,7 +520,7 @@ impl RawArchive {
     }
 
     /// Deletes temporary objects an interrupted archive of `day` left behind (best effort).
-    async fn remove_stale_temporaries(&self, day: UtcDay) {
+    async fn remove_stale_temporaries(&self, day: Day) {
         let dir = self.day_dir(day);
         let mut listing = self.store.list(Some(&dir));
         while let Some(item) = listing.next().await {

@@ -7,7 +7,7 @@
 use std::sync::Arc;
 
 use serde_json::json;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 use crate::leases::DayLeases;
 use crate::model::Event;
@@ -40,8 +40,8 @@ fn report_row(listing_id: i64, kind: &str, total: u64, uniques_daily_sum: u64) -
     }
 }
 
-fn day(s: &str) -> UtcDay {
-    UtcDay::parse(s).expect("a valid day")
+fn day(s: &str) -> Day {
+    Day::parse(s).expect("a valid day")
 }
 
 /// The summary-tier contract (DESIGN.md part C "Daily rollup", "Report"; seed 002):
@@ -227,7 +227,7 @@ pub async fn rollup_store(s: Arc<dyn RollupStore>) {
     // every sum equals the sum of the days in the period (a backend may keep month sums).
     s.put_listings("m", &[(500, 1), (501, 1)]).await.unwrap();
     let jan1 = day("2024-01-01");
-    let mut days: Vec<(UtcDay, Vec<DailyRow>)> = Vec::new();
+    let mut days: Vec<(Day, Vec<DailyRow>)> = Vec::new();
     for i in 0..121 {
         // 2024-01-01 … 2024-04-30 (a leap February): every day for 500, every 3rd for 501.
         let d = jan1.plus(i);
@@ -256,7 +256,7 @@ pub async fn rollup_store(s: Arc<dyn RollupStore>) {
             s.upsert_day(*d, rows.clone()).await.unwrap();
         }
     }
-    let expect = |from: UtcDay, to: UtcDay| {
+    let expect = |from: Day, to: Day| {
         let mut sums: std::collections::BTreeMap<(i64, String), (u64, u64)> = Default::default();
         for (d, rows) in &days {
             if *d >= from && *d <= to {
@@ -334,9 +334,7 @@ pub async fn rollup_store(s: Arc<dyn RollupStore>) {
     let usage = |written: &[(&str, i32, u64, i64)], read: &[(&str, i64, &str)]| UsageFigures {
         written: written
             .iter()
-            .map(|&(k, d, events, last_ms)| {
-                ((k.to_owned(), UtcDay(d)), Written { events, last_ms })
-            })
+            .map(|&(k, d, events, last_ms)| ((k.to_owned(), Day(d)), Written { events, last_ms }))
             .collect(),
         read: read
             .iter()
@@ -436,9 +434,9 @@ pub async fn raw_store(raw: Arc<dyn RawStore>) {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as i64);
-    let d0 = UtcDay::of_ms(now_ms).plus(-2);
+    let d0 = Day::of_utc_ms(now_ms).plus(-2);
     let d1 = d0.plus(1);
-    let t = d0.start_ms() + 10 * 3_600_000; // 10:00 on d0
+    let t = d0.utc_start_ms() + 10 * 3_600_000; // 10:00 on d0
 
     // Nothing yet.
     assert!(raw.days().await.unwrap().is_empty());
@@ -463,7 +461,7 @@ pub async fn raw_store(raw: Arc<dyn RawStore>) {
     bot.fields.insert("bot".into(), json!(true));
     let mut bare = Event::new("contact", t + 62_000);
     bare.count = 1;
-    let late = event("view", d1.start_ms() + 5, 9, "s9");
+    let late = event("view", d1.utc_start_ms() + 5, 9, "s9");
     let mut batch = same_ms.clone();
     batch.extend([bot.clone(), bare.clone(), late.clone()]);
     raw.append(batch, 5_000).await.unwrap();
@@ -587,7 +585,7 @@ pub async fn raw_store(raw: Arc<dyn RawStore>) {
     let refused = raw
         .append(
             vec![
-                event("view", d1.start_ms() + 9, 9, "s9"),
+                event("view", d1.utc_start_ms() + 9, 9, "s9"),
                 event("view", t + 1, 7, "late"),
             ],
             10_000,
@@ -611,7 +609,7 @@ pub async fn raw_store(raw: Arc<dyn RawStore>) {
 /// batch with a dropped day is refused whole, holding none of its other days; marks never
 /// move back; a day is dropped only when rolled up and archived up to its last arrival.
 pub async fn day_catalog(cat: Arc<dyn DayCatalog>) {
-    let (d1, d2, d3) = (UtcDay(20_000), UtcDay(20_001), UtcDay(20_002));
+    let (d1, d2, d3) = (Day(20_000), Day(20_001), Day(20_002));
     let first = cat.begin_appends(&[(d2, 2), (d1, 3)], 1_000).await.unwrap();
     assert_eq!((first[&d1], first[&d2]), (0, 0));
     cat.end_appends(&[(d1, 3), (d2, 2)], true, 1_000)
@@ -679,14 +677,14 @@ pub async fn day_catalog(cat: Arc<dyn DayCatalog>) {
 /// renews its own under the same token; a release or an expiry frees the day and a take-over
 /// raises the token; a lost lease is no longer held.
 pub async fn day_leases(a: Arc<dyn DayLeases>, b: Arc<dyn DayLeases>, ttl: std::time::Duration) {
-    let d = UtcDay(20_000);
+    let d = Day(20_000);
     let first = a.acquire(d).await.unwrap().expect("a free day");
     assert!(b.acquire(d).await.unwrap().is_none(), "held by a");
     let renewed = a.acquire(d).await.unwrap().expect("a renews");
     assert_eq!(renewed.token, first.token);
     assert!(a.holds(&first).await.unwrap());
     assert!(
-        b.acquire(UtcDay(20_001)).await.unwrap().is_some(),
+        b.acquire(Day(20_001)).await.unwrap().is_some(),
         "another day is free"
     );
     a.release(&first).await.unwrap();

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use serde::Serialize;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::health::StoreHealth;
 use tidemark_core::store::StoreError;
 use tidemark_core::timefmt;
@@ -86,12 +86,12 @@ const NEEDED_AT_MOST_MS: i64 = 3_660 * 86_400_000;
 
 /// The UTC days of the events of a batch that are older than the raw window (`window_ms`
 /// before `now_ms`), those within [`NEEDED_AT_MOST_MS`].
-fn too_old_days(events: &[Event], now_ms: i64, window_ms: i64) -> Vec<UtcDay> {
+fn too_old_days(events: &[Event], now_ms: i64, window_ms: i64) -> Vec<Day> {
     let floor = now_ms.saturating_sub(window_ms);
     events
         .iter()
         .filter(|e| e.time_ms < floor && e.time_ms >= now_ms.saturating_sub(NEEDED_AT_MOST_MS))
-        .map(|e| UtcDay::of_ms(e.time_ms))
+        .map(|e| Day::of_utc_ms(e.time_ms))
         .collect()
 }
 
@@ -248,7 +248,7 @@ mod tests {
     use crate::lineproto::Precision;
     use crate::raw::SqliteRaw;
     use crate::schema::Schema;
-    use tidemark_core::day::UtcDay;
+    use tidemark_core::day::Day;
 
     #[tokio::test]
     async fn same_millisecond_events_are_two_rows_and_bad_kinds_store_nothing() {
@@ -296,10 +296,10 @@ mod tests {
             matches!(&err, IngestError::Invalid(b) if b[0].line == 2),
             "{err}"
         );
-        let stored = raw.day_events(UtcDay::of_ms(t)).await.unwrap();
+        let stored = raw.day_events(Day::of_utc_ms(t)).await.unwrap();
         assert_eq!(stored, vec![a.clone(), a]);
         assert!(
-            raw.day_events(UtcDay::of_ms(t).plus(1))
+            raw.day_events(Day::of_utc_ms(t).plus(1))
                 .await
                 .unwrap()
                 .is_empty()

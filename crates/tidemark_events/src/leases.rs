@@ -28,7 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::StoreError;
 
 pub mod mysql;
@@ -37,7 +37,7 @@ pub mod mysql;
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DayLease {
     /// The day.
-    pub day: UtcDay,
+    pub day: Day,
     /// The holder ([`tidemark_core::lease::holder_name`]).
     pub holder: String,
     /// The fencing token: higher than any earlier holder's.
@@ -52,7 +52,7 @@ pub struct DayLease {
 pub trait DayLeases: Send + Sync + std::fmt::Debug {
     /// Takes the lease on `day` for the lease time (or renews this holder's own), or `None`
     /// while another holder's runs.
-    async fn acquire(&self, day: UtcDay) -> Result<Option<DayLease>, StoreError>;
+    async fn acquire(&self, day: Day) -> Result<Option<DayLease>, StoreError>;
     /// Whether `lease` is still held, unexpired.
     async fn holds(&self, lease: &DayLease) -> Result<bool, StoreError>;
     /// Gives `lease` up, so another node may take the day at once (nothing if it was lost).
@@ -68,7 +68,7 @@ pub struct ProcessLeases {
     held: Arc<Mutex<LeaseTable>>,
 }
 
-type LeaseTable = BTreeMap<UtcDay, (u64, String, Instant)>;
+type LeaseTable = BTreeMap<Day, (u64, String, Instant)>;
 
 impl ProcessLeases {
     /// Leases held for `ttl` under this process's holder name.
@@ -99,7 +99,7 @@ impl ProcessLeases {
 
 #[async_trait]
 impl DayLeases for ProcessLeases {
-    async fn acquire(&self, day: UtcDay) -> Result<Option<DayLease>, StoreError> {
+    async fn acquire(&self, day: Day) -> Result<Option<DayLease>, StoreError> {
         let now = Instant::now();
         let mut table = self.table();
         let entry = table.entry(day).or_insert_with(|| (0, String::new(), now));

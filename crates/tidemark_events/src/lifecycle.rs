@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
-use tidemark_core::day::{DAY_MS, UtcDay};
+use tidemark_core::day::{DAY_MS, Day};
 use tidemark_core::health::StoreHealth;
 use tidemark_core::retry::Retry;
 use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
@@ -69,8 +69,8 @@ impl Windows {
     }
 
     /// The day has closed plus the lateness window.
-    pub fn closed(&self, day: UtcDay, now_ms: i64) -> bool {
-        now_ms >= day.plus(1).start_ms().saturating_add(self.lateness_ms)
+    pub fn closed(&self, day: Day, now_ms: i64) -> bool {
+        now_ms >= day.plus(1).utc_start_ms().saturating_add(self.lateness_ms)
     }
 
     /// The day is due for its rollup and archive jobs: closed, settled, not dropped.
@@ -94,7 +94,7 @@ impl Windows {
     /// `raw_retention − 1 day` in the past, and it is not yet both rolled up and archived.
     pub fn at_risk(&self, s: &DayState, now_ms: i64) -> bool {
         let horizon = (self.raw_retention_ms - DAY_MS).max(0);
-        let since = s.last_arrival_ms.max(s.day.plus(1).start_ms());
+        let since = s.last_arrival_ms.max(s.day.plus(1).utc_start_ms());
         s.dropped_ms.is_none()
             && self.closed(s.day, now_ms)
             && now_ms - since >= horizon
@@ -152,7 +152,7 @@ impl Step {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Failure {
     /// The day.
-    pub day: UtcDay,
+    pub day: Day,
     /// The step that failed.
     pub step: Step,
     /// The error, as text.
@@ -163,17 +163,17 @@ pub struct Failure {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LifecycleReport {
     /// Days rolled up.
-    pub rolled_up: Vec<UtcDay>,
+    pub rolled_up: Vec<Day>,
     /// Days archived.
-    pub archived: Vec<UtcDay>,
+    pub archived: Vec<Day>,
     /// Days whose raw partition was dropped.
-    pub dropped: Vec<UtcDay>,
+    pub dropped: Vec<Day>,
     /// Steps that failed (the days stay in the raw tier).
     pub failures: Vec<Failure>,
     /// Days at risk after the pass (see [`Windows::at_risk`]).
-    pub at_risk: Vec<UtcDay>,
+    pub at_risk: Vec<Day>,
     /// Days skipped because another node held their lease.
-    pub busy: Vec<UtcDay>,
+    pub busy: Vec<Day>,
 }
 
 /// Why a pass could not run at all.
@@ -203,10 +203,10 @@ pub struct Lifecycle {
     windows: Windows,
     metrics: EventsMetrics,
     /// Dropped days that received events afterwards, already warned about.
-    warned: Mutex<BTreeSet<UtcDay>>,
+    warned: Mutex<BTreeSet<Day>>,
     /// Steps failing with an error that is not retryable, already logged as such (cleared
     /// when the step succeeds).
-    reported: Mutex<BTreeSet<(UtcDay, Step)>>,
+    reported: Mutex<BTreeSet<(Day, Step)>>,
     /// Where its writes are reported ([`Lifecycle::with_store_health`]).
     health: StoreHealth,
 }
@@ -320,7 +320,7 @@ impl Lifecycle {
 
     /// The lease on `day`, or `None` (reported) while another node holds it or it could not
     /// be had.
-    async fn lease(&self, report: &mut LifecycleReport, day: UtcDay) -> Option<DayLease> {
+    async fn lease(&self, report: &mut LifecycleReport, day: Day) -> Option<DayLease> {
         match self.rollup.leases().acquire(day).await {
             Ok(Some(lease)) => {
                 self.succeeded(day, Step::Lease);
@@ -431,7 +431,7 @@ impl Lifecycle {
     /// rule ([`tidemark_core::retry`]): a retryable one (a store unavailable or full) as a
     /// warning each pass, any other (a corrupt or refused store, raw data gone) once as an
     /// error until the step succeeds. Either way the day is kept and tried again next pass.
-    fn failed<E>(&self, report: &mut LifecycleReport, day: UtcDay, step: Step, error: &E)
+    fn failed<E>(&self, report: &mut LifecycleReport, day: Day, step: Step, error: &E)
     where
         E: AsStoreError + std::fmt::Display,
     {
@@ -455,12 +455,12 @@ impl Lifecycle {
 
     /// A step succeeded: its store accepts writes, and a failure logged once may be logged
     /// again.
-    fn succeeded(&self, day: UtcDay, step: Step) {
+    fn succeeded(&self, day: Day, step: Step) {
         self.health.wrote(step.store());
         self.lock_reported().remove(&(day, step));
     }
 
-    fn lock_reported(&self) -> std::sync::MutexGuard<'_, BTreeSet<(UtcDay, Step)>> {
+    fn lock_reported(&self) -> std::sync::MutexGuard<'_, BTreeSet<(Day, Step)>> {
         self.reported
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
@@ -513,7 +513,7 @@ impl Lifecycle {
 mod tests {
     use super::*;
 
-    fn state(day: UtcDay, last_arrival_ms: i64) -> DayState {
+    fn state(day: Day, last_arrival_ms: i64) -> DayState {
         DayState {
             day,
             events: 1,
@@ -532,8 +532,8 @@ mod tests {
             raw_retention_ms: 7 * DAY_MS,
             lateness_ms: H,
         };
-        let day = UtcDay::parse("2026-03-10").unwrap();
-        let end = day.plus(1).start_ms();
+        let day = Day::parse("2026-03-10").unwrap();
+        let end = day.plus(1).utc_start_ms();
         assert!(!w.closed(day, end + H - 1));
         assert!(w.closed(day, end + H));
 
@@ -567,10 +567,10 @@ mod tests {
             raw_retention_ms: 7 * DAY_MS,
             lateness_ms: H,
         };
-        let day = UtcDay::parse("2026-03-10").unwrap();
-        let expiry = day.plus(8).start_ms();
+        let day = Day::parse("2026-03-10").unwrap();
+        let expiry = day.plus(8).utc_start_ms();
         // Late events keep the arrival rule quiet; the store's own expiry does not wait.
-        let mut s = state(day, day.plus(5).start_ms());
+        let mut s = state(day, day.plus(5).utc_start_ms());
         let now = expiry - DAY_MS;
         assert!(!w.at_risk(&s, now));
         assert!(!w.at_risk_of_expiry(&s, now - 1, Some(expiry)));

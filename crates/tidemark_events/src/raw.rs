@@ -11,7 +11,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
 use serde::Serialize;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
 use tidemark_core::store::{AsStoreError, StoreError};
@@ -34,7 +34,7 @@ pub use influx::{InfluxRaw, InfluxTarget};
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct DayState {
     /// The day.
-    pub day: UtcDay,
+    pub day: Day,
     /// Events appended for it (all arrivals).
     pub events: u64,
     /// Arrival time (Unix ms) of the last event appended for it.
@@ -82,7 +82,7 @@ pub enum RawError {
     #[error(
         "events for {0} arrive after that day was rolled up, archived and dropped from the raw tier; they can no longer be counted"
     )]
-    DayDropped(UtcDay),
+    DayDropped(Day),
 }
 
 impl AsStoreError for RawError {
@@ -125,7 +125,7 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// when the day is exhausted). The cursor is opaque to callers.
     async fn read_chunk(
         &self,
-        day: UtcDay,
+        day: Day,
         after: i64,
         limit: usize,
     ) -> Result<(Vec<Event>, Option<i64>), StoreError>;
@@ -134,15 +134,15 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     async fn days(&self) -> Result<Vec<DayState>, StoreError>;
 
     /// Records that the day was rolled up as of arrival `arrival_ms`.
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError>;
+    async fn mark_rolled_up(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError>;
 
     /// Records that the day was archived as of arrival `arrival_ms`.
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError>;
+    async fn mark_archived(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError>;
 
     /// Drops the day's partition whole and marks it dropped at `now_ms` — but only if, at that
     /// instant (atomically with appends), the day is still rolled up and archived up to its last
     /// arrival (DESIGN principle 2). Returns whether it was dropped.
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError>;
+    async fn drop_day(&self, day: Day, now_ms: i64) -> Result<bool, StoreError>;
 
     /// Non-bot events per minute and kind with `since_ms ≤ time < until_ms`.
     async fn counts_per_minute(
@@ -152,18 +152,18 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<MinuteCount>, StoreError>;
 
     /// The `limit` listings with most non-bot events on `day`: `(listing_id, events)`.
-    async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError>;
+    async fn top_listings(&self, day: Day, limit: usize) -> Result<Vec<(i64, u64)>, StoreError>;
 
     /// Bytes on disk of each day held, ascending (the raw-window report,
     /// [`crate::raw_window`]): SQLite counts the pages of each day's table (`dbstat`), InfluxDB
     /// sums the `diskBytes` of the shards of each day. A day without its own storage is left
     /// out.
-    async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError>;
+    async fn day_bytes(&self) -> Result<Vec<(Day, u64)>, StoreError>;
 
     /// When the store itself removes `day`, whatever Tidemark decides (Unix ms): InfluxDB's
     /// retention policy does. `None` (the default) for stores that keep a day until
     /// [`RawStore::drop_day`]. The lifecycle alerts a day before (DESIGN principle 2).
-    fn expires_at_ms(&self, day: UtcDay) -> Option<i64> {
+    fn expires_at_ms(&self, day: Day) -> Option<i64> {
         let _ = day;
         None
     }
@@ -172,11 +172,7 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// [`crate::rollup`]) and hands it back. The default reads [`RawStore::read_chunk`] by
     /// chunks of [`ROLLUP_CHUNK`] events; a backend that can lend its rows without copying
     /// them into [`Event`]s overrides it.
-    async fn fold_day(
-        &self,
-        day: UtcDay,
-        mut agg: DayAggregate,
-    ) -> Result<DayAggregate, StoreError> {
+    async fn fold_day(&self, day: Day, mut agg: DayAggregate) -> Result<DayAggregate, StoreError> {
         let mut cursor = Some(0);
         while let Some(after) = cursor {
             let (chunk, next) = self.read_chunk(day, after, ROLLUP_CHUNK).await?;
@@ -189,7 +185,7 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     }
 
     /// All events of one day, in arrival order (reads every chunk; for tests and tools).
-    async fn day_events(&self, day: UtcDay) -> Result<Vec<Event>, StoreError> {
+    async fn day_events(&self, day: Day) -> Result<Vec<Event>, StoreError> {
         let mut out = Vec::new();
         let mut cursor = Some(0);
         while let Some(after) = cursor {
@@ -208,20 +204,20 @@ pub struct SqliteRaw {
     reads: ReadPool,
 }
 
-fn table(day: UtcDay) -> String {
+fn table(day: Day) -> String {
     format!("raw_{}", day.compact())
 }
 
 /// The day of a table named by [`table`]; `None` for any other name.
-fn day_of_table(name: &str) -> Option<UtcDay> {
+fn day_of_table(name: &str) -> Option<Day> {
     let d = name.strip_prefix("raw_")?;
     if d.len() != 8 || !d.bytes().all(|b| b.is_ascii_digit()) {
         return None;
     }
-    UtcDay::parse(&format!("{}-{}-{}", &d[..4], &d[4..6], &d[6..])).ok()
+    Day::parse(&format!("{}-{}-{}", &d[..4], &d[4..6], &d[6..])).ok()
 }
 
-fn ensure_day(conn: &Connection, day: UtcDay) -> rusqlite::Result<()> {
+fn ensure_day(conn: &Connection, day: Day) -> rusqlite::Result<()> {
     conn.execute_batch(&format!(
         "CREATE TABLE IF NOT EXISTS {} (
             seq INTEGER PRIMARY KEY,
@@ -260,9 +256,9 @@ impl RawStore for SqliteRaw {
     async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError> {
         self.writer
             .write(move |conn| {
-                let mut per_day: BTreeMap<UtcDay, i64> = BTreeMap::new();
+                let mut per_day: BTreeMap<Day, i64> = BTreeMap::new();
                 for e in &events {
-                    let day = UtcDay::of_ms(e.time_ms);
+                    let day = Day::of_utc_ms(e.time_ms);
                     if !per_day.contains_key(&day) {
                         let dropped = catalog::dropped_ms(conn, day)?;
                         if dropped.is_some() {
@@ -298,7 +294,7 @@ impl RawStore for SqliteRaw {
 
     async fn read_chunk(
         &self,
-        day: UtcDay,
+        day: Day,
         after: i64,
         limit: usize,
     ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
@@ -342,11 +338,7 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn fold_day(
-        &self,
-        day: UtcDay,
-        mut agg: DayAggregate,
-    ) -> Result<DayAggregate, StoreError> {
+    async fn fold_day(&self, day: Day, mut agg: DayAggregate) -> Result<DayAggregate, StoreError> {
         // The day's seq range is split between readers that step their part at once, each on
         // its own pooled connection, and their aggregations are merged. Rows are only ever
         // appended (seq grows), so a part reads the same rows whatever snapshot it gets; a day
@@ -381,15 +373,15 @@ impl RawStore for SqliteRaw {
         self.reads.read(|conn| Ok(catalog::days(conn)?)).await
     }
 
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn mark_rolled_up(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         self.set_mark(Mark::RolledUp, day, arrival_ms).await
     }
 
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn mark_archived(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         self.set_mark(Mark::Archived, day, arrival_ms).await
     }
 
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
+    async fn drop_day(&self, day: Day, now_ms: i64) -> Result<bool, StoreError> {
         self.writer
             .write(move |conn| {
                 // Serialised with appends on the writer: an event that arrived after the last
@@ -411,8 +403,8 @@ impl RawStore for SqliteRaw {
         self.reads
             .read(move |conn| {
                 let mut out = Vec::new();
-                let mut day = UtcDay::of_ms(since_ms);
-                while day.start_ms() < until_ms {
+                let mut day = Day::of_utc_ms(since_ms);
+                while day.utc_start_ms() < until_ms {
                     if table_exists(conn, day)? {
                         let mut stmt = conn.prepare_cached(&format!(
                             "SELECT (time_ms / 60000) * 60000 AS minute, kind, count(*) FROM {}
@@ -439,7 +431,7 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError> {
+    async fn day_bytes(&self) -> Result<Vec<(Day, u64)>, StoreError> {
         self.reads
             .read(|conn| {
                 // `dbstat` walks every page; `aggregate` sums each table's in SQLite itself.
@@ -461,7 +453,7 @@ impl RawStore for SqliteRaw {
             .await
     }
 
-    async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError> {
+    async fn top_listings(&self, day: Day, limit: usize) -> Result<Vec<(i64, u64)>, StoreError> {
         self.reads
             .read(move |conn| {
                 if !table_exists(conn, day)? {
@@ -482,7 +474,7 @@ impl RawStore for SqliteRaw {
     }
 }
 
-fn table_exists(conn: &Connection, day: UtcDay) -> rusqlite::Result<bool> {
+fn table_exists(conn: &Connection, day: Day) -> rusqlite::Result<bool> {
     conn.prepare_cached(
         "SELECT count(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = ?1",
     )?
@@ -506,7 +498,7 @@ impl SqliteRaw {
     /// The events of `day` with `from <= seq <= to` fed to a new aggregation, in one
     /// statement: each row is lent as it is stepped through, nothing copied but the strings
     /// the aggregation keeps.
-    async fn fold_seqs(&self, day: UtcDay, from: i64, to: i64) -> Result<DayAggregate, StoreError> {
+    async fn fold_seqs(&self, day: Day, from: i64, to: i64) -> Result<DayAggregate, StoreError> {
         self.reads
             .read(move |conn| {
                 let mut agg = DayAggregate::default();
@@ -537,7 +529,7 @@ impl SqliteRaw {
             .await
     }
 
-    async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn set_mark(&self, mark: Mark, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         self.writer
             .write(move |conn| Ok::<_, StoreError>(catalog::set_mark(conn, mark, day, arrival_ms)?))
             .await

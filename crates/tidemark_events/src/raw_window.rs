@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 
 use serde::Serialize;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::timefmt::rfc3339_ms;
 use utoipa::ToSchema;
 
@@ -80,8 +80,8 @@ impl NeedCount {
 
 /// The age of `day` at `now_ms`, in whole UTC days, clamped to `MAX_AGE + 1`; `None` for a
 /// day that is not in the past.
-pub fn age(day: UtcDay, now_ms: i64) -> Option<u32> {
-    let days = UtcDay::of_ms(now_ms).0 - day.0;
+pub fn age(day: Day, now_ms: i64) -> Option<u32> {
+    let days = Day::of_utc_ms(now_ms).0 - day.0;
     u32::try_from(days)
         .ok()
         .filter(|d| *d >= 1)
@@ -150,12 +150,12 @@ pub struct Beyond {
 /// `now_ms`, for a `raw_retention` of `retention_days`.
 pub fn report(
     days: &[DayState],
-    bytes: &[(UtcDay, u64)],
+    bytes: &[(Day, u64)],
     needs: &BTreeMap<(Need, u32), NeedCount>,
     retention_days: u64,
     now_ms: i64,
 ) -> RawWindowReport {
-    let bytes: BTreeMap<UtcDay, u64> = bytes.iter().copied().collect();
+    let bytes: BTreeMap<Day, u64> = bytes.iter().copied().collect();
     let held: Vec<RawDay> = days
         .iter()
         .filter(|d| d.dropped_ms.is_none())
@@ -165,7 +165,7 @@ pub fn report(
             bytes: bytes.get(&d.day).copied().unwrap_or(0),
         })
         .collect();
-    let today = UtcDay::of_ms(now_ms);
+    let today = Day::of_utc_ms(now_ms);
     let closed: Vec<u64> = days
         .iter()
         .filter(|d| d.dropped_ms.is_none() && d.day < today)

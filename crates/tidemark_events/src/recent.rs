@@ -23,7 +23,7 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::routing::get;
 use serde::{Deserialize, Serialize};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::http::{ApiError, ApiQuery, ErrorBody, Tenant};
 use tidemark_core::store::StoreError;
 use tidemark_core::timefmt::rfc3339_ms;
@@ -220,10 +220,10 @@ pub struct Top {
     pub listings: Vec<TopListing>,
 }
 
-fn parse_day(raw: Option<&str>, now_ms: i64) -> Result<UtcDay, ApiError> {
+fn parse_day(raw: Option<&str>, now_ms: i64) -> Result<Day, ApiError> {
     match raw.map(str::trim) {
-        None | Some("today") => Ok(UtcDay::of_ms(now_ms)),
-        Some(d) => UtcDay::parse(d)
+        None | Some("today") => Ok(Day::of_utc_ms(now_ms)),
+        Some(d) => Day::parse(d)
             .map_err(|e| ApiError::bad_request(format!("day: {e} (or the word \"today\", UTC)"))),
     }
 }

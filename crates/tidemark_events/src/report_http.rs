@@ -22,7 +22,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::http::{
     ApiError, ApiJson, ApiJsonArray, ApiQuery, ErrorBody, NoQuery, Tenant, body_limit,
 };
@@ -128,8 +128,8 @@ fn non_negative(what: &str, v: i64) -> Result<i64, ApiError> {
     Ok(v)
 }
 
-fn day(what: &str, s: &str) -> Result<UtcDay, ApiError> {
-    UtcDay::parse(s).map_err(|e| ApiError::bad_request(format!("`{what}`: {e}")))
+fn day(what: &str, s: &str) -> Result<Day, ApiError> {
+    Day::parse(s).map_err(|e| ApiError::bad_request(format!("`{what}`: {e}")))
 }
 
 fn store_error(e: StoreError) -> ApiError {
@@ -360,7 +360,7 @@ async fn report_rows(
     store: &dyn RollupStore,
     tenant: &str,
     account_id: i64,
-    (from, to): (UtcDay, UtcDay),
+    (from, to): (Day, Day),
     kind: Option<&str>,
     listings: std::ops::RangeInclusive<i64>,
     uniques_period: bool,
@@ -411,10 +411,10 @@ struct MonthsBody {
 }
 
 /// The first day of month `s` (`YYYY-MM`).
-fn month(what: &str, s: &str) -> Result<UtcDay, ApiError> {
+fn month(what: &str, s: &str) -> Result<Day, ApiError> {
     let well_formed = s.len() == 7 && s.as_bytes()[4] == b'-';
     well_formed
-        .then(|| UtcDay::parse(&format!("{s}-01")).ok())
+        .then(|| Day::parse(&format!("{s}-01")).ok())
         .flatten()
         .ok_or_else(|| {
             ApiError::bad_request(format!("`{what}` must be a month YYYY-MM, got {s:?}"))
@@ -555,7 +555,7 @@ async fn kinds(
         .map_err(store_error)?;
     let now = s.rollups.clock().now_ms();
     let raw_days = s.raw_retention.as_secs().div_ceil(86_400);
-    let raw_from = UtcDay::of_ms(now).plus(-i32::try_from(raw_days).unwrap_or(i32::MAX));
+    let raw_from = Day::of_utc_ms(now).plus(-i32::try_from(raw_days).unwrap_or(i32::MAX));
     Ok(axum::Json(crate::usage::audit(
         &s.schema, &figures, raw_from, stale_days, now,
     )))

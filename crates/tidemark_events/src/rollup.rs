@@ -39,7 +39,7 @@ use std::sync::Arc;
 use compact_str::CompactString;
 use serde::{Serialize, Serializer};
 use tidemark_core::clock::SharedClock;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
 use tidemark_core::timefmt::rfc3339_ms;
 use tokio::sync::Mutex;
@@ -60,7 +60,7 @@ pub struct RollupOutcome {
     /// The day rolled up, `YYYY-MM-DD`.
     #[serde(serialize_with = "day_string")]
     #[schema(value_type = String, format = Date)]
-    pub day: UtcDay,
+    pub day: Day,
     /// Raw events read (all of the day, bots and events without a listing included).
     pub events_read: u64,
     /// Events left out because they were flagged `bot = true`.
@@ -73,7 +73,7 @@ pub struct RollupOutcome {
     pub as_of_arrival_ms: i64,
 }
 
-fn day_string<S: Serializer>(day: &UtcDay, s: S) -> Result<S::Ok, S::Error> {
+fn day_string<S: Serializer>(day: &Day, s: S) -> Result<S::Ok, S::Error> {
     s.collect_str(day)
 }
 
@@ -84,7 +84,7 @@ pub enum RollupError {
     #[error("raw events for {day} are gone ({why}); existing totals are kept")]
     RawGone {
         /// The day.
-        day: UtcDay,
+        day: Day,
         /// What the raw tier says about it.
         why: String,
     },
@@ -93,7 +93,7 @@ pub enum RollupError {
     #[error("the raw tier has no event of {day}{}; nothing rolled up, existing totals are kept", if *future { " (a day in the future)" } else { "" })]
     NoEvents {
         /// The day.
-        day: UtcDay,
+        day: Day,
         /// Whether the day has not started yet.
         future: bool,
     },
@@ -364,7 +364,7 @@ impl DayAggregate {
 pub async fn roll_up_day(
     raw: &dyn RawStore,
     rollups: &dyn RollupStore,
-    day: UtcDay,
+    day: Day,
     now_ms: i64,
 ) -> Result<RollupOutcome, RollupError> {
     Ok(roll_up(raw, rollups, day, now_ms, None).await?.0)
@@ -387,7 +387,7 @@ pub async fn roll_up_day_leased(
 async fn roll_up(
     raw: &dyn RawStore,
     rollups: &dyn RollupStore,
-    day: UtcDay,
+    day: Day,
     now_ms: i64,
     lease: Option<&DayLease>,
 ) -> Result<(RollupOutcome, bool), RollupError> {
@@ -397,7 +397,7 @@ async fn roll_up(
         None => {
             return Err(RollupError::NoEvents {
                 day,
-                future: day > UtcDay::of_ms(now_ms),
+                future: day > Day::of_utc_ms(now_ms),
             });
         }
         Some(DayState {
@@ -466,7 +466,7 @@ async fn roll_up(
     Ok((outcome, again))
 }
 
-async fn day_state(raw: &dyn RawStore, day: UtcDay) -> Result<Option<DayState>, RollupError> {
+async fn day_state(raw: &dyn RawStore, day: Day) -> Result<Option<DayState>, RollupError> {
     Ok(raw
         .days()
         .await
@@ -529,7 +529,7 @@ impl RollupService {
     /// Rolls up `day` now under its lease (waits for a rollup already running in this
     /// process). Errors as [`roll_up_day`], and [`RollupError::Store`] of kind
     /// [`tidemark_core::store::ErrorKind::Conflict`] while another node holds the day.
-    pub async fn roll_up(&self, day: UtcDay) -> Result<RollupOutcome, RollupError> {
+    pub async fn roll_up(&self, day: Day) -> Result<RollupOutcome, RollupError> {
         // The turn first, kept until the lease is released: two rollups of this process never
         // hold the day's lease at once, so the first one's release cannot pull the lease from
         // under the second (which would have renewed it under the same holder and token).

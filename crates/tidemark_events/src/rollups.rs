@@ -27,7 +27,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use serde::Serialize;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::StoreError;
 
 use crate::leases::{DayLease, DayLeases, ProcessLeases};
@@ -109,7 +109,7 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
     /// (a re-run overwrites, never doubles) and rows of `day` not in `rows` are deleted.
     /// `rows` must not hold two rows of the same `(listing_id, kind)`.
     /// Returns the number of rows written.
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError>;
+    async fn upsert_day(&self, day: Day, rows: Vec<DailyRow>) -> Result<usize, StoreError>;
 
     /// The per-day leases that fence this store's writes ([`crate::leases`]), held for `ttl`:
     /// where the store is shared (MariaDB) they are in it, shared by every node; a store one
@@ -137,7 +137,7 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
     /// already keep its tasks apart, and this is `upsert_day`.
     async fn upsert_day_fenced(
         &self,
-        day: UtcDay,
+        day: Day,
         rows: Vec<DailyRow>,
         lease: &DayLease,
     ) -> Result<usize, StoreError> {
@@ -166,8 +166,8 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<ReportRow>, StoreError>;
@@ -177,8 +177,8 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
     ) -> Result<Vec<ReportRow>, StoreError> {
         self.report_range(tenant, account_id, from, to, kind, ALL_LISTINGS)
@@ -192,8 +192,8 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         &self,
         tenant: &str,
         account_id: i64,
-        from_month: UtcDay,
-        to_month: UtcDay,
+        from_month: Day,
+        to_month: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<MonthRow>, StoreError>;
@@ -207,15 +207,15 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError>;
 
     /// Every row of `day` without its sketch, ordered by listing and kind (for tests and
     /// tools).
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError>;
+    async fn day_rows(&self, day: Day) -> Result<Vec<DailyRow>, StoreError>;
 
     /// Adds event-kind usage ([`crate::usage`]) in one transaction: events per `(kind, day)`
     /// summed, the later arrival and the later read kept, so every node adds its own.

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use serde::Serialize;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::StoreError;
 use tidemark_core::timefmt::rfc3339_ms;
 use tokio_util::sync::CancellationToken;
@@ -63,7 +63,7 @@ pub struct Read {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct UsageFigures {
     /// `(kind, day)` → events written.
-    pub written: BTreeMap<(String, UtcDay), Written>,
+    pub written: BTreeMap<(String, Day), Written>,
     /// kind → its last read.
     pub read: BTreeMap<String, Read>,
     /// `(need, age in days)` → how often a day that old was needed ([`crate::raw_window`]).
@@ -132,10 +132,10 @@ impl KindUsage {
 
     /// Events of a batch per `(kind, day of the event)`: taken before the batch is handed
     /// to the raw tier, noted with [`KindUsage::wrote`] once it is stored.
-    pub fn per_kind_and_day(events: &[Event]) -> Vec<((String, UtcDay), u64)> {
-        let mut per: BTreeMap<(&str, UtcDay), u64> = BTreeMap::new();
+    pub fn per_kind_and_day(events: &[Event]) -> Vec<((String, Day), u64)> {
+        let mut per: BTreeMap<(&str, Day), u64> = BTreeMap::new();
         for e in events {
-            *per.entry((e.kind.as_str(), UtcDay::of_ms(e.time_ms)))
+            *per.entry((e.kind.as_str(), Day::of_utc_ms(e.time_ms)))
                 .or_default() += 1;
         }
         per.into_iter()
@@ -145,7 +145,7 @@ impl KindUsage {
 
     /// Notes a stored batch ([`KindUsage::per_kind_and_day`]), which arrived at `now_ms`; its
     /// events of past days are late ([`Need::Late`]).
-    pub fn wrote(&self, per: Vec<((String, UtcDay), u64)>, now_ms: i64) {
+    pub fn wrote(&self, per: Vec<((String, Day), u64)>, now_ms: i64) {
         let mut p = self.lock();
         for (key, n) in per {
             if let Some(age) = raw_window::age(key.1, now_ms) {
@@ -159,7 +159,7 @@ impl KindUsage {
 
     /// Notes events refused at `now_ms` as older than the raw window, by their UTC days
     /// ([`Need::TooOld`]).
-    pub fn refused(&self, days: impl IntoIterator<Item = UtcDay>, now_ms: i64) {
+    pub fn refused(&self, days: impl IntoIterator<Item = Day>, now_ms: i64) {
         let mut p = self.lock();
         for day in days {
             if let Some(age) = raw_window::age(day, now_ms) {
@@ -169,7 +169,7 @@ impl KindUsage {
     }
 
     /// Notes that `day`, rolled up before, was rolled up again at `now_ms` ([`Need::Reroll`]).
-    pub fn rerolled(&self, day: UtcDay, now_ms: i64) {
+    pub fn rerolled(&self, day: Day, now_ms: i64) {
         if let Some(age) = raw_window::age(day, now_ms) {
             self.lock().need(Need::Reroll, age, 1, now_ms);
         }
@@ -275,7 +275,7 @@ pub struct KindsAudit {
 pub fn audit(
     schema: &Schema,
     figures: &UsageFigures,
-    raw_from: UtcDay,
+    raw_from: Day,
     stale_days: u32,
     now_ms: i64,
 ) -> KindsAudit {
@@ -294,7 +294,7 @@ pub fn audit(
         .map(|k| (k, "declared"))
         .chain(retired.map(|k| (k, "retired")))
         .map(|(kind, status)| {
-            let written: Vec<(UtcDay, Written)> = figures
+            let written: Vec<(Day, Written)> = figures
                 .written
                 .iter()
                 .filter(|((k, _), _)| k == kind)

@@ -15,7 +15,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::basic::Compression;
 use parquet::file::reader::{FileReader, SerializedFileReader};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_events::archive::{ArchiveError, RawArchive};
 use tidemark_events::testing::{InfluxServer, S3Server};
 use tidemark_events::{DayState, Event, InfluxRaw, RawStore, SqliteRaw};
@@ -26,8 +26,8 @@ const T: i64 = 1_773_135_000_000;
 /// Arrival of the first batch: 2026-03-11T02:00:00Z.
 const ARRIVAL: i64 = 1_773_194_400_000;
 
-fn day() -> UtcDay {
-    UtcDay::parse(DAY).unwrap()
+fn day() -> Day {
+    Day::parse(DAY).unwrap()
 }
 
 #[derive(Debug, Clone, Copy)]

@@ -8,7 +8,7 @@ mod common;
 use std::sync::Arc;
 
 use common::now_ms;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::ErrorKind;
 use tidemark_events::conformance;
 use tidemark_events::raw::influx::RETENTION_POLICY;
@@ -79,12 +79,15 @@ async fn series_cardinality_is_the_number_of_kinds_and_retention_is_seven_days()
         })
         .collect();
     raw.append(events, t + 1_000).await.unwrap();
-    assert_eq!(raw.day_events(UtcDay::of_ms(t)).await.unwrap().len(), 2_000);
+    assert_eq!(
+        raw.day_events(Day::of_utc_ms(t)).await.unwrap().len(),
+        2_000
+    );
     // InfluxDB removes the day by itself 7 days after its end: the lifecycle watches that.
-    let day = UtcDay::of_ms(t);
+    let day = Day::of_utc_ms(t);
     assert_eq!(
         raw.expires_at_ms(day),
-        Some(day.plus(8).start_ms()),
+        Some(day.plus(8).utc_start_ms()),
         "the end of the day + 7 days"
     );
     // One series per kind, whatever the identifiers (seed 002).
@@ -121,10 +124,10 @@ async fn a_retention_under_two_days_starts_with_hour_shards() {
         (ours[1].as_str(), ours[2].as_str()),
         (Some("12h0m0s"), Some("1h0m0s"))
     );
-    let day = UtcDay::of_ms(now_ms());
+    let day = Day::of_utc_ms(now_ms());
     assert_eq!(
         raw.expires_at_ms(day),
-        Some(day.start_ms() + 13 * 3_600_000),
+        Some(day.utc_start_ms() + 13 * 3_600_000),
         "the day's first hour + 12 h"
     );
     // An event whose hour shard has expired is refused, even though its day has not ended
@@ -152,7 +155,7 @@ async fn influx_down_means_nothing_acknowledged_and_it_recovers() {
         .await
         .unwrap();
     let t = now_ms() - 60_000;
-    let day = UtcDay::of_ms(t);
+    let day = Day::of_utc_ms(t);
     raw.append(vec![Event::new("view", t)], 1).await.unwrap();
 
     server.stop();

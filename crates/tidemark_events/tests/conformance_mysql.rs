@@ -36,7 +36,7 @@ async fn mysql_period_uniques() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_report_reads_ranges_of_the_primary_key() {
     use sqlx::Row;
-    use tidemark_core::day::UtcDay;
+    use tidemark_core::day::Day;
     use tidemark_events::rollups::{DailyRow, RollupStore, mysql_report_part_sql};
 
     let url = scratch_database(&test_server_url(), "tm_rollups_plan")
@@ -46,7 +46,7 @@ async fn the_report_reads_ranges_of_the_primary_key() {
     // 10 accounts × 30 listings × 60 days.
     let pairs: Vec<(i64, i64)> = (0..300).map(|i| (1_000 + i, i % 10)).collect();
     store.put_listings("t", &pairs).await.unwrap();
-    let first = UtcDay::parse("2026-01-01").unwrap();
+    let first = Day::parse("2026-01-01").unwrap();
     for d in 0..60 {
         let rows = pairs
             .iter()
@@ -130,7 +130,7 @@ async fn schema_version(pool: &sqlx::MySqlPool) -> Option<i64> {
 /// connect, `listing_monthly` built from the days, the report reading them through it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_database_made_before_listing_monthly_gets_it_built_from_the_days() {
-    use tidemark_core::day::UtcDay;
+    use tidemark_core::day::Day;
     use tidemark_events::rollups::{ReportRow, RollupStore};
 
     let url = scratch_database(&test_server_url(), "tm_rollups_adopt")
@@ -168,8 +168,8 @@ async fn a_database_made_before_listing_monthly_gets_it_built_from_the_days() {
             ("2026-02-01".into(), 1, 1, 1)
         ]
     );
-    let from = UtcDay::parse("2026-01-01").unwrap();
-    let to = UtcDay::parse("2026-02-28").unwrap();
+    let from = Day::parse("2026-01-01").unwrap();
+    let to = Day::parse("2026-02-28").unwrap();
     let report = store.report("t", 1, from, to, None).await.unwrap();
     assert_eq!(
         report,
@@ -260,7 +260,7 @@ async fn nodes_sharing_the_summary_tier_agree_on_the_schema() {
 /// succeeds and the month holds the sum of the days.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn days_of_one_month_upserted_at_once_on_two_nodes_all_land() {
-    use tidemark_core::day::UtcDay;
+    use tidemark_core::day::Day;
     use tidemark_events::rollups::{DailyRow, RollupStore};
 
     let url = scratch_database(&test_server_url(), "tm_rollups_month")
@@ -268,7 +268,7 @@ async fn days_of_one_month_upserted_at_once_on_two_nodes_all_land() {
         .unwrap();
     let a = MysqlRollups::connect(&url, 4).await.unwrap();
     let b = MysqlRollups::connect(&url, 4).await.unwrap();
-    let first = UtcDay::parse("2026-11-01").unwrap();
+    let first = Day::parse("2026-11-01").unwrap();
     let rows = |d: i32| -> Vec<DailyRow> {
         (0..300)
             .flat_map(|l| {

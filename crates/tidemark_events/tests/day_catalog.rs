@@ -9,7 +9,7 @@ mod common;
 use std::sync::Arc;
 
 use common::now_ms;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_events::conformance;
 use tidemark_events::raw::catalog::Mark;
@@ -86,7 +86,7 @@ async fn two_nodes_ingest_one_day_and_no_point_overwrites_another() {
     for j in jobs {
         j.await.unwrap();
     }
-    let day = UtcDay::of_ms(t);
+    let day = Day::of_utc_ms(t);
     for node in &nodes {
         let events = node.day_events(day).await.unwrap();
         assert_eq!(events.len(), 1000, "every event is its own point");
@@ -110,7 +110,7 @@ async fn a_local_catalog_is_merged_in_once() {
     let shared = MysqlCatalog::connect(&url, 2).await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("influx-catalog.db");
-    let (d1, d2) = (UtcDay(20_000), UtcDay(20_001));
+    let (d1, d2) = (Day(20_000), Day(20_001));
     {
         let local = SqliteCatalog::open(&path).unwrap();
         local

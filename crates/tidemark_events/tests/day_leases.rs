@@ -14,7 +14,7 @@ use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use tidemark_core::ManualClock;
 use tidemark_core::clock::SharedClock;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_core::store::ErrorKind;
 use tidemark_events::archive::RawArchive;
@@ -70,7 +70,7 @@ async fn a_summary_write_after_the_lease_was_lost_is_refused_whole() {
     let ttl = Duration::from_millis(800);
     let a = MysqlDayLeases::with_holder(rollups.pool().clone(), "node-a", ttl);
     let b = MysqlDayLeases::with_holder(rollups.pool().clone(), "node-b", ttl);
-    let day = UtcDay(20_000);
+    let day = Day(20_000);
     let lease_a = a.acquire(day).await.unwrap().unwrap();
     rollups
         .upsert_day_fenced(day, vec![row(1, 5)], &lease_a)
@@ -112,7 +112,7 @@ async fn two_nodes_lifecycles_work_each_day_once() {
         .unwrap();
     let dir = tempfile::tempdir().unwrap();
     let now = now_ms();
-    let days: Vec<UtcDay> = (2..6).map(|i| UtcDay::of_ms(now).plus(-i)).collect();
+    let days: Vec<Day> = (2..6).map(|i| Day::of_utc_ms(now).plus(-i)).collect();
     let clock: SharedClock = Arc::new(ManualClock::new(now));
     let cfg = EventsConfig::default();
     let mut nodes = Vec::new();
@@ -143,7 +143,7 @@ async fn two_nodes_lifecycles_work_each_day_once() {
     for (i, day) in days.iter().enumerate() {
         let events: Vec<Event> = (0..=i)
             .map(|k| {
-                let mut e = Event::new("view", day.start_ms() + 1_000 * k as i64);
+                let mut e = Event::new("view", day.utc_start_ms() + 1_000 * k as i64);
                 e.listing_id = Some(1);
                 e
             })
@@ -152,13 +152,13 @@ async fn two_nodes_lifecycles_work_each_day_once() {
     }
     let (ra, rb) = tokio::join!(nodes[0].1.run_once(), nodes[1].1.run_once());
     let (ra, rb) = (ra.unwrap(), rb.unwrap());
-    let set = |v: &[UtcDay]| v.iter().copied().collect::<BTreeSet<_>>();
+    let set = |v: &[Day]| v.iter().copied().collect::<BTreeSet<_>>();
     for (what, a, b) in [
         ("rolled up", &ra.rolled_up, &rb.rolled_up),
         ("archived", &ra.archived, &rb.archived),
     ] {
         assert!(set(a).is_disjoint(&set(b)), "{what} by both: {a:?} {b:?}");
-        let all: BTreeSet<UtcDay> = set(a).union(&set(b)).copied().collect();
+        let all: BTreeSet<Day> = set(a).union(&set(b)).copied().collect();
         assert_eq!(all, set(&days), "{what}: {a:?} + {b:?}");
     }
     assert!(

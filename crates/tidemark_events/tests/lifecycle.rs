@@ -17,7 +17,7 @@ use object_store::ObjectStore;
 use object_store::local::LocalFileSystem;
 use object_store::path::Path as ObjectPath;
 use tidemark_core::clock::SharedClock;
-use tidemark_core::day::{DAY_MS, UtcDay};
+use tidemark_core::day::{DAY_MS, Day};
 use tidemark_core::store::StoreError;
 use tidemark_core::{Clock, ManualClock};
 use tidemark_events::archive::RawArchive;
@@ -41,7 +41,7 @@ struct Switchable {
 
 #[async_trait]
 impl RollupStore for Switchable {
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
+    async fn upsert_day(&self, day: Day, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         if self.fail.load(Ordering::SeqCst) {
             return Err(StoreError::unavailable(
                 "sqlite",
@@ -77,8 +77,8 @@ impl RollupStore for Switchable {
         &self,
         tenant: &str,
         account_id: i64,
-        from_month: UtcDay,
-        to_month: UtcDay,
+        from_month: Day,
+        to_month: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<MonthRow>, StoreError> {
@@ -90,8 +90,8 @@ impl RollupStore for Switchable {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError> {
@@ -103,8 +103,8 @@ impl RollupStore for Switchable {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<ReportRow>, StoreError> {
@@ -112,7 +112,7 @@ impl RollupStore for Switchable {
             .report_range(tenant, account_id, from, to, kind, listings)
             .await
     }
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {
+    async fn day_rows(&self, day: Day) -> Result<Vec<DailyRow>, StoreError> {
         self.inner.day_rows(day).await
     }
 }
@@ -227,7 +227,7 @@ impl World {
     async fn pass(&self) -> LifecycleReport {
         self.lifecycle.as_ref().unwrap().run_once().await.unwrap()
     }
-    async fn state(&self, day: UtcDay) -> DayState {
+    async fn state(&self, day: Day) -> DayState {
         self.raw
             .days()
             .await
@@ -236,7 +236,7 @@ impl World {
             .find(|s| s.day == day)
             .unwrap()
     }
-    fn archived(&self, day: UtcDay) -> Vec<Event> {
+    fn archived(&self, day: Day) -> Vec<Event> {
         read_parquet_file(
             &self
                 .archive_dir
@@ -248,7 +248,7 @@ impl World {
     }
 }
 
-fn report(rolled_up: &[UtcDay], archived: &[UtcDay], dropped: &[UtcDay]) -> LifecycleReport {
+fn report(rolled_up: &[Day], archived: &[Day], dropped: &[Day]) -> LifecycleReport {
     LifecycleReport {
         rolled_up: rolled_up.to_vec(),
         archived: archived.to_vec(),
@@ -290,10 +290,10 @@ async fn rolled_up_and_archived_after_close_and_lateness_again_when_dirty_droppe
 async fn rolled_up_and_archived_after_close_and_lateness_again_when_dirty_dropped_after_retention_in(
     mode: Mode,
 ) {
-    let day = UtcDay::parse("2026-03-10").unwrap();
-    let end = day.plus(1).start_ms();
-    let w = world(day.start_ms() + 10 * H, mode).await;
-    let t = day.start_ms() + 9 * H;
+    let day = Day::parse("2026-03-10").unwrap();
+    let end = day.plus(1).utc_start_ms();
+    let w = world(day.utc_start_ms() + 10 * H, mode).await;
+    let t = day.utc_start_ms() + 9 * H;
     // Same session and page twice: 3 views, 2 uniques.
     w.append(vec![
         full("view", t, 1, "s1", "/item/1"),
@@ -383,10 +383,10 @@ async fn nothing_is_dropped_while_the_archive_fails_on_influxdb_and_mariadb() {
 }
 
 async fn nothing_is_dropped_while_the_archive_fails_in(mode: Mode) {
-    let day = UtcDay::parse("2026-03-10").unwrap();
-    let end = day.plus(1).start_ms();
-    let w = world(day.start_ms() + 10 * H, mode).await;
-    w.append(vec![full("click", day.start_ms() + H, 7, "s", "/p")])
+    let day = Day::parse("2026-03-10").unwrap();
+    let end = day.plus(1).utc_start_ms();
+    let w = world(day.utc_start_ms() + 10 * H, mode).await;
+    w.append(vec![full("click", day.utc_start_ms() + H, 7, "s", "/p")])
         .await;
     let arrival = w.clock.now_ms();
     w.store.set(Fault::FailWrites);
@@ -442,10 +442,10 @@ async fn nothing_is_dropped_while_the_rollup_fails_on_influxdb_and_mariadb() {
 }
 
 async fn nothing_is_dropped_while_the_rollup_fails_in(mode: Mode) {
-    let day = UtcDay::parse("2026-03-10").unwrap();
-    let end = day.plus(1).start_ms();
-    let w = world(day.start_ms() + 10 * H, mode).await;
-    w.append(vec![full("view", day.start_ms() + H, 7, "s", "/p")])
+    let day = Day::parse("2026-03-10").unwrap();
+    let end = day.plus(1).utc_start_ms();
+    let w = world(day.utc_start_ms() + 10 * H, mode).await;
+    w.append(vec![full("view", day.utc_start_ms() + H, 7, "s", "/p")])
         .await;
     w.rollups.fail.store(true, Ordering::SeqCst);
 
@@ -491,12 +491,20 @@ async fn imported_history_is_kept_for_raw_retention_after_it_arrived_on_influxdb
 
 async fn imported_history_is_kept_for_raw_retention_after_it_arrived_in(mode: Mode) {
     // Today is 2026-03-20; events of 2025-01-15 are imported now.
-    let now = UtcDay::parse("2026-03-20").unwrap().start_ms() + 12 * H;
-    let old = UtcDay::parse("2025-01-15").unwrap();
+    let now = Day::parse("2026-03-20").unwrap().utc_start_ms() + 12 * H;
+    let old = Day::parse("2025-01-15").unwrap();
     let w = world(now, mode).await;
     w.append(
         (0..5)
-            .map(|i| full("view", old.start_ms() + i * 1000, 3, &format!("s{i}"), "/a"))
+            .map(|i| {
+                full(
+                    "view",
+                    old.utc_start_ms() + i * 1000,
+                    3,
+                    &format!("s{i}"),
+                    "/a",
+                )
+            })
             .collect(),
     )
     .await;
@@ -530,10 +538,10 @@ async fn a_day_not_processed_near_the_end_of_retention_is_at_risk_on_influxdb_an
 }
 
 async fn a_day_not_processed_near_the_end_of_retention_is_at_risk_in(mode: Mode) {
-    let day = UtcDay::parse("2026-03-10").unwrap();
-    let end = day.plus(1).start_ms();
-    let w = world(day.start_ms() + H, mode).await;
-    w.append(vec![full("view", day.start_ms(), 1, "s", "/p")])
+    let day = Day::parse("2026-03-10").unwrap();
+    let end = day.plus(1).utc_start_ms();
+    let w = world(day.utc_start_ms() + H, mode).await;
+    w.append(vec![full("view", day.utc_start_ms(), 1, "s", "/p")])
         .await;
     w.store.set(Fault::FailWrites);
     // Last arrival lies before the day's end: counted from the end. 6 days is the threshold.
@@ -564,11 +572,11 @@ async fn run_passes_until_cancelled_on_influxdb_and_mariadb() {
 }
 
 async fn run_passes_until_cancelled_in(mode: Mode) {
-    let day = UtcDay::parse("2026-03-10").unwrap();
-    let mut w = world(day.start_ms() + H, mode).await;
-    w.append(vec![full("view", day.start_ms(), 1, "s", "/p")])
+    let day = Day::parse("2026-03-10").unwrap();
+    let mut w = world(day.utc_start_ms() + H, mode).await;
+    w.append(vec![full("view", day.utc_start_ms(), 1, "s", "/p")])
         .await;
-    w.clock.set(day.plus(1).start_ms() + 2 * H);
+    w.clock.set(day.plus(1).utc_start_ms() + 2 * H);
     let cancel = tokio_util::sync::CancellationToken::new();
     let task = tokio::spawn(
         w.lifecycle

@@ -16,7 +16,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 use serde_json::Value;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_events::rollup::roll_up_day;
 use tidemark_events::rollups::{MysqlRollups, RollupStore, SqliteRollups};
@@ -45,7 +45,7 @@ fn read_corpus() -> Vec<Otto> {
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap()
         .as_millis() as i64;
-    let shift = i64::from(UtcDay::of_ms(now).plus(-1).0 - UtcDay::of_ms(last).0) * 86_400_000;
+    let shift = i64::from(Day::of_utc_ms(now).plus(-1).0 - Day::of_utc_ms(last).0) * 86_400_000;
     for e in &mut events {
         e.ts += shift;
     }
@@ -203,7 +203,7 @@ async fn otto_roundtrip(raw: Arc<dyn RawStore>, rollups: &dyn RollupStore) {
     // The same-millisecond events each count in their row's total.
     for group in shared {
         for e in group {
-            let day = UtcDay::of_ms(e.ts).0;
+            let day = Day::of_utc_ms(e.ts).0;
             let n = events
                 .iter()
                 .filter(|o| o.aid == e.aid && o.kind == e.kind && (o.ts / 86_400_000) as i32 == day)

@@ -6,7 +6,7 @@
 
 use std::collections::HashSet;
 
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_events::rollup::roll_up_day;
 use tidemark_events::rollups::{MysqlRollups, RollupStore, SqliteRollups};
@@ -15,8 +15,8 @@ use tidemark_events::{Event, RawStore, SqliteRaw};
 const BIG: u32 = 12_000;
 const SMALL: u32 = 400;
 
-fn first_day() -> UtcDay {
-    UtcDay::parse("2026-09-25").unwrap()
+fn first_day() -> Day {
+    Day::parse("2026-09-25").unwrap()
 }
 
 /// The generated events: visitor `i` of listing 1 comes on days `i % 40`, `(7 i + 3) % 40`
@@ -24,7 +24,7 @@ fn first_day() -> UtcDay {
 fn generated() -> Vec<Event> {
     let mut out = Vec::new();
     let visit = |out: &mut Vec<Event>, listing: i64, session: String, day: u32| {
-        let t = first_day().start_ms() + i64::from(day) * 86_400_000 + 3_600_000;
+        let t = first_day().utc_start_ms() + i64::from(day) * 86_400_000 + 3_600_000;
         for k in 0..2 {
             let mut e = Event::new("view", t + k);
             e.listing_id = Some(listing);
@@ -57,7 +57,7 @@ async fn check(rollups: &dyn RollupStore) {
         .filter_map(|e| e.session_id.as_deref())
         .collect();
     assert_eq!(exact.len(), BIG as usize);
-    let now = UtcDay::parse("2026-12-01").unwrap().start_ms();
+    let now = Day::parse("2026-12-01").unwrap().utc_start_ms();
     raw.append(events.clone(), now).await.unwrap();
     for d in 0..40 {
         roll_up_day(&raw, rollups, first_day().plus(d), now)
@@ -66,7 +66,7 @@ async fn check(rollups: &dyn RollupStore) {
     }
     rollups.put_listings("t", &[(1, 5), (2, 5)]).await.unwrap();
     let last = first_day().plus(39);
-    assert_eq!(last, UtcDay::parse("2026-11-03").unwrap());
+    assert_eq!(last, Day::parse("2026-11-03").unwrap());
     let got = rollups
         .period_uniques("t", 5, first_day(), last, Some("view"), 0..=i64::MAX)
         .await
@@ -85,8 +85,8 @@ async fn check(rollups: &dyn RollupStore) {
         .iter()
         .filter(|e| e.listing_id == Some(1))
         .filter(|e| {
-            let d = UtcDay::of_ms(e.time_ms);
-            d >= UtcDay::parse("2026-10-01").unwrap() && d <= UtcDay::parse("2026-10-31").unwrap()
+            let d = Day::of_utc_ms(e.time_ms);
+            d >= Day::parse("2026-10-01").unwrap() && d <= Day::parse("2026-10-31").unwrap()
         })
         .filter_map(|e| e.session_id.as_deref())
         .collect();
@@ -95,8 +95,8 @@ async fn check(rollups: &dyn RollupStore) {
         .period_uniques(
             "t",
             5,
-            UtcDay::parse("2026-10-01").unwrap(),
-            UtcDay::parse("2026-10-31").unwrap(),
+            Day::parse("2026-10-01").unwrap(),
+            Day::parse("2026-10-31").unwrap(),
             Some("view"),
             1..=1,
         )

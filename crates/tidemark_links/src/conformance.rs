@@ -6,7 +6,7 @@
 
 use std::sync::Arc;
 
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 use crate::id::{IdCodec, LinkId};
 use crate::model::{LinkRecord, Lookup, Mailing};
@@ -35,9 +35,9 @@ fn record(id: &LinkId, url: &str, position: Option<u32>, kind: LinkKind) -> Link
 /// are created ahead idempotently, counted per day and dropped whole.
 pub async fn link_store(store: Arc<dyn LinkStore>) {
     let codec = IdCodec::new([42; 16]);
-    let d0 = UtcDay::parse("2026-11-28").expect("day");
+    let d0 = Day::parse("2026-11-28").expect("day");
     let (d1, d2) = (d0.plus(1), d0.plus(2));
-    let at = |day: UtcDay, ms: i64| codec.generate(day.start_ms() + ms);
+    let at = |day: Day, ms: i64| codec.generate(day.utc_start_ms() + ms);
 
     assert!(store.partitions().await.unwrap().is_empty());
     assert_eq!(store.count(d0).await.unwrap(), 0);

@@ -278,7 +278,7 @@ mod tests {
     use std::time::Duration;
 
     use async_trait::async_trait;
-    use tidemark_core::day::UtcDay;
+    use tidemark_core::day::Day;
     use tidemark_core::store::StoreError;
     use tidemark_events::raw::{DayState, MinuteCount};
     use tidemark_events::{EventsConfig, RawError, RawStore, SqliteRaw};
@@ -302,7 +302,7 @@ mod tests {
         }
         async fn read_chunk(
             &self,
-            day: UtcDay,
+            day: Day,
             after: i64,
             limit: usize,
         ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
@@ -311,16 +311,16 @@ mod tests {
         async fn days(&self) -> Result<Vec<DayState>, StoreError> {
             self.inner.days().await
         }
-        async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+        async fn mark_rolled_up(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
             self.inner.mark_rolled_up(day, arrival_ms).await
         }
-        async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError> {
+        async fn day_bytes(&self) -> Result<Vec<(Day, u64)>, StoreError> {
             self.inner.day_bytes().await
         }
-        async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+        async fn mark_archived(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
             self.inner.mark_archived(day, arrival_ms).await
         }
-        async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
+        async fn drop_day(&self, day: Day, now_ms: i64) -> Result<bool, StoreError> {
             self.inner.drop_day(day, now_ms).await
         }
         async fn counts_per_minute(
@@ -332,7 +332,7 @@ mod tests {
         }
         async fn top_listings(
             &self,
-            day: UtcDay,
+            day: Day,
             limit: usize,
         ) -> Result<Vec<(i64, u64)>, StoreError> {
             self.inner.top_listings(day, limit).await

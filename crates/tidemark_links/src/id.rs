@@ -14,7 +14,7 @@
 use rand::Rng;
 use siphasher::sip::SipHasher24;
 use std::hash::Hasher;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 /// Length of an id in characters.
@@ -52,8 +52,8 @@ impl LinkId {
         self.created_ms
     }
     /// The day partition that holds the record.
-    pub fn day(&self) -> UtcDay {
-        UtcDay::of_ms(self.created_ms)
+    pub fn day(&self) -> Day {
+        Day::of_utc_ms(self.created_ms)
     }
 }
 

@@ -43,7 +43,7 @@ use async_trait::async_trait;
 use sqlx::MySqlConnection;
 use sqlx::mysql::MySqlPool;
 use sqlx::{Connection, QueryBuilder, Row};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{MysqlError, connect, lock_session};
 use tidemark_core::schema::migrate_mysql;
 use tidemark_core::store::StoreError;
@@ -78,7 +78,7 @@ pub const LOOKUP_SQL: &str = "SELECT url, email, mailing_id, position, kind, cre
 const ER_NO_SUCH_TABLE: u16 = 1146;
 const ER_NO_PARTITION_FOR_VALUE: u16 = 1526;
 
-fn create_table_sql(days: &[UtcDay]) -> String {
+fn create_table_sql(days: &[Day]) -> String {
     format!(
         "CREATE TABLE IF NOT EXISTS links (
             seq BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
@@ -98,12 +98,12 @@ fn create_table_sql(days: &[UtcDay]) -> String {
     )
 }
 
-fn partition_name(day: UtcDay) -> String {
+fn partition_name(day: Day) -> String {
     format!("p{}", day.compact())
 }
 
 /// `PARTITION pYYYYMMDD VALUES LESS THAN (TO_DAYS('<next day>'))`, comma-separated.
-fn partition_defs(days: &[UtcDay]) -> String {
+fn partition_defs(days: &[Day]) -> String {
     days.iter()
         .map(|d| {
             format!(
@@ -120,11 +120,11 @@ fn partition_defs(days: &[UtcDay]) -> String {
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum PartitionDdl {
     /// The table does not exist: create it with these days.
-    Create(Vec<UtcDay>),
+    Create(Vec<Day>),
     /// Days later than every existing partition.
-    Add(Vec<UtcDay>),
+    Add(Vec<Day>),
     /// Split the partition of `covering` into `into` (which ends with `covering`).
-    Reorganize { covering: UtcDay, into: Vec<UtcDay> },
+    Reorganize { covering: Day, into: Vec<Day> },
 }
 
 impl PartitionDdl {
@@ -145,9 +145,9 @@ impl PartitionDdl {
 
 /// What it takes to give every day of `wanted` its own partition when `existing` (ascending)
 /// have one. Pure, so it is tested without a server.
-fn plan(existing: &[UtcDay], wanted: &[UtcDay]) -> Vec<PartitionDdl> {
-    let have: BTreeSet<UtcDay> = existing.iter().copied().collect();
-    let missing: BTreeSet<UtcDay> = wanted
+fn plan(existing: &[Day], wanted: &[Day]) -> Vec<PartitionDdl> {
+    let have: BTreeSet<Day> = existing.iter().copied().collect();
+    let missing: BTreeSet<Day> = wanted
         .iter()
         .copied()
         .filter(|d| !have.contains(d))
@@ -159,7 +159,7 @@ fn plan(existing: &[UtcDay], wanted: &[UtcDay]) -> Vec<PartitionDdl> {
         return vec![PartitionDdl::Create(missing.into_iter().collect())];
     };
     let mut out = Vec::new();
-    let mut splits: BTreeMap<UtcDay, Vec<UtcDay>> = BTreeMap::new();
+    let mut splits: BTreeMap<Day, Vec<Day>> = BTreeMap::new();
     let mut above = Vec::new();
     for d in missing {
         match have.range(d..).next() {
@@ -207,7 +207,7 @@ impl From<MysqlError> for LinksError {
 pub struct MysqlLinks {
     pool: MySqlPool,
     /// Days that have a partition, as last read or changed by this process; `None` until read.
-    known: Mutex<Option<BTreeSet<UtcDay>>>,
+    known: Mutex<Option<BTreeSet<Day>>>,
     /// Campaign-statistics unique keys known stored ([`crate::stats::SeenUniques`]).
     seen: crate::stats::SeenUniques,
 }
@@ -248,7 +248,7 @@ impl MysqlLinks {
     }
 
     /// Gives every day of `days` its own partition (DDL only for the missing ones).
-    async fn ensure(&self, days: &[UtcDay]) -> Result<()> {
+    async fn ensure(&self, days: &[Day]) -> Result<()> {
         let mut known = self.known.lock().await;
         if let Some(k) = known.as_ref()
             && days.iter().all(|d| k.contains(d))
@@ -275,9 +275,9 @@ impl LinkStore for MysqlLinks {
         if records.is_empty() {
             return Ok(());
         }
-        let days: Vec<UtcDay> = records
+        let days: Vec<Day> = records
             .iter()
-            .map(|r| UtcDay::of_ms(r.created_ms))
+            .map(|r| Day::of_utc_ms(r.created_ms))
             .collect::<BTreeSet<_>>()
             .into_iter()
             .collect();
@@ -296,7 +296,7 @@ impl LinkStore for MysqlLinks {
         }
     }
 
-    async fn lookup(&self, id: &LinkId, oldest_kept: UtcDay) -> Result<Lookup> {
+    async fn lookup(&self, id: &LinkId, oldest_kept: Day) -> Result<Lookup> {
         let day = id.day();
         if day < oldest_kept {
             return Ok(Lookup::Expired);
@@ -324,11 +324,11 @@ impl LinkStore for MysqlLinks {
         }))
     }
 
-    async fn create_partitions(&self, days: &[UtcDay]) -> Result<()> {
+    async fn create_partitions(&self, days: &[Day]) -> Result<()> {
         self.ensure(days).await
     }
 
-    async fn drop_partitions_before(&self, oldest_kept: UtcDay) -> Result<Vec<UtcDay>> {
+    async fn drop_partitions_before(&self, oldest_kept: Day) -> Result<Vec<Day>> {
         let mut known = self.known.lock().await;
         *known = None;
         let mut conn = self.ddl_session().await?;
@@ -339,12 +339,12 @@ impl LinkStore for MysqlLinks {
         Ok(old)
     }
 
-    async fn partitions(&self) -> Result<Vec<UtcDay>> {
+    async fn partitions(&self) -> Result<Vec<Day>> {
         let mut conn = self.pool.acquire().await?;
         Ok(read_partitions(&mut conn).await?.into_iter().collect())
     }
 
-    async fn count(&self, day: UtcDay) -> Result<u64> {
+    async fn count(&self, day: Day) -> Result<u64> {
         let n = sqlx::query("SELECT COUNT(*) FROM links WHERE day = ?")
             .bind(day.to_string())
             .fetch_one(&self.pool)
@@ -358,7 +358,7 @@ impl LinkStore for MysqlLinks {
 }
 
 /// The days that have a partition, read from the server.
-async fn read_partitions(conn: &mut MySqlConnection) -> Result<BTreeSet<UtcDay>> {
+async fn read_partitions(conn: &mut MySqlConnection) -> Result<BTreeSet<Day>> {
     let rows = sqlx::query(
         "SELECT PARTITION_NAME FROM information_schema.PARTITIONS
          WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'links'
@@ -371,7 +371,7 @@ async fn read_partitions(conn: &mut MySqlConnection) -> Result<BTreeSet<UtcDay>>
         let name: String = r.try_get(0)?;
         let c = name.trim_start_matches('p');
         if c.len() == 8
-            && let Ok(d) = UtcDay::parse(&format!("{}-{}-{}", &c[..4], &c[4..6], &c[6..]))
+            && let Ok(d) = Day::parse(&format!("{}-{}-{}", &c[..4], &c[4..6], &c[6..]))
         {
             days.insert(d);
         }
@@ -381,8 +381,8 @@ async fn read_partitions(conn: &mut MySqlConnection) -> Result<BTreeSet<UtcDay>>
 
 /// On a session holding the partition lock: reads the partitions another node may just have
 /// changed, makes the missing ones of `days`, and returns the partitions now there.
-async fn ensure_locked(conn: &mut MySqlConnection, days: &[UtcDay]) -> Result<BTreeSet<UtcDay>> {
-    let existing: Vec<UtcDay> = read_partitions(conn).await?.into_iter().collect();
+async fn ensure_locked(conn: &mut MySqlConnection, days: &[Day]) -> Result<BTreeSet<Day>> {
+    let existing: Vec<Day> = read_partitions(conn).await?.into_iter().collect();
     let steps = plan(&existing, days);
     for step in &steps {
         sqlx::query(&step.sql()).execute(&mut *conn).await?;
@@ -398,10 +398,10 @@ async fn ensure_locked(conn: &mut MySqlConnection, days: &[UtcDay]) -> Result<BT
 /// partitions left.
 async fn drop_locked(
     conn: &mut MySqlConnection,
-    oldest_kept: UtcDay,
-) -> Result<(Vec<UtcDay>, BTreeSet<UtcDay>)> {
+    oldest_kept: Day,
+) -> Result<(Vec<Day>, BTreeSet<Day>)> {
     let existing = read_partitions(conn).await?;
-    let old: Vec<UtcDay> = existing.range(..oldest_kept).copied().collect();
+    let old: Vec<Day> = existing.range(..oldest_kept).copied().collect();
     if old.is_empty() {
         return Ok((old, existing));
     }
@@ -436,7 +436,7 @@ pub async fn insert_batch(
             "INSERT INTO links (day, link_id, url, email, mailing_id, position, kind, created_ms) ",
         );
         q.push_values(chunk, |mut b, r| {
-            b.push_bind(UtcDay::of_ms(r.created_ms).to_string())
+            b.push_bind(Day::of_utc_ms(r.created_ms).to_string())
                 .push_bind(&r.link_id)
                 .push_bind(&r.url)
                 .push_bind(&r.email)
@@ -454,8 +454,8 @@ pub async fn insert_batch(
 mod tests {
     use super::*;
 
-    fn d(s: &str) -> UtcDay {
-        UtcDay::parse(s).unwrap()
+    fn d(s: &str) -> Day {
+        Day::parse(s).unwrap()
     }
 
     #[test]

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tidemark_core::clock::SharedClock;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::health::StoreHealth;
 use tidemark_core::retry::Retry;
 use tokio_util::sync::CancellationToken;
@@ -18,7 +18,7 @@ use crate::store::LinkStore;
 pub const DAYS_AHEAD: i32 = 3;
 
 /// The first day still kept when today is `today` and records are kept `retention_days`.
-pub fn oldest_kept(today: UtcDay, retention_days: u32) -> UtcDay {
+pub fn oldest_kept(today: Day, retention_days: u32) -> Day {
     today.plus(-(retention_days.max(1) as i32 - 1))
 }
 
@@ -52,9 +52,9 @@ impl PartitionManager {
     }
 
     /// One pass; returns the days dropped.
-    pub async fn run_once(&self) -> Result<Vec<UtcDay>> {
-        let today = UtcDay::of_ms(self.clock.now_ms());
-        let ahead: Vec<UtcDay> = (0..=DAYS_AHEAD).map(|d| today.plus(d)).collect();
+    pub async fn run_once(&self) -> Result<Vec<Day>> {
+        let today = Day::of_utc_ms(self.clock.now_ms());
+        let ahead: Vec<Day> = (0..=DAYS_AHEAD).map(|d| today.plus(d)).collect();
         self.store.create_partitions(&ahead).await?;
         let dropped = self
             .store
@@ -103,7 +103,7 @@ mod tests {
 
     #[test]
     fn retention_window() {
-        let today = UtcDay::parse("2026-11-30").unwrap();
+        let today = Day::parse("2026-11-30").unwrap();
         assert_eq!(oldest_kept(today, 1), today);
         assert_eq!(oldest_kept(today, 180).to_string(), "2026-06-04");
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use tidemark_core::clock::SharedClock;
 use tidemark_core::cpu::CpuPool;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::health::StoreHealth;
 use tidemark_events::Ingest;
 
@@ -546,7 +546,7 @@ impl LinksService {
             return Ok(Err(UnsubscribeLink::Unknown));
         };
         let now = self.clock.now_ms();
-        let oldest = oldest_kept(UtcDay::of_ms(now), self.cfg.retention_days);
+        let oldest = oldest_kept(Day::of_utc_ms(now), self.cfg.retention_days);
         let record = match self.links.lookup(&id, oldest).await? {
             Lookup::Found(r) if r.kind == LinkKind::Open => r,
             Lookup::Found(_) | Lookup::Unknown => return Ok(Err(UnsubscribeLink::Unknown)),
@@ -576,7 +576,7 @@ impl LinksService {
             .links
             .lookup(
                 &id,
-                oldest_kept(UtcDay::of_ms(now), self.cfg.retention_days),
+                oldest_kept(Day::of_utc_ms(now), self.cfg.retention_days),
             )
             .await?
         {

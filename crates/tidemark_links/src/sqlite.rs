@@ -13,7 +13,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
 
@@ -28,11 +28,11 @@ mod stats;
 
 const PREFIX: &str = "links_";
 
-fn table(day: UtcDay) -> String {
+fn table(day: Day) -> String {
     format!("{PREFIX}{}", day.compact())
 }
 
-fn create_partition(conn: &Connection, day: UtcDay) -> rusqlite::Result<()> {
+fn create_partition(conn: &Connection, day: Day) -> rusqlite::Result<()> {
     let t = table(day);
     conn.execute_batch(&format!(
         "CREATE TABLE IF NOT EXISTS {t} (
@@ -49,7 +49,7 @@ fn create_partition(conn: &Connection, day: UtcDay) -> rusqlite::Result<()> {
     ))
 }
 
-fn partition_days(conn: &Connection) -> rusqlite::Result<Vec<UtcDay>> {
+fn partition_days(conn: &Connection) -> rusqlite::Result<Vec<Day>> {
     let mut stmt = conn.prepare_cached(
         "SELECT name FROM sqlite_master WHERE type = 'table' AND name LIKE 'links\\_%' ESCAPE '\\'",
     )?;
@@ -59,7 +59,7 @@ fn partition_days(conn: &Connection) -> rusqlite::Result<Vec<UtcDay>> {
         let n = n?;
         let c = &n[PREFIX.len()..];
         if c.len() == 8
-            && let Ok(d) = UtcDay::parse(&format!("{}-{}-{}", &c[..4], &c[4..6], &c[6..]))
+            && let Ok(d) = Day::parse(&format!("{}-{}-{}", &c[..4], &c[4..6], &c[6..]))
         {
             days.push(d);
         }
@@ -109,9 +109,9 @@ impl LinkStore for SqliteLinks {
     async fn insert(&self, records: Vec<LinkRecord>) -> Result<()> {
         self.writer
             .write(move |conn| {
-                let mut by_day: BTreeMap<UtcDay, Vec<&LinkRecord>> = BTreeMap::new();
+                let mut by_day: BTreeMap<Day, Vec<&LinkRecord>> = BTreeMap::new();
                 for r in &records {
-                    by_day.entry(UtcDay::of_ms(r.created_ms)).or_default().push(r);
+                    by_day.entry(Day::of_utc_ms(r.created_ms)).or_default().push(r);
                 }
                 for (day, recs) in by_day {
                     create_partition(conn, day)?;
@@ -137,7 +137,7 @@ impl LinkStore for SqliteLinks {
             .await
     }
 
-    async fn lookup(&self, id: &LinkId, oldest_kept: UtcDay) -> Result<Lookup> {
+    async fn lookup(&self, id: &LinkId, oldest_kept: Day) -> Result<Lookup> {
         let day = id.day();
         if day < oldest_kept {
             return Ok(Lookup::Expired);
@@ -177,7 +177,7 @@ impl LinkStore for SqliteLinks {
             .await
     }
 
-    async fn create_partitions(&self, days: &[UtcDay]) -> Result<()> {
+    async fn create_partitions(&self, days: &[Day]) -> Result<()> {
         let days = days.to_vec();
         self.writer
             .write(move |conn| {
@@ -189,10 +189,10 @@ impl LinkStore for SqliteLinks {
             .await
     }
 
-    async fn drop_partitions_before(&self, oldest_kept: UtcDay) -> Result<Vec<UtcDay>> {
+    async fn drop_partitions_before(&self, oldest_kept: Day) -> Result<Vec<Day>> {
         self.writer
             .write(move |conn| {
-                let old: Vec<UtcDay> = partition_days(conn)?
+                let old: Vec<Day> = partition_days(conn)?
                     .into_iter()
                     .filter(|d| *d < oldest_kept)
                     .collect();
@@ -204,11 +204,11 @@ impl LinkStore for SqliteLinks {
             .await
     }
 
-    async fn partitions(&self) -> Result<Vec<UtcDay>> {
+    async fn partitions(&self) -> Result<Vec<Day>> {
         self.reads.read(|conn| Ok(partition_days(conn)?)).await
     }
 
-    async fn count(&self, day: UtcDay) -> Result<u64> {
+    async fn count(&self, day: Day) -> Result<u64> {
         self.reads
             .read(move |conn| {
                 if !partition_days(conn)?.contains(&day) {

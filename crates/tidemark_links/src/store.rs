@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use async_trait::async_trait;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 use crate::error::Result;
 use crate::id::LinkId;
@@ -19,19 +19,19 @@ pub trait LinkStore: Send + Sync + std::fmt::Debug {
 
     /// Reads exactly one partition: the day `id` carries. `oldest_kept` is the first day still
     /// within retention; older ids are [`Lookup::Expired`] without any read.
-    async fn lookup(&self, id: &LinkId, oldest_kept: UtcDay) -> Result<Lookup>;
+    async fn lookup(&self, id: &LinkId, oldest_kept: Day) -> Result<Lookup>;
 
     /// Creates the partitions of `days` that do not exist yet.
-    async fn create_partitions(&self, days: &[UtcDay]) -> Result<()>;
+    async fn create_partitions(&self, days: &[Day]) -> Result<()>;
 
     /// Drops every partition older than `oldest_kept`, whole; returns the days dropped.
-    async fn drop_partitions_before(&self, oldest_kept: UtcDay) -> Result<Vec<UtcDay>>;
+    async fn drop_partitions_before(&self, oldest_kept: Day) -> Result<Vec<Day>>;
 
     /// The days that have a partition, ascending.
-    async fn partitions(&self) -> Result<Vec<UtcDay>>;
+    async fn partitions(&self) -> Result<Vec<Day>>;
 
     /// Number of records in one day's partition (0 if none).
-    async fn count(&self, day: UtcDay) -> Result<u64>;
+    async fn count(&self, day: Day) -> Result<u64>;
 }
 
 /// Mailings, the suppression list, and each mailing's campaign-statistics summary (whose

@@ -6,7 +6,7 @@
 use std::sync::Arc;
 
 use sqlx::Row;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_links::conformance;
 use tidemark_links::id::IdCodec;
@@ -55,7 +55,7 @@ async fn mysql_stats_store() {
 async fn two_nodes_changing_partitions_at_once_take_turns() {
     let (url, a) = scratch("tm_links_ddl").await;
     let b = MysqlLinks::connect(&url, 4).await.unwrap();
-    let first = UtcDay::parse("2026-11-01").unwrap();
+    let first = Day::parse("2026-11-01").unwrap();
     let (a, b) = (Arc::new(a), Arc::new(b));
     let mut jobs = Vec::new();
     for round in 0..6 {
@@ -63,7 +63,7 @@ async fn two_nodes_changing_partitions_at_once_take_turns() {
             jobs.push(tokio::spawn(async move {
                 // Both nodes add the same days, above and below what exists (backfill), and
                 // one drops the oldest.
-                let days: Vec<UtcDay> = (0..4).map(|i| first.plus(20 - 3 * round + i)).collect();
+                let days: Vec<Day> = (0..4).map(|i| first.plus(20 - 3 * round + i)).collect();
                 store.create_partitions(&days).await?;
                 if node == 1 && round == 5 {
                     store.drop_partitions_before(first.plus(6)).await?;
@@ -80,7 +80,7 @@ async fn two_nodes_changing_partitions_at_once_take_turns() {
     assert_eq!(left.last(), Some(&first.plus(23)));
     // Every day from the lowest kept to the highest has its own partition.
     let lowest = *left.first().unwrap();
-    let expected: Vec<UtcDay> = (0..)
+    let expected: Vec<Day> = (0..)
         .map(|i| lowest.plus(i))
         .take_while(|d| *d <= first.plus(23))
         .collect();
@@ -97,8 +97,8 @@ async fn two_nodes_changing_partitions_at_once_take_turns() {
 async fn no_partition_is_dropped_by_two_nodes() {
     let (url, a) = scratch("tm_links_drop").await;
     let b = MysqlLinks::connect(&url, 4).await.unwrap();
-    let first = UtcDay::parse("2026-10-01").unwrap();
-    let days: Vec<UtcDay> = (0..12).map(|i| first.plus(i)).collect();
+    let first = Day::parse("2026-10-01").unwrap();
+    let days: Vec<Day> = (0..12).map(|i| first.plus(i)).collect();
     a.create_partitions(&days).await.unwrap();
     let keep_from = first.plus(8);
     let (da, db) = tokio::join!(
@@ -106,7 +106,7 @@ async fn no_partition_is_dropped_by_two_nodes() {
         b.drop_partitions_before(keep_from)
     );
     let (da, db) = (da.unwrap(), db.unwrap());
-    let mut both: Vec<UtcDay> = da.iter().chain(&db).copied().collect();
+    let mut both: Vec<Day> = da.iter().chain(&db).copied().collect();
     both.sort();
     assert_eq!(
         both,
@@ -196,13 +196,13 @@ async fn local_mailings_move_into_the_shared_store_once() {
 async fn a_lookup_reads_exactly_the_partition_of_its_ids_day() {
     let (url, store) = scratch("tm_links_plan").await;
     let codec = IdCodec::new([1; 16]);
-    let first = UtcDay::parse("2026-11-25").unwrap();
-    let days: Vec<UtcDay> = (0..5).map(|i| first.plus(i)).collect();
+    let first = Day::parse("2026-11-25").unwrap();
+    let days: Vec<Day> = (0..5).map(|i| first.plus(i)).collect();
     store.create_partitions(&days).await.unwrap();
     let mut records = Vec::new();
     for (i, day) in days.iter().enumerate() {
         for j in 0..50 {
-            let id = codec.generate(day.start_ms() + 1_000 * j);
+            let id = codec.generate(day.utc_start_ms() + 1_000 * j);
             records.push(LinkRecord {
                 link_id: id.as_str().to_owned(),
                 url: format!("https://shop.example/item/{i}{j}"),

@@ -9,7 +9,7 @@ use std::sync::Arc;
 
 use serde_json::json;
 use tidemark_core::clock::{ManualClock, SharedClock};
-use tidemark_core::day::{DAY_MS, UtcDay};
+use tidemark_core::day::{DAY_MS, Day};
 use tidemark_events::{EventsConfig, Ingest, RawStore, SqliteRaw};
 use tidemark_links::builder::Recipient;
 use tidemark_links::config::LinksConfig;
@@ -164,7 +164,7 @@ async fn clicks_and_opens_are_recorded_from_the_row_read_in(mode: Mode) {
     );
 
     h.svc.drain_events().await;
-    let mut events = h.raw.day_events(UtcDay::of_ms(START)).await.unwrap();
+    let mut events = h.raw.day_events(Day::of_utc_ms(START)).await.unwrap();
     // Hit events are written in the background: their order is not the hits' order.
     events.sort_by_key(|e| (e.kind.clone(), e.is_bot()));
     let summary: Vec<(String, Option<i64>, bool, String)> = events
@@ -224,7 +224,7 @@ async fn malformed_forged_and_unknown_ids_are_404_in(mode: Mode) {
     h.svc.drain_events().await;
     assert!(
         h.raw
-            .day_events(UtcDay::of_ms(START))
+            .day_events(Day::of_utc_ms(START))
             .await
             .unwrap()
             .is_empty(),
@@ -246,7 +246,7 @@ async fn whole_days_are_dropped_and_their_ids_fall_back_on_mariadb() {
 async fn whole_days_are_dropped_and_their_ids_fall_back_in(mode: Mode) {
     let h = harness(mode).await;
     h.partitions.run_once().await.unwrap();
-    let today = UtcDay::of_ms(START);
+    let today = Day::of_utc_ms(START);
     assert_eq!(
         h.svc.link_store().partitions().await.unwrap(),
         (0..=3).map(|d| today.plus(d)).collect::<Vec<_>>()

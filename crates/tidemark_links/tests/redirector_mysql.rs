@@ -15,7 +15,7 @@ use axum::body::Body;
 use axum::http::{Request, StatusCode, header};
 use serde_json::json;
 use tidemark_core::clock::{ManualClock, SharedClock};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
 use tidemark_events::{EventsConfig, Ingest, SqliteRaw};
 use tidemark_links::builder::Recipient;
@@ -135,7 +135,7 @@ async fn database_down_means_503_with_retry_after_and_nothing_half_stored() {
     let html = &build.messages[0].html;
     let at = html.find("/c/").unwrap() + 3;
     let id = html[at..at + 32].to_owned();
-    let today = UtcDay::of_ms(START);
+    let today = Day::of_utc_ms(START);
     assert_eq!(
         links.count(today).await.unwrap(),
         2,

@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::ensure;
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{drop_database, scratch_database};
 use tidemark_events::rollups::{DailyRow, MysqlRollups, ReportRow, RollupStore, SqliteRollups};
 
@@ -46,8 +46,8 @@ pub(super) struct ReportFigures {
     listings: u64,
     accounts: u64,
     days: u32,
-    from: UtcDay,
-    to: UtcDay,
+    from: Day,
+    to: Day,
     table_rows: u64,
     account_rows: u64,
     answer_rows: usize,
@@ -293,7 +293,7 @@ fn daily_rows(listing: i64, d: u32) -> Vec<DailyRow> {
 
 /// The report in DuckDB's SQL over tables loaded from the fill's CSV files: the account's
 /// listings joined to their days of `from..=to`, summed per listing and kind.
-fn duckdb_report(from: UtcDay, to: UtcDay) -> String {
+fn duckdb_report(from: Day, to: Day) -> String {
     format!(
         "SELECT d.listing_id, d.event, sum(d.total) AS total, sum(d.uniques) AS uniques
          FROM listings l JOIN listing_daily d ON d.listing_id = l.listing_id
@@ -363,8 +363,8 @@ pub(super) async fn bench_report(
 /// What [`fill`] wrote.
 #[derive(Debug)]
 struct Fill {
-    from: UtcDay,
-    to: UtcDay,
+    from: Day,
+    to: Day,
     table_rows: u64,
     account_rows: u64,
     secs: f64,
@@ -403,7 +403,7 @@ async fn fill(
         }
         None => None,
     };
-    let to = UtcDay::of_ms(SystemClock.now_ms()).plus(-1);
+    let to = Day::of_utc_ms(SystemClock.now_ms()).plus(-1);
     let from = to.plus(1 - args.report_days as i32);
     eprintln!(
         "report: writing {} days of listing_daily for {} listings …",

@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use anyhow::ensure;
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::{DAY_MS, UtcDay};
+use tidemark_core::day::{DAY_MS, Day};
 use tidemark_events::archive::RawArchive;
 use tidemark_events::rollup::{RollupOutcome, roll_up_day};
 use tidemark_events::rollups::{DailyRow, RollupStore, SqliteRollups};
@@ -75,7 +75,7 @@ const BOT_EVERY: u64 = 100;
 pub(super) struct RollupFigures {
     events: u64,
     listings: u64,
-    day: UtcDay,
+    day: Day,
     fill_secs: f64,
     raw_bytes: u64,
     first: RollupOutcome,
@@ -236,7 +236,7 @@ pub(super) async fn bench_rollup(
     let raw = SqliteRaw::open(&dir.join("raw.db"))?;
     let rollups = SqliteRollups::open(&dir.join("rollups.db"))?;
     let now = SystemClock.now_ms();
-    let day = UtcDay::of_ms(now).plus(-1);
+    let day = Day::of_utc_ms(now).plus(-1);
     let population = Population {
         listings: args.rollup_listings,
         sessions: SESSIONS,
@@ -297,14 +297,14 @@ pub(super) async fn bench_rollup(
 async fn fill(
     raw: &dyn RawStore,
     population: Population,
-    day: UtcDay,
+    day: Day,
     n: u64,
     batch: u64,
     now: i64,
 ) -> anyhow::Result<()> {
     let generate = move |from: u64, to: u64| -> Vec<Event> {
         (from..to)
-            .map(|i| population.event(i, day.start_ms() + (i as i64 * DAY_MS / n as i64)))
+            .map(|i| population.event(i, day.utc_start_ms() + (i as i64 * DAY_MS / n as i64)))
             .collect()
     };
     let mut next = generate(0, batch.min(n));
@@ -331,7 +331,7 @@ async fn fill(
 async fn influx_bytes(
     server: &InfluxServer,
     population: Population,
-    day: UtcDay,
+    day: Day,
     args: &EventsBenchArgs,
     now: i64,
     dir: &Path,
@@ -365,7 +365,7 @@ async fn influx_bytes(
 async fn versus_duckdb(
     raw: &SqliteRaw,
     rollups: &SqliteRollups,
-    day: UtcDay,
+    day: Day,
     now: i64,
     rows: &[DailyRow],
     dir: &Path,

@@ -14,7 +14,7 @@ use futures::stream::FuturesUnordered;
 use hdrhistogram::Histogram;
 use serde_json::Map;
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_links::id::{IdCodec, LinkId};
 use tidemark_links::model::Lookup;
 use tidemark_links::partitions::oldest_kept;
@@ -149,7 +149,7 @@ pub(super) async fn bench_hit_split(
     let texts: Vec<String> = ids.iter().map(|i| i.as_str().to_owned()).collect();
     let n = ids.len() as u64;
     let store = svc.link_store();
-    let oldest = oldest_kept(UtcDay::of_ms(SystemClock.now_ms()), 180);
+    let oldest = oldest_kept(Day::of_utc_ms(SystemClock.now_ms()), 180);
     let record = match store.lookup(&ids[0], oldest).await? {
         Lookup::Found(r) => r,
         other => anyhow::bail!("the first id of the render was not found: {other:?}"),

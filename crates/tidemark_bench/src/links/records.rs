@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use anyhow::{Context, ensure};
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_links::id::IdCodec;
 use tidemark_links::sqlite::SqliteLinks;
 use tidemark_links::store::LinkStore;
@@ -103,7 +103,7 @@ pub(super) async fn bench_records(
     let store = Arc::new(SqliteLinks::open(&data.join("links").join("links.db"))?);
     let codec = IdCodec::new(SECRET);
     let secret: String = SECRET.iter().map(|b| format!("{b:02x}")).collect();
-    let day_start = UtcDay::of_ms(SystemClock.now_ms()).start_ms();
+    let day_start = Day::of_utc_ms(SystemClock.now_ms()).utc_start_ms();
     // Every `keep`-th id is kept: enough for the first step to draw all of its `IDS`, and
     // every later step draws as many, spread over all the records stored by then.
     let keep = (targets[0] / IDS as u64).max(1);

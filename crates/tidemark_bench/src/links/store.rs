@@ -15,7 +15,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{drop_database, scratch_database};
 use tidemark_links::id::IdCodec;
 use tidemark_links::model::LinkRecord;
@@ -194,7 +194,7 @@ async fn run_inserts(
     label: &str,
 ) -> anyhow::Result<InsertFigures> {
     let codec = IdCodec::new(rand::random());
-    let day_start = UtcDay::of_ms(SystemClock.now_ms()).start_ms();
+    let day_start = Day::of_utc_ms(SystemClock.now_ms()).utc_start_ms();
     let (rows, batch) = (args.rows, args.insert_batch as u64);
     eprintln!("insert: {rows} rows in batches of {batch} …");
 

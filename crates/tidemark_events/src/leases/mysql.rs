@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
 use sqlx::{MySqlConnection, Row};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::{ErrorKind, StoreError};
 
 use super::{DayLease, DayLeases};
@@ -47,7 +47,7 @@ impl MysqlDayLeases {
 
 #[async_trait]
 impl DayLeases for MysqlDayLeases {
-    async fn acquire(&self, day: UtcDay) -> Result<Option<DayLease>, StoreError> {
+    async fn acquire(&self, day: Day) -> Result<Option<DayLease>, StoreError> {
         // The row is made outside the deciding transaction: an insert there would take gap
         // locks, on which two nodes taking a new day deadlock.
         sqlx::query(

@@ -19,7 +19,7 @@ use std::path::Path;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, OptionalExtension, params};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, open_rw, opening};
 use tidemark_core::store::StoreError;
@@ -37,24 +37,24 @@ pub trait DayCatalog: Send + Sync + std::fmt::Debug {
     /// `now_ms`) and reserves their sequence numbers; returns each day's first number.
     async fn begin_appends(
         &self,
-        counts: &[(UtcDay, i64)],
+        counts: &[(Day, i64)],
         now_ms: i64,
-    ) -> Result<HashMap<UtcDay, i64>, RawError>;
+    ) -> Result<HashMap<Day, i64>, RawError>;
     /// Step (3): the pending events count (`stored`), or are released.
     async fn end_appends(
         &self,
-        counts: &[(UtcDay, i64)],
+        counts: &[(Day, i64)],
         stored: bool,
         now_ms: i64,
     ) -> Result<(), StoreError>;
     /// Whether `day` was dropped.
-    async fn is_dropped(&self, day: UtcDay) -> Result<bool, StoreError>;
+    async fn is_dropped(&self, day: Day) -> Result<bool, StoreError>;
     /// Every day, ascending.
     async fn days(&self) -> Result<Vec<DayState>, StoreError>;
     /// Moves a mark of `day` forward to `arrival_ms` (never back).
-    async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError>;
+    async fn set_mark(&self, mark: Mark, day: Day, arrival_ms: i64) -> Result<(), StoreError>;
     /// [`mark_dropped_if_current`], in one step.
-    async fn mark_dropped_if_current(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError>;
+    async fn mark_dropped_if_current(&self, day: Day, now_ms: i64) -> Result<bool, StoreError>;
 }
 
 /// The catalog in a local SQLite file, one node's (group-committed writes, pooled reads).
@@ -81,9 +81,9 @@ impl SqliteCatalog {
 impl DayCatalog for SqliteCatalog {
     async fn begin_appends(
         &self,
-        counts: &[(UtcDay, i64)],
+        counts: &[(Day, i64)],
         now_ms: i64,
-    ) -> Result<HashMap<UtcDay, i64>, RawError> {
+    ) -> Result<HashMap<Day, i64>, RawError> {
         let counts = counts.to_vec();
         self.writer
             .write(move |conn| {
@@ -103,7 +103,7 @@ impl DayCatalog for SqliteCatalog {
 
     async fn end_appends(
         &self,
-        counts: &[(UtcDay, i64)],
+        counts: &[(Day, i64)],
         stored: bool,
         now_ms: i64,
     ) -> Result<(), StoreError> {
@@ -122,7 +122,7 @@ impl DayCatalog for SqliteCatalog {
             .await
     }
 
-    async fn is_dropped(&self, day: UtcDay) -> Result<bool, StoreError> {
+    async fn is_dropped(&self, day: Day) -> Result<bool, StoreError> {
         self.reads
             .read(move |conn| Ok::<_, StoreError>(dropped_ms(conn, day)?.is_some()))
             .await
@@ -132,13 +132,13 @@ impl DayCatalog for SqliteCatalog {
         self.reads.read(|conn| Ok(days(conn)?)).await
     }
 
-    async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn set_mark(&self, mark: Mark, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         self.writer
             .write(move |conn| Ok::<_, StoreError>(set_mark(conn, mark, day, arrival_ms)?))
             .await
     }
 
-    async fn mark_dropped_if_current(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
+    async fn mark_dropped_if_current(&self, day: Day, now_ms: i64) -> Result<bool, StoreError> {
         self.writer
             .write(move |conn| Ok::<_, StoreError>(mark_dropped_if_current(conn, day, now_ms)?))
             .await
@@ -146,7 +146,7 @@ impl DayCatalog for SqliteCatalog {
 }
 
 /// When the day was dropped, if it was.
-pub(crate) fn dropped_ms(conn: &Connection, day: UtcDay) -> rusqlite::Result<Option<i64>> {
+pub(crate) fn dropped_ms(conn: &Connection, day: Day) -> rusqlite::Result<Option<i64>> {
     Ok(conn
         .prepare_cached("SELECT dropped_ms FROM raw_day WHERE day = ?1")?
         .query_row([day.0], |r| r.get(0))
@@ -156,12 +156,7 @@ pub(crate) fn dropped_ms(conn: &Connection, day: UtcDay) -> rusqlite::Result<Opt
 
 /// Counts `n` events appended to `day` at `now_ms` (the embedded store, in the transaction
 /// that stores them).
-pub(crate) fn add_events(
-    conn: &Connection,
-    day: UtcDay,
-    n: i64,
-    now_ms: i64,
-) -> rusqlite::Result<()> {
+pub(crate) fn add_events(conn: &Connection, day: Day, n: i64, now_ms: i64) -> rusqlite::Result<()> {
     conn.prepare_cached(
         "INSERT INTO raw_day (day, events, last_arrival_ms) VALUES (?1, ?2, ?3)
          ON CONFLICT (day) DO UPDATE SET events = events + excluded.events,
@@ -177,7 +172,7 @@ pub(crate) fn add_events(
 /// number. The caller has checked, in the same transaction, that the day is not dropped.
 pub(crate) fn begin_append(
     conn: &Connection,
-    day: UtcDay,
+    day: Day,
     n: i64,
     now_ms: i64,
 ) -> rusqlite::Result<i64> {
@@ -203,7 +198,7 @@ pub(crate) fn begin_append(
 /// while they were being written — and may have missed some — sees the day as dirty.
 pub(crate) fn finish_append(
     conn: &Connection,
-    day: UtcDay,
+    day: Day,
     n: i64,
     now_ms: i64,
 ) -> rusqlite::Result<()> {
@@ -222,7 +217,7 @@ pub(crate) fn finish_append(
 /// partial write) and a later rollup must see them.
 pub(crate) fn abort_append(
     conn: &Connection,
-    day: UtcDay,
+    day: Day,
     n: i64,
     now_ms: i64,
 ) -> rusqlite::Result<()> {
@@ -243,7 +238,7 @@ pub(crate) fn days(conn: &Connection) -> rusqlite::Result<Vec<DayState>> {
     )?;
     let rows = stmt.query_map([], |r| {
         Ok(DayState {
-            day: UtcDay(r.get(0)?),
+            day: Day(r.get(0)?),
             events: r.get::<_, i64>(1)? as u64,
             last_arrival_ms: r.get(2)?,
             rolled_up_arrival_ms: r.get(3)?,
@@ -267,7 +262,7 @@ pub enum Mark {
 pub(crate) fn set_mark(
     conn: &Connection,
     mark: Mark,
-    day: UtcDay,
+    day: Day,
     arrival_ms: i64,
 ) -> rusqlite::Result<()> {
     let column = match mark {
@@ -292,7 +287,7 @@ pub(crate) const PENDING_EXPIRES_MS: i64 = 10 * 60 * 1000;
 /// caller then removes the day's data.
 pub(crate) fn mark_dropped_if_current(
     conn: &Connection,
-    day: UtcDay,
+    day: Day,
     now_ms: i64,
 ) -> rusqlite::Result<bool> {
     Ok(conn.execute(
@@ -311,7 +306,7 @@ mod tests {
     #[test]
     fn an_append_in_flight_holds_the_day_until_it_is_taken_for_dead() {
         let conn = super::super::migrations::in_memory();
-        let day = UtcDay(20_000);
+        let day = Day(20_000);
         assert_eq!(begin_append(&conn, day, 3, 1_000).unwrap(), 0);
         finish_append(&conn, day, 3, 1_000).unwrap();
         assert_eq!(
@@ -334,7 +329,7 @@ mod tests {
     #[test]
     fn a_finished_or_failed_append_makes_the_day_dirty() {
         let conn = super::super::migrations::in_memory();
-        let day = UtcDay(20_000);
+        let day = Day(20_000);
         begin_append(&conn, day, 1, 1_000).unwrap();
         finish_append(&conn, day, 1, 1_000).unwrap();
         set_mark(&conn, Mark::RolledUp, day, 1_000).unwrap();

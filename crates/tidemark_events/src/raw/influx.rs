@@ -51,7 +51,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use reqwest_object_store as reqwest;
 use serde_json::{Map, Value};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::{ErrorKind, StoreError};
 
 use super::catalog::{DayCatalog, Mark, SqliteCatalog};
@@ -506,7 +506,7 @@ impl InfluxRaw {
         Ok(())
     }
 
-    async fn dropped(&self, day: UtcDay) -> Result<bool, StoreError> {
+    async fn dropped(&self, day: Day) -> Result<bool, StoreError> {
         self.catalog.is_dropped(day).await
     }
 
@@ -515,13 +515,13 @@ impl InfluxRaw {
     async fn page(
         &self,
         what: &str,
-        day: UtcDay,
+        day: Day,
         after: i64,
         limit: usize,
         humans: bool,
     ) -> Result<Vec<Series>, StoreError> {
-        let start = day.start_ms().saturating_mul(NS_PER_MS);
-        let end = day.plus(1).start_ms().saturating_mul(NS_PER_MS);
+        let start = day.utc_start_ms().saturating_mul(NS_PER_MS);
+        let end = day.plus(1).utc_start_ms().saturating_mul(NS_PER_MS);
         let from = if after == 0 {
             format!("time >= {start}")
         } else {
@@ -544,7 +544,7 @@ impl InfluxRaw {
 
     /// Removes a dropped day's points: its shard whole if one covers exactly that day, else a
     /// time-range delete.
-    async fn remove_day(&self, day: UtcDay) -> Result<(), StoreError> {
+    async fn remove_day(&self, day: Day) -> Result<(), StoreError> {
         let start = format!("{day}T00:00:00Z");
         let end = format!("{}T00:00:00Z", day.plus(1));
         let shards: Vec<u64> = self
@@ -556,8 +556,8 @@ impl InfluxRaw {
             .collect();
         if shards.is_empty() {
             let (a, b) = (
-                day.start_ms() * NS_PER_MS,
-                day.plus(1).start_ms() * NS_PER_MS,
+                day.utc_start_ms() * NS_PER_MS,
+                day.plus(1).utc_start_ms() * NS_PER_MS,
             );
             self.command(&format!(
                 "DELETE FROM \"{MEASUREMENT}\" WHERE time >= {a} AND time < {b}"
@@ -606,13 +606,13 @@ impl InfluxRaw {
 
     /// The shards of this database's retention policy: id → the UTC day its time range starts
     /// in (the day it holds: shards are days, or hours of one day).
-    async fn shard_days(&self) -> Result<BTreeMap<u64, UtcDay>, StoreError> {
+    async fn shard_days(&self) -> Result<BTreeMap<u64, Day>, StoreError> {
         Ok(self
             .shards()
             .await?
             .into_iter()
             .filter_map(|s| {
-                let day = s.start.get(..10).and_then(|d| UtcDay::parse(d).ok())?;
+                let day = s.start.get(..10).and_then(|d| Day::parse(d).ok())?;
                 Some((s.id, day))
             })
             .collect())
@@ -621,9 +621,9 @@ impl InfluxRaw {
 
 #[async_trait]
 impl RawStore for InfluxRaw {
-    async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError> {
+    async fn day_bytes(&self) -> Result<Vec<(Day, u64)>, StoreError> {
         let shards = self.shard_days().await?;
-        let mut per_day: BTreeMap<UtcDay, u64> = BTreeMap::new();
+        let mut per_day: BTreeMap<Day, u64> = BTreeMap::new();
         // Each shard's statistics: one series tagged with its id, `diskBytes` its files' size.
         for s in self.select("SHOW STATS FOR 'shard'", "ns").await? {
             let id = s
@@ -648,9 +648,9 @@ impl RawStore for InfluxRaw {
         if events.is_empty() {
             return Ok(());
         }
-        let mut per_day: BTreeMap<UtcDay, i64> = BTreeMap::new();
+        let mut per_day: BTreeMap<Day, i64> = BTreeMap::new();
         for e in &events {
-            *per_day.entry(UtcDay::of_ms(e.time_ms)).or_default() += 1;
+            *per_day.entry(Day::of_utc_ms(e.time_ms)).or_default() += 1;
         }
         // InfluxDB drops points of shard groups already past retention, and stores the rest of
         // their request (a partial write): refuse such a batch whole before writing anything.
@@ -664,19 +664,19 @@ impl RawStore for InfluxRaw {
             return Err(RawError::Store(rejected(format!(
                 "events of {} are older than the raw tier's retention ({} h): InfluxDB \
                  would drop them; nothing of the batch was stored",
-                UtcDay::of_ms(e.time_ms),
+                Day::of_utc_ms(e.time_ms),
                 self.target.retention.as_secs() / 3600
             ))));
         }
-        let counts: Vec<(UtcDay, i64)> = per_day.into_iter().collect();
+        let counts: Vec<(Day, i64)> = per_day.into_iter().collect();
         // (1) Refuse dropped days; hold the others and reserve sequence numbers.
-        let first_seq: HashMap<UtcDay, i64> = self.catalog.begin_appends(&counts, now_ms).await?;
+        let first_seq: HashMap<Day, i64> = self.catalog.begin_appends(&counts, now_ms).await?;
         // (2) Write, in arrival order, each event with the next number of its day.
         let mut next = first_seq;
         let lines: Vec<String> = events
             .iter()
             .map(|e| {
-                let seq = next.entry(UtcDay::of_ms(e.time_ms)).or_default();
+                let seq = next.entry(Day::of_utc_ms(e.time_ms)).or_default();
                 *seq += 1;
                 line(e, *seq - 1)
             })
@@ -691,7 +691,7 @@ impl RawStore for InfluxRaw {
 
     async fn read_chunk(
         &self,
-        day: UtcDay,
+        day: Day,
         after: i64,
         limit: usize,
     ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
@@ -726,15 +726,15 @@ impl RawStore for InfluxRaw {
         self.catalog.days().await
     }
 
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn mark_rolled_up(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         self.catalog.set_mark(Mark::RolledUp, day, arrival_ms).await
     }
 
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn mark_archived(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         self.catalog.set_mark(Mark::Archived, day, arrival_ms).await
     }
 
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
+    async fn drop_day(&self, day: Day, now_ms: i64) -> Result<bool, StoreError> {
         let marked = self.catalog.mark_dropped_if_current(day, now_ms).await?;
         if marked && let Err(error) = self.remove_day(day).await {
             // The day reads empty from now on; InfluxDB's retention removes its points.
@@ -743,11 +743,11 @@ impl RawStore for InfluxRaw {
         Ok(marked)
     }
 
-    fn expires_at_ms(&self, day: UtcDay) -> Option<i64> {
+    fn expires_at_ms(&self, day: Day) -> Option<i64> {
         // A shard group is deleted once its end is older than the retention: the day starts
         // to go with its first shard (the whole day when shards are days).
         Some(
-            (day.start_ms() + self.target.shard_ms()).saturating_add(
+            (day.utc_start_ms() + self.target.shard_ms()).saturating_add(
                 i64::try_from(self.target.retention.as_millis()).unwrap_or(i64::MAX),
             ),
         )
@@ -801,7 +801,7 @@ impl RawStore for InfluxRaw {
         Ok(out)
     }
 
-    async fn top_listings(&self, day: UtcDay, limit: usize) -> Result<Vec<(i64, u64)>, StoreError> {
+    async fn top_listings(&self, day: Day, limit: usize) -> Result<Vec<(i64, u64)>, StoreError> {
         // `listing_id` is a field (never a tag), so InfluxDB cannot group by it: page through
         // the day's non-bot listing ids and count here.
         if limit == 0 || self.dropped(day).await? {

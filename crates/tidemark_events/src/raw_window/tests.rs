@@ -1,7 +1,7 @@
 use super::*;
 
-fn d(s: &str) -> UtcDay {
-    UtcDay::parse(s).unwrap()
+fn d(s: &str) -> Day {
+    Day::parse(s).unwrap()
 }
 
 fn state(day: &str, events: u64, dropped: bool) -> DayState {
@@ -17,7 +17,7 @@ fn state(day: &str, events: u64, dropped: bool) -> DayState {
 
 #[test]
 fn ages_are_whole_utc_days_clamped_past_thirty() {
-    let now = d("2026-12-06").start_ms() + 60_000;
+    let now = d("2026-12-06").utc_start_ms() + 60_000;
     assert_eq!(age(d("2026-12-06"), now), None);
     assert_eq!(age(d("2026-12-07"), now), None);
     assert_eq!(age(d("2026-12-05"), now), Some(1));
@@ -28,7 +28,7 @@ fn ages_are_whole_utc_days_clamped_past_thirty() {
 
 #[test]
 fn the_report_counts_needs_at_least_k_days_back_and_prices_windows() {
-    let now = d("2026-12-06").start_ms() + 60_000;
+    let now = d("2026-12-06").utc_start_ms() + 60_000;
     let days = [
         state("2026-11-20", 10, true),
         state("2026-12-04", 100, false),

@@ -18,7 +18,7 @@ use axum::response::{IntoResponse, Response};
 use bytes::Bytes;
 use futures::{StreamExt, TryStreamExt};
 use serde::Serialize;
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::http::ApiError;
 use tidemark_core::store::StoreError;
 
@@ -56,12 +56,12 @@ pub(super) enum Export {
     /// Sums over a period of days ([`RollupStore::report_range`]), with the distinct visitors
     /// of the period if asked ([`RollupStore::period_uniques`]).
     Report {
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         uniques_period: bool,
     },
     /// Month sums over months, first days ([`RollupStore::months_range`]).
-    Months { from: UtcDay, to: UtcDay },
+    Months { from: Day, to: Day },
 }
 
 /// One export's request.

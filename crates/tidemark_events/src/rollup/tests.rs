@@ -11,8 +11,8 @@ use crate::testing::InfluxServer;
 /// 2026-11-28T10:00:00Z.
 const T: i64 = 1_795_860_000_000;
 
-fn day() -> UtcDay {
-    UtcDay::of_ms(T)
+fn day() -> Day {
+    Day::of_utc_ms(T)
 }
 
 fn ev(kind: &str, listing: Option<i64>, session: Option<&str>, page: Option<&str>) -> Event {
@@ -123,7 +123,7 @@ async fn stores(mode: Mode) -> Stores {
     }
 }
 
-async fn state(raw: &dyn RawStore, day: UtcDay) -> DayState {
+async fn state(raw: &dyn RawStore, day: Day) -> DayState {
     raw.days()
         .await
         .unwrap()
@@ -137,7 +137,7 @@ fn fixture() -> Vec<Event> {
     let mut later = ev("view", Some(1), Some("s1"), Some("/item/1"));
     later.time_ms = T + 13 * 3_600_000; // same day, later: same (session, page)
     let mut next_day = ev("view", Some(1), Some("s9"), Some("/item/1"));
-    next_day.time_ms = day().plus(1).start_ms(); // the next day: not this day's
+    next_day.time_ms = day().plus(1).utc_start_ms(); // the next day: not this day's
     vec![
         ev("view", Some(1), Some("s1"), Some("/item/1")), // 1 view, unique (s1, /item/1)
         ev("view", Some(1), Some("s1"), Some("/item/1")), // same ms, same pair: total only
@@ -343,7 +343,7 @@ async fn raw_gone_refuses_and_keeps_existing_totals_in(mode: Mode) {
         .await
         .unwrap();
     let rows = s.rollups.day_rows(day()).await.unwrap();
-    let dropped_at = day().plus(8).start_ms();
+    let dropped_at = day().plus(8).utc_start_ms();
     assert!(
         !s.raw.drop_day(day(), dropped_at).await.unwrap(),
         "not archived yet: kept"
@@ -392,7 +392,7 @@ impl RawStore for Meddling {
     }
     async fn read_chunk(
         &self,
-        day: UtcDay,
+        day: Day,
         after: i64,
         limit: usize,
     ) -> Result<(Vec<Event>, Option<i64>), StoreError> {
@@ -412,22 +412,22 @@ impl RawStore for Meddling {
     async fn days(&self) -> Result<Vec<DayState>, StoreError> {
         self.inner.days().await
     }
-    async fn mark_rolled_up(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn mark_rolled_up(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         self.inner.mark_rolled_up(day, arrival_ms).await
     }
-    async fn day_bytes(&self) -> Result<Vec<(UtcDay, u64)>, StoreError> {
+    async fn day_bytes(&self) -> Result<Vec<(Day, u64)>, StoreError> {
         self.inner.day_bytes().await
     }
-    async fn mark_archived(&self, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn mark_archived(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         self.inner.mark_archived(day, arrival_ms).await
     }
-    async fn drop_day(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
+    async fn drop_day(&self, day: Day, now_ms: i64) -> Result<bool, StoreError> {
         self.inner.drop_day(day, now_ms).await
     }
     async fn counts_per_minute(&self, a: i64, b: i64) -> Result<Vec<MinuteCount>, StoreError> {
         self.inner.counts_per_minute(a, b).await
     }
-    async fn top_listings(&self, d: UtcDay, n: usize) -> Result<Vec<(i64, u64)>, StoreError> {
+    async fn top_listings(&self, d: Day, n: usize) -> Result<Vec<(i64, u64)>, StoreError> {
         self.inner.top_listings(d, n).await
     }
 }
@@ -554,7 +554,7 @@ struct SlowRelease(Arc<dyn crate::leases::DayLeases>, AtomicUsize, AtomicUsize);
 
 #[async_trait]
 impl crate::leases::DayLeases for SlowRelease {
-    async fn acquire(&self, day: UtcDay) -> Result<Option<DayLease>, StoreError> {
+    async fn acquire(&self, day: Day) -> Result<Option<DayLease>, StoreError> {
         if self.1.fetch_add(1, Ordering::SeqCst) > 0 {
             self.2.fetch_add(1, Ordering::SeqCst);
         }

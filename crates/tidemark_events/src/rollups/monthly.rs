@@ -13,34 +13,34 @@
 
 use std::collections::BTreeMap;
 
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use time::{Date, Month, OffsetDateTime};
 
 use crate::rollups::DailyRow;
 
-fn date(day: UtcDay) -> Date {
-    OffsetDateTime::from_unix_timestamp(day.start_ms().div_euclid(1000))
+fn date(day: Day) -> Date {
+    OffsetDateTime::from_unix_timestamp(day.utc_start_ms().div_euclid(1000))
         .map_or(Date::MIN, OffsetDateTime::date)
 }
 
-fn day_of(d: Date) -> UtcDay {
-    UtcDay::of_ms(d.midnight().assume_utc().unix_timestamp() * 1000)
+fn day_of(d: Date) -> Day {
+    Day::of_utc_ms(d.midnight().assume_utc().unix_timestamp() * 1000)
 }
 
 /// `YYYY-MM` of `day`'s month.
-pub(crate) fn month_name(day: UtcDay) -> String {
+pub(crate) fn month_name(day: Day) -> String {
     let d = date(day);
     format!("{:04}-{:02}", d.year(), u8::from(d.month()))
 }
 
 /// The first day of `day`'s month.
-pub(crate) fn month_of(day: UtcDay) -> UtcDay {
+pub(crate) fn month_of(day: Day) -> Day {
     let d = date(day);
     Date::from_calendar_date(d.year(), d.month(), 1).map_or(day, day_of)
 }
 
 /// The first day of the month after the month starting `month`.
-pub(crate) fn next_month(month: UtcDay) -> UtcDay {
+pub(crate) fn next_month(month: Day) -> Day {
     let d = date(month);
     let (y, m) = match d.month() {
         Month::December => (d.year() + 1, Month::January),
@@ -53,15 +53,15 @@ pub(crate) fn next_month(month: UtcDay) -> UtcDay {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Split {
     /// Days read from `listing_daily`, both ends included: before the first whole month…
-    pub(crate) head: Option<(UtcDay, UtcDay)>,
+    pub(crate) head: Option<(Day, Day)>,
     /// …whole months, `[first month, end)` by month start, read from `listing_monthly`…
-    pub(crate) months: Option<(UtcDay, UtcDay)>,
+    pub(crate) months: Option<(Day, Day)>,
     /// …and after the last whole month (daily again).
-    pub(crate) tail: Option<(UtcDay, UtcDay)>,
+    pub(crate) tail: Option<(Day, Day)>,
 }
 
 /// Splits `from..=to` (see [`Split`]). An inverted period has no parts.
-pub(crate) fn split(from: UtcDay, to: UtcDay) -> Split {
+pub(crate) fn split(from: Day, to: Day) -> Split {
     let none = Split {
         head: None,
         months: None,
@@ -136,8 +136,8 @@ pub(crate) enum Source {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct Part {
     pub(crate) source: Source,
-    pub(crate) from: UtcDay,
-    pub(crate) to: UtcDay,
+    pub(crate) from: Day,
+    pub(crate) to: Day,
     /// 1 to add, -1 to subtract.
     pub(crate) sign: i8,
 }
@@ -146,7 +146,7 @@ pub(crate) struct Part {
 /// month's days from `listing_daily` — or, when fewer days of that month lie outside the
 /// period than inside it, the whole month minus those outside days (a report up to yesterday
 /// then subtracts the few days of the current month still to come, usually none).
-pub(crate) fn report_parts(from: UtcDay, to: UtcDay) -> Vec<Part> {
+pub(crate) fn report_parts(from: Day, to: Day) -> Vec<Part> {
     let part = |source, from, to, sign| Part {
         source,
         from,
@@ -190,7 +190,7 @@ pub(crate) fn report_parts(from: UtcDay, to: UtcDay) -> Vec<Part> {
 /// ([`crate::visitors`]): its edge days and its whole months, `(source, first, last)` with
 /// months by their first days. Unlike [`report_parts`] nothing is subtracted: a sketch cannot
 /// lose visitors.
-pub(crate) fn visitor_parts(from: UtcDay, to: UtcDay) -> Vec<(Source, UtcDay, UtcDay)> {
+pub(crate) fn visitor_parts(from: Day, to: Day) -> Vec<(Source, Day, Day)> {
     let split = split(from, to);
     let mut parts = Vec::new();
     if let Some((a, b)) = split.head {
@@ -209,8 +209,8 @@ pub(crate) fn visitor_parts(from: UtcDay, to: UtcDay) -> Vec<(Source, UtcDay, Ut
 mod tests {
     use super::*;
 
-    fn d(s: &str) -> UtcDay {
-        UtcDay::parse(s).unwrap()
+    fn d(s: &str) -> Day {
+        Day::parse(s).unwrap()
     }
 
     #[test]

@@ -31,7 +31,7 @@
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
 use sqlx::{Acquire, QueryBuilder, Row};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{MysqlError, connect};
 use tidemark_core::schema::migrate_mysql;
 use tidemark_core::store::{ErrorKind, StoreError};
@@ -109,7 +109,7 @@ impl MysqlRollups {
     /// `upsert_day`, under `lease` when given (checked first, in the same transaction).
     async fn replace_day(
         &self,
-        day: UtcDay,
+        day: Day,
         mut rows: Vec<DailyRow>,
         lease: Option<&DayLease>,
     ) -> Result<usize, StoreError> {
@@ -133,7 +133,7 @@ impl MysqlRollups {
 
     async fn replace_day_once(
         &self,
-        day: UtcDay,
+        day: Day,
         rows: &[DailyRow],
         lease: Option<&DayLease>,
     ) -> Result<usize, StoreError> {
@@ -227,7 +227,7 @@ impl MysqlRollups {
 
 #[async_trait]
 impl RollupStore for MysqlRollups {
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
+    async fn upsert_day(&self, day: Day, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         self.replace_day(day, rows, None).await
     }
 
@@ -273,7 +273,7 @@ impl RollupStore for MysqlRollups {
 
     async fn upsert_day_fenced(
         &self,
-        day: UtcDay,
+        day: Day,
         rows: Vec<DailyRow>,
         lease: &DayLease,
     ) -> Result<usize, StoreError> {
@@ -321,8 +321,8 @@ impl RollupStore for MysqlRollups {
         &self,
         tenant: &str,
         account_id: i64,
-        from_month: UtcDay,
-        to_month: UtcDay,
+        from_month: Day,
+        to_month: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<MonthRow>, StoreError> {
@@ -361,8 +361,8 @@ impl RollupStore for MysqlRollups {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<ReportRow>, StoreError> {
@@ -426,8 +426,8 @@ impl RollupStore for MysqlRollups {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError> {
@@ -494,7 +494,7 @@ impl RollupStore for MysqlRollups {
         for (kind, day, events, last_ms) in rows {
             let day = i32::try_from(day).unwrap_or_default();
             out.written
-                .insert((text(kind)?, UtcDay(day)), Written { events, last_ms });
+                .insert((text(kind)?, Day(day)), Written { events, last_ms });
         }
         let rows: Vec<(Vec<u8>, i64, Vec<u8>)> =
             sqlx::query_as("SELECT kind, at_ms, reader FROM kind_read")
@@ -522,7 +522,7 @@ impl RollupStore for MysqlRollups {
         Ok(out)
     }
 
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {
+    async fn day_rows(&self, day: Day) -> Result<Vec<DailyRow>, StoreError> {
         let rows: Vec<(i64, Vec<u8>, u64, u64)> = sqlx::query_as(
             "SELECT listing_id, event, total, uniques FROM listing_daily WHERE day = ?
              ORDER BY listing_id, event",

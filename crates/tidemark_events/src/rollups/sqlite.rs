@@ -32,14 +32,14 @@
 //!   find that day's old rows to subtract them from the month and delete the ones no longer
 //!   produced.
 //!
-//! Days are stored as days since 1970-01-01 (UTC), as [`UtcDay`] and the raw catalog do.
+//! Days are stored as days since 1970-01-01 (UTC), as [`Day`] and the raw catalog do.
 
 use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use async_trait::async_trait;
 use rusqlite::{Connection, params};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
 use tidemark_core::store::StoreError;
@@ -103,11 +103,7 @@ fn to_i64(v: u64) -> i64 {
     i64::try_from(v).unwrap_or(i64::MAX)
 }
 
-fn replace_day(
-    conn: &Connection,
-    day: UtcDay,
-    mut rows: Vec<DailyRow>,
-) -> Result<usize, StoreError> {
+fn replace_day(conn: &Connection, day: Day, mut rows: Vec<DailyRow>) -> Result<usize, StoreError> {
     // The day as it was: what its month rows must lose, the keys no longer produced, and which
     // rows have their sketch.
     let old: Vec<(i64, String, u64, u64, bool)> = conn
@@ -204,7 +200,7 @@ fn replace_day(
 
 #[async_trait]
 impl RollupStore for SqliteRollups {
-    async fn upsert_day(&self, day: UtcDay, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
+    async fn upsert_day(&self, day: Day, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         self.writer
             .write(move |conn| replace_day(conn, day, rows))
             .await
@@ -254,8 +250,8 @@ impl RollupStore for SqliteRollups {
         &self,
         tenant: &str,
         account_id: i64,
-        from_month: UtcDay,
-        to_month: UtcDay,
+        from_month: Day,
+        to_month: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<MonthRow>, StoreError> {
@@ -285,7 +281,7 @@ impl RollupStore for SqliteRollups {
                     |r| {
                         Ok(MonthRow {
                             listing_id: r.get(0)?,
-                            month: monthly::month_name(UtcDay(r.get(1)?)),
+                            month: monthly::month_name(Day(r.get(1)?)),
                             kind: r.get(2)?,
                             total: to_u64(r.get(3)?),
                             uniques_daily_sum: to_u64(r.get(4)?),
@@ -301,8 +297,8 @@ impl RollupStore for SqliteRollups {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<ReportRow>, StoreError> {
@@ -367,8 +363,8 @@ impl RollupStore for SqliteRollups {
         &self,
         tenant: &str,
         account_id: i64,
-        from: UtcDay,
-        to: UtcDay,
+        from: Day,
+        to: Day,
         kind: Option<&str>,
         listings: std::ops::RangeInclusive<i64>,
     ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError> {
@@ -424,7 +420,7 @@ impl RollupStore for SqliteRollups {
                     conn.prepare_cached("SELECT kind, day, events, last_ms FROM kind_written")?;
                 let rows = w.query_map([], |r| {
                     Ok((
-                        (r.get::<_, String>(0)?, UtcDay(r.get(1)?)),
+                        (r.get::<_, String>(0)?, Day(r.get(1)?)),
                         Written {
                             events: to_u64(r.get(2)?),
                             last_ms: r.get(3)?,
@@ -473,7 +469,7 @@ impl RollupStore for SqliteRollups {
             .await
     }
 
-    async fn day_rows(&self, day: UtcDay) -> Result<Vec<DailyRow>, StoreError> {
+    async fn day_rows(&self, day: Day) -> Result<Vec<DailyRow>, StoreError> {
         self.reads
             .read(move |conn| {
                 let mut stmt = conn.prepare_cached(

@@ -7,9 +7,7 @@ fn figures(written: &[(&str, i32, u64, i64)], read: &[(&str, i64, &str)]) -> Usa
     UsageFigures {
         written: written
             .iter()
-            .map(|&(k, d, events, last_ms)| {
-                ((k.to_owned(), UtcDay(d)), Written { events, last_ms })
-            })
+            .map(|&(k, d, events, last_ms)| ((k.to_owned(), Day(d)), Written { events, last_ms }))
             .collect(),
         read: read
             .iter()
@@ -52,14 +50,14 @@ fn the_audit_flags_kinds_unwritten_or_unread_and_shows_retired_ones() {
         kinds: vec!["view".into(), "click".into(), "contact".into()],
         ..Schema::default()
     };
-    let today = UtcDay(20_000);
-    let now = today.start_ms() + 3_600_000;
+    let today = Day(20_000);
+    let now = today.utc_start_ms() + 3_600_000;
     let f = figures(
         &[
-            ("view", 19_990, 4, today.plus(-10).start_ms()),
+            ("view", 19_990, 4, today.plus(-10).utc_start_ms()),
             ("view", 19_999, 3, now - 5_000),
-            ("contact", 19_950, 9, today.plus(-50).start_ms()),
-            ("old_kind", 19_900, 2, today.plus(-100).start_ms()),
+            ("contact", 19_950, 9, today.plus(-50).utc_start_ms()),
+            ("old_kind", 19_900, 2, today.plus(-100).utc_start_ms()),
         ],
         &[
             ("view", now - DAY_MS, "report"),
@@ -92,7 +90,7 @@ fn the_audit_flags_kinds_unwritten_or_unread_and_shows_retired_ones() {
     assert_eq!(
         view.events_per_day,
         [DayEvents {
-            day: UtcDay(19_999).to_string(),
+            day: Day(19_999).to_string(),
             events: 3
         }]
     );
@@ -118,10 +116,10 @@ async fn flushed_usage_reads_back_from_the_summary_store() {
     let store: Arc<dyn RollupStore> =
         Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap());
     let usage = KindUsage::new(Arc::clone(&store));
-    let day = UtcDay(20_000);
+    let day = Day(20_000);
     let events: Vec<Event> = [("view", 0), ("view", 1), ("click", 2), ("view", DAY_MS)]
         .into_iter()
-        .map(|(k, t)| Event::new(k, day.start_ms() + t))
+        .map(|(k, t)| Event::new(k, day.utc_start_ms() + t))
         .collect();
     usage.wrote(KindUsage::per_kind_and_day(&events), 500);
     usage.read(["view", "view"], "report", 600);
@@ -149,11 +147,11 @@ async fn late_and_refused_events_and_rerolls_are_noted_by_age() {
     let store: Arc<dyn RollupStore> =
         Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap());
     let usage = KindUsage::new(Arc::clone(&store));
-    let today = UtcDay(20_000);
-    let now = today.start_ms() + 5_000;
+    let today = Day(20_000);
+    let now = today.utc_start_ms() + 5_000;
     let events: Vec<Event> = [0, -1, -1, -3, -45]
         .into_iter()
-        .map(|d| Event::new("view", today.plus(d).start_ms() + 60_000))
+        .map(|d| Event::new("view", today.plus(d).utc_start_ms() + 60_000))
         .collect();
     usage.wrote(KindUsage::per_kind_and_day(&events), now);
     usage.refused([today.plus(-9), today.plus(-9)], now + 1);

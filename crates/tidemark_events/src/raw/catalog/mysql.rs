@@ -14,7 +14,7 @@ use std::path::Path;
 use async_trait::async_trait;
 use sqlx::mysql::MySqlPool;
 use sqlx::{MySqlConnection, Row};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::mysql::{MysqlError, connect};
 use tidemark_core::schema::{MysqlUp, Step, Versions, migrate_mysql};
 use tidemark_core::store::StoreError;
@@ -133,7 +133,7 @@ impl MysqlCatalog {
 /// appending to a new day deadlock.
 async fn create_days(
     pool: &MySqlPool,
-    counts: &[(UtcDay, i64)],
+    counts: &[(Day, i64)],
     now_ms: i64,
 ) -> Result<(), sqlx::Error> {
     for (day, _) in counts {
@@ -150,7 +150,7 @@ async fn create_days(
 /// queue instead of deadlocking); returns each day's `(dropped_ms, next_seq)`.
 async fn lock_days(
     conn: &mut MySqlConnection,
-    counts: &[(UtcDay, i64)],
+    counts: &[(Day, i64)],
 ) -> Result<Vec<(Option<i64>, i64)>, sqlx::Error> {
     let mut out = Vec::with_capacity(counts.len());
     for (day, _) in counts {
@@ -167,9 +167,9 @@ async fn lock_days(
 impl DayCatalog for MysqlCatalog {
     async fn begin_appends(
         &self,
-        counts: &[(UtcDay, i64)],
+        counts: &[(Day, i64)],
         now_ms: i64,
-    ) -> Result<HashMap<UtcDay, i64>, RawError> {
+    ) -> Result<HashMap<Day, i64>, RawError> {
         let mut counts = counts.to_vec();
         counts.sort();
         // A dropped day stays dropped: seen here, the batch is refused before any row is made.
@@ -212,7 +212,7 @@ impl DayCatalog for MysqlCatalog {
 
     async fn end_appends(
         &self,
-        counts: &[(UtcDay, i64)],
+        counts: &[(Day, i64)],
         stored: bool,
         now_ms: i64,
     ) -> Result<(), StoreError> {
@@ -242,7 +242,7 @@ impl DayCatalog for MysqlCatalog {
         Ok(())
     }
 
-    async fn is_dropped(&self, day: UtcDay) -> Result<bool, StoreError> {
+    async fn is_dropped(&self, day: Day) -> Result<bool, StoreError> {
         let row = sqlx::query("SELECT dropped_ms FROM raw_day WHERE day = ?")
             .bind(day.0)
             .fetch_optional(&self.pool)
@@ -263,7 +263,7 @@ impl DayCatalog for MysqlCatalog {
         let mut out = Vec::with_capacity(rows.len());
         for r in rows {
             out.push(DayState {
-                day: UtcDay(r.try_get(0)?),
+                day: Day(r.try_get(0)?),
                 events: u64::try_from(r.try_get::<i64, _>(1)?).unwrap_or(0),
                 last_arrival_ms: r.try_get(2)?,
                 rolled_up_arrival_ms: r.try_get(3)?,
@@ -274,7 +274,7 @@ impl DayCatalog for MysqlCatalog {
         Ok(out)
     }
 
-    async fn set_mark(&self, mark: Mark, day: UtcDay, arrival_ms: i64) -> Result<(), StoreError> {
+    async fn set_mark(&self, mark: Mark, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
         let column = match mark {
             Mark::RolledUp => "rolled_up_arrival_ms",
             Mark::Archived => "archived_arrival_ms",
@@ -290,7 +290,7 @@ impl DayCatalog for MysqlCatalog {
         Ok(())
     }
 
-    async fn mark_dropped_if_current(&self, day: UtcDay, now_ms: i64) -> Result<bool, StoreError> {
+    async fn mark_dropped_if_current(&self, day: Day, now_ms: i64) -> Result<bool, StoreError> {
         let done = sqlx::query(
             "UPDATE raw_day SET dropped_ms = ? WHERE day = ? AND dropped_ms IS NULL
                AND (pending = 0 OR pending_since_ms < ? - ?)

@@ -3,7 +3,7 @@ use std::path::Path;
 use super::*;
 use crate::raw::SqliteRaw;
 use crate::raw::catalog::{PENDING_EXPIRES_MS, days, mark_dropped_if_current};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 /// The catalog columns, in order.
 fn columns(conn: &Connection) -> Vec<String> {
@@ -65,7 +65,7 @@ fn a_catalog_without_appends_in_flight_gains_their_columns() {
     let day = days(&conn).unwrap()[0];
     assert_eq!(
         (day.day, day.events, day.last_arrival_ms),
-        (UtcDay(20_000), 12, 1_000)
+        (Day(20_000), 12, 1_000)
     );
 }
 
@@ -114,7 +114,7 @@ fn a_catalog_without_the_start_of_appends_gains_it() {
         })
         .unwrap();
     assert_eq!(next_seq, 7);
-    let day = UtcDay(20_000);
+    let day = Day(20_000);
     assert!(
         !mark_dropped_if_current(&conn, day, start + 1).unwrap(),
         "held"

@@ -1,6 +1,6 @@
 use std::path::Path;
 
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 
 use super::*;
 use crate::rollups::{ReportRow, RollupStore, SqliteRollups};
@@ -75,11 +75,11 @@ async fn a_rollups_db_keyed_by_day_first_is_rekeyed_and_reports_its_days() {
         .unwrap();
     assert_eq!(indexes, 2);
     let report = store
-        .report("t", 1, UtcDay(20_000), UtcDay(20_001), None)
+        .report("t", 1, Day(20_000), Day(20_001), None)
         .await
         .unwrap();
     assert_eq!(report, [row("click", 3, 1), row("view", 15, 6)]);
-    assert_eq!(store.day_rows(UtcDay(20_000)).await.unwrap().len(), 2);
+    assert_eq!(store.day_rows(Day(20_000)).await.unwrap().len(), 2);
 }
 
 /// A `rollups.db` of version 1's layout made before versions: its kinds listed, nothing else
@@ -143,7 +143,7 @@ async fn a_version_1_rollups_db_gets_month_sums_of_its_days() {
         ]
     );
     let year = store
-        .report("t", 1, UtcDay(19_723), UtcDay(19_723 + 365), None)
+        .report("t", 1, Day(19_723), Day(19_723 + 365), None)
         .await
         .unwrap();
     assert_eq!(year, [row("click", 3, 1), row("view", 16, 7)]);

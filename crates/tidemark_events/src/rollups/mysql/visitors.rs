@@ -6,7 +6,7 @@ use std::collections::HashMap;
 
 use sqlx::mysql::{MySqlConnection, MySqlPool};
 use sqlx::{QueryBuilder, Row};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::StoreError;
 
 use super::text;
@@ -148,7 +148,7 @@ pub(super) async fn period_uniques(
     pool: &MySqlPool,
     tenant: &str,
     account_id: i64,
-    (from, to): (UtcDay, UtcDay),
+    (from, to): (Day, Day),
     kind: Option<&str>,
     listings: std::ops::RangeInclusive<i64>,
 ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError> {

@@ -3,7 +3,7 @@
 //! replacement transaction and read for period uniques.
 
 use rusqlite::{Connection, OptionalExtension, params};
-use tidemark_core::day::UtcDay;
+use tidemark_core::day::Day;
 use tidemark_core::store::StoreError;
 
 use crate::rollups::DailyRow;
@@ -36,7 +36,7 @@ const PERIOD_MONTHS: &str = "SELECT d.listing_id, d.event, v.sketch
 pub(super) fn keep(
     conn: &Connection,
     r: &DailyRow,
-    day: UtcDay,
+    day: Day,
     month: i32,
 ) -> Result<(), StoreError> {
     let key = params![r.listing_id, r.kind, day.0];
@@ -85,7 +85,7 @@ pub(super) fn keep(
 /// `emptied` deleted from `month`.
 pub(super) fn forget(
     conn: &Connection,
-    day: UtcDay,
+    day: Day,
     month: i32,
     stale: &[(i64, String)],
     emptied: &[(i64, String)],
@@ -111,7 +111,7 @@ pub(super) fn period_uniques(
     conn: &Connection,
     tenant: &str,
     account_id: i64,
-    (from, to): (UtcDay, UtcDay),
+    (from, to): (Day, Day),
     kind: Option<String>,
     listings: std::ops::RangeInclusive<i64>,
 ) -> Result<Vec<(i64, String, Option<u64>)>, StoreError> {
