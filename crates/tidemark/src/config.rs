@@ -325,6 +325,9 @@ impl Config {
             ));
         }
         self.chat.validate().map_err(ConfigError::Value)?;
+        self.events
+            .calendar()
+            .map_err(|e| ConfigError::Value(format!("configuration: {e}")))?;
         if self.role != Role::All {
             let keys = self.embedded_store_keys();
             if !keys.is_empty() {

@@ -120,10 +120,8 @@ async fn render(args: RenderArgs) -> anyhow::Result<()> {
     let clock: SharedClock = Arc::new(SystemClock);
     let events_dir = cfg.data_dir.join("events");
     std::fs::create_dir_all(&events_dir)?;
-    let ingest = Ingest::new(
-        tidemark_events::stores::open_raw(&cfg.events, &events_dir).await?,
-        cfg.events.clone(),
-    );
+    let (raw, _) = tidemark_events::stores::open_both(&cfg.events, &events_dir).await?;
+    let ingest = Ingest::new(raw, cfg.events.clone());
     let svc = LinksService::open(
         &cfg.data_dir,
         cfg.links.clone(),

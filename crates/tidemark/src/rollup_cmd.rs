@@ -17,7 +17,7 @@ use crate::config::Config;
 /// Arguments of `tidemark rollup`.
 #[derive(Debug, clap::Args)]
 pub struct RollupArgs {
-    /// The UTC day to roll up (YYYY-MM-DD).
+    /// The day to roll up (YYYY-MM-DD), a day of `events.time_zone`.
     #[arg(long)]
     pub day: String,
     /// TOML configuration file (for `data_dir`).
@@ -44,12 +44,9 @@ pub async fn run(args: RollupArgs) -> anyhow::Result<()> {
         raw_path.display()
     );
     std::fs::create_dir_all(&dir)?;
-    let raw = tidemark_events::stores::open_raw(&cfg.events, &dir)
+    let (raw, rollups) = tidemark_events::stores::open_both(&cfg.events, &dir)
         .await
-        .context("opening the raw tier (events.raw)")?;
-    let rollups = tidemark_events::stores::open_rollups(&cfg.events, &dir)
-        .await
-        .context("opening the summary tier (events.rollups)")?;
+        .context("opening the events stores (events.raw, events.rollups)")?;
     // Under the day's lease, as a running server's lifecycle takes it.
     let service = RollupService::new(raw, rollups, Arc::new(SystemClock));
     let out = service.roll_up(day).await?;

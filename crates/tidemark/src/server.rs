@@ -104,11 +104,12 @@ impl Node {
         std::fs::create_dir_all(&events_dir)?;
         // Each port on the engine its URL names (SQLite by default): `events.raw`,
         // `events.rollups`.
-        let raw = tidemark_events::stores::open_raw(&config.events, &events_dir).await?;
         // The summary tier (listing_daily, listings): reports, rollups on demand; and the
-        // event-kind audit's usage, which every stored batch and every report notes.
-        let rollups = tidemark_events::stores::open_rollups(&config.events, &events_dir).await?;
-        let usage = KindUsage::new(Arc::clone(&rollups));
+        // event-kind audit's usage, which every stored batch and every report notes. The
+        // days of both are those of `events.time_zone`, the zone the stores were first cut in.
+        let (raw, rollups) =
+            tidemark_events::stores::open_both(&config.events, &events_dir).await?;
+        let usage = KindUsage::new(Arc::clone(&rollups), raw.calendar().clone());
         let ingest = Ingest::new(raw, config.events.clone())
             .with_store_health(health.clone())
             .with_usage(usage.clone());

@@ -5,6 +5,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 use tidemark_core::engine::{EmbeddedStoreKey, is_embedded};
 
+use crate::calendar::{Calendar, UnknownZone};
 use crate::schema::Schema;
 
 /// Events settings (`[events]`; `[events.schema]` for the schema).
@@ -17,7 +18,7 @@ pub struct EventsConfig {
     /// it leaves only once rolled up and archived.
     #[serde(with = "humantime_serde")]
     pub raw_retention: Duration,
-    /// How long after a UTC day closes it is rolled up (default 1 h).
+    /// How long after a day closes it is rolled up (default 1 h).
     #[serde(with = "humantime_serde")]
     pub lateness: Duration,
     /// Largest number of events in one request (default 100,000).
@@ -47,6 +48,11 @@ pub struct EventsConfig {
     /// After how many days without a write or a read a kind is flagged by the event-kind
     /// audit (`GET /v1/events/kinds`, [`crate::usage`]; default 30; `?stale_days=` overrides).
     pub kind_audit_days: u32,
+    /// The time zone whose days partition the raw tier, the rollups, reports, the dashboard
+    /// and `?day=today`: `"UTC"` (default) or an IANA name such as `"Europe/Sarajevo"`
+    /// ([`crate::calendar`]). Recorded with the store at its first start; a store that holds
+    /// data keeps its zone.
+    pub time_zone: String,
 }
 
 impl Default for EventsConfig {
@@ -62,11 +68,20 @@ impl Default for EventsConfig {
             raw: "sqlite".into(),
             rollups: "sqlite".into(),
             kind_audit_days: 30,
+            time_zone: crate::calendar::UTC.to_owned(),
         }
     }
 }
 
 impl EventsConfig {
+    /// The days of `time_zone`.
+    ///
+    /// # Errors
+    /// [`UnknownZone`] when `time_zone` names no zone of the IANA database.
+    pub fn calendar(&self) -> Result<Calendar, UnknownZone> {
+        Calendar::named(&self.time_zone)
+    }
+
     /// The events store keys that name the embedded SQLite store (DESIGN.md "Many nodes": the
     /// nodes of a multi-node deployment share every store, and a SQLite file is one node's):
     /// `events.raw` and `events.rollups`, each with the shared engine's URL form to set instead.

@@ -17,7 +17,9 @@ use crate::raw_window::{Need, NeedCount};
 use crate::rollups::{ALL_LISTINGS, DailyRow, MonthRow, ReportRow, RollupStore};
 use crate::usage::{Read, UsageFigures, Written};
 
+mod local_days;
 mod visitors;
+pub use local_days::local_days;
 pub use visitors::period_uniques;
 
 fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
@@ -424,7 +426,7 @@ fn sorted(mut v: Vec<Event>) -> Vec<Event> {
 }
 
 /// The raw-tier contract (DESIGN.md part C "Schema", "Raw tier"; seed 002): events of one
-/// batch go to their UTC days; events with equal timestamps stay distinct (never merged);
+/// batch go to their days (UTC for a store opened without a calendar); events with equal timestamps stay distinct (never merged);
 /// every field comes back exactly (strings, integers, floats, booleans, absent values); the
 /// day catalog counts events and arrivals; a day is dropped only when rolled up and archived
 /// up to its last arrival, and then refuses late events ([`RawError::DayDropped`]); chunked

@@ -11,6 +11,7 @@ use tidemark_core::health::StoreHealth;
 use tidemark_core::store::StoreError;
 use tidemark_core::timefmt;
 
+use crate::calendar::Calendar;
 use crate::config::EventsConfig;
 use crate::model::Event;
 use crate::raw::{RawError, RawStore};
@@ -84,14 +85,14 @@ pub const MAX_FUTURE_MS: i64 = 86_400_000;
 /// ones are taken for timestamps in the wrong unit, which land near 1970.
 const NEEDED_AT_MOST_MS: i64 = 3_660 * 86_400_000;
 
-/// The UTC days of the events of a batch that are older than the raw window (`window_ms`
-/// before `now_ms`), those within [`NEEDED_AT_MOST_MS`].
-fn too_old_days(events: &[Event], now_ms: i64, window_ms: i64) -> Vec<Day> {
+/// The days of the events of a batch that are older than the raw window (`window_ms` before
+/// `now_ms`), those within [`NEEDED_AT_MOST_MS`].
+fn too_old_days(calendar: &Calendar, events: &[Event], now_ms: i64, window_ms: i64) -> Vec<Day> {
     let floor = now_ms.saturating_sub(window_ms);
     events
         .iter()
         .filter(|e| e.time_ms < floor && e.time_ms >= now_ms.saturating_sub(NEEDED_AT_MOST_MS))
-        .map(|e| Day::of_utc_ms(e.time_ms))
+        .map(|e| calendar.day_of(e.time_ms))
         .collect()
 }
 
@@ -221,14 +222,15 @@ impl Ingest {
         if let Some(usage) = &self.usage
             && !bad.is_empty()
         {
-            usage.refused(too_old_days(&events, now_ms, window_ms), now_ms);
+            let days = too_old_days(self.raw.calendar(), &events, now_ms, window_ms);
+            usage.refused(days, now_ms);
         }
         let events = finish(events, bad)?;
         let n = events.len();
         let per = self
             .usage
             .as_ref()
-            .map(|_| KindUsage::per_kind_and_day(&events));
+            .map(|usage| usage.per_kind_and_day(&events));
         let appended = self.raw.append(events, now_ms).await;
         self.health.record(RAW_STORE, &appended);
         appended.map_err(|e| match e {

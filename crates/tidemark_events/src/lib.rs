@@ -6,7 +6,8 @@
 //!    `email_open`) and chat's first contacts (`contact`) become [`Event`]s, checked against
 //!    the [`schema`] (the `event` tag is a closed set; identifiers are fields, never tags). A
 //!    batch with one bad line stores nothing.
-//! 2. **Raw tier** ([`raw`], [`RawStore`]): the batch is appended to its UTC days' partitions,
+//! 2. **Raw tier** ([`raw`], [`RawStore`]): the batch is appended to its days' partitions
+//!    (UTC days, or the local days of `events.time_zone`: [`calendar`]),
 //!    durably before the answer; two events with the same timestamp are two rows, never merged.
 //!    A day catalog counts each day's events and last arrival.
 //! 3. **Lifecycle** ([`lifecycle`]): once a day has closed plus the lateness window, it is
@@ -23,7 +24,7 @@
 //!    ingest and rollups noted of the kinds and of the ages of the days they needed.
 //!
 //! Backends, picked by URL in [`stores`] (the archive by `events.archive_url`):
-//! - **Raw tier**: SQLite, the embedded default (`raw.db`, one table per UTC day), or
+//! - **Raw tier**: SQLite, the embedded default (`raw.db`, one table per day), or
 //!   InfluxDB 1.x ([`raw::influx`]: line protocol, `event` the only tag, a unique nanosecond
 //!   per event, one shard per day, its day catalog in a local SQLite file).
 //! - **Rollups**: SQLite, the embedded default (`rollups.db`), or MariaDB / MySQL
@@ -36,6 +37,7 @@
 //!
 //! Modules:
 //! - `archive`: a raw day → one Parquet object, read back and checked before it counts.
+//! - `calendar`: the days of `events.time_zone` (UTC by default), and the zone a store keeps.
 //! - `config`: `[events]` settings and the schema.
 //! - `dashboard`: `GET /dashboard`, the live dashboard page.
 //! - `http`: the ingest routes (JSON, line protocol v1 and v2).
@@ -60,6 +62,7 @@
 //! - `testing`: a private `influxd` for tests.
 
 pub mod archive;
+pub mod calendar;
 pub mod config;
 #[cfg(feature = "testing")]
 pub mod conformance;

@@ -40,6 +40,7 @@ use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
 use tokio_util::sync::CancellationToken;
 
 use crate::archive::RawArchive;
+use crate::calendar::Calendar;
 use crate::config::EventsConfig;
 use crate::leases::DayLease;
 use crate::metrics::EventsMetrics;
@@ -49,28 +50,32 @@ use crate::rollup::RollupService;
 /// How long after a day's last arrival it may be rolled up or archived (ms).
 pub const SETTLE_MS: i64 = 2_000;
 
-/// The lifecycle's windows.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// The lifecycle's windows, over the days of the raw tier's calendar.
+#[derive(Debug, Clone)]
 pub struct Windows {
     /// How long a day stays after its last event arrived (`events.raw_retention`).
     pub raw_retention_ms: i64,
     /// How long after its close a day is rolled up and archived (`events.lateness`).
     pub lateness_ms: i64,
+    /// The days (UTC, or local days of `events.time_zone`): when each closes.
+    pub calendar: Calendar,
 }
 
 impl Windows {
-    /// The windows of `cfg`.
-    pub fn of(cfg: &EventsConfig) -> Self {
+    /// The windows of `cfg` over the days of `calendar`.
+    pub fn of(cfg: &EventsConfig, calendar: Calendar) -> Self {
         let ms = |d: Duration| i64::try_from(d.as_millis()).unwrap_or(i64::MAX);
         Self {
             raw_retention_ms: ms(cfg.raw_retention),
             lateness_ms: ms(cfg.lateness),
+            calendar,
         }
     }
 
-    /// The day has closed plus the lateness window.
+    /// The day has closed (its last instant, 23, 24 or 25 h after its first) plus the
+    /// lateness window.
     pub fn closed(&self, day: Day, now_ms: i64) -> bool {
-        now_ms >= day.plus(1).utc_start_ms().saturating_add(self.lateness_ms)
+        now_ms >= self.calendar.end_ms(day).saturating_add(self.lateness_ms)
     }
 
     /// The day is due for its rollup and archive jobs: closed, settled, not dropped.
@@ -94,7 +99,7 @@ impl Windows {
     /// `raw_retention − 1 day` in the past, and it is not yet both rolled up and archived.
     pub fn at_risk(&self, s: &DayState, now_ms: i64) -> bool {
         let horizon = (self.raw_retention_ms - DAY_MS).max(0);
-        let since = s.last_arrival_ms.max(s.day.plus(1).utc_start_ms());
+        let since = s.last_arrival_ms.max(self.calendar.end_ms(s.day));
         s.dropped_ms.is_none()
             && self.closed(s.day, now_ms)
             && now_ms - since >= horizon
@@ -229,9 +234,9 @@ impl Lifecycle {
         Self {
             raw: Arc::clone(rollup.raw()),
             clock: Arc::clone(rollup.clock()),
+            windows: Windows::of(cfg, rollup.raw().calendar().clone()),
             rollup,
             archive,
-            windows: Windows::of(cfg),
             metrics,
             warned: Mutex::new(BTreeSet::new()),
             reported: Mutex::new(BTreeSet::new()),
@@ -530,6 +535,7 @@ mod tests {
     fn windows() {
         let w = Windows {
             raw_retention_ms: 7 * DAY_MS,
+            calendar: Calendar::utc(),
             lateness_ms: H,
         };
         let day = Day::parse("2026-03-10").unwrap();
@@ -565,6 +571,7 @@ mod tests {
     fn days_the_store_expires_by_itself_are_at_risk_a_day_before() {
         let w = Windows {
             raw_retention_ms: 7 * DAY_MS,
+            calendar: Calendar::utc(),
             lateness_ms: H,
         };
         let day = Day::parse("2026-03-10").unwrap();

@@ -1,4 +1,5 @@
-//! The raw tier (DESIGN.md part C "Raw tier"): events partitioned by UTC day.
+//! The raw tier (DESIGN.md part C "Raw tier"): events partitioned by day, the days of the
+//! store's [`Calendar`] (UTC, or the local days of `events.time_zone`).
 //!
 //! Embedded default: `raw.db` with one table `raw_YYYYMMDD` per day, created on first use, and
 //! a `raw_day` catalog (events per day, last arrival) that the rollup scheduler reads. Their
@@ -16,6 +17,7 @@ use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
 use tidemark_core::store::{AsStoreError, StoreError};
 
+use crate::calendar::Calendar;
 use crate::model::{Event, fields_flag_bot};
 use crate::rollup::{DayAggregate, ROLLUP_CHUNK, RollupRow};
 
@@ -28,7 +30,7 @@ pub use catalog::mysql::MysqlCatalog;
 pub use catalog::{DayCatalog, SqliteCatalog};
 pub use influx::{InfluxRaw, InfluxTarget};
 
-/// The catalog entry of one UTC day of the raw tier: how many events it holds, when the last
+/// The catalog entry of one day of the raw tier: how many events it holds, when the last
 /// one arrived, and up to which arrival it has been rolled up and archived. A day is
 /// *dirty* for a job when events arrived after that job last ran for it.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -115,10 +117,14 @@ impl From<SqliteError> for RawError {
 /// The raw-tier port (DESIGN.md part C "Raw tier").
 #[async_trait]
 pub trait RawStore: Send + Sync + std::fmt::Debug {
-    /// Appends events durably (all or nothing), each into the partition of its UTC day, and
-    /// updates the day catalog. `now_ms` is the arrival time. Refuses the whole batch with
+    /// Appends events durably (all or nothing), each into the partition of its day
+    /// ([`RawStore::calendar`]), and updates the day catalog. `now_ms` is the arrival time. Refuses the whole batch with
     /// [`RawError::DayDropped`] if any event belongs to a dropped day.
     async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError>;
+
+    /// The days this store is partitioned by. Every day the events subsystem computes about
+    /// the store's events (rollups, closing times, `today`) is a day of this calendar.
+    fn calendar(&self) -> &Calendar;
 
     /// Up to `limit` events of `day` after the cursor `after` (0 to start), in the backend's
     /// stable order (SQLite: arrival; InfluxDB: time), and the cursor to continue from (`None`
@@ -202,6 +208,7 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
 pub struct SqliteRaw {
     writer: GroupWriter,
     reads: ReadPool,
+    calendar: Calendar,
 }
 
 fn table(day: Day) -> String {
@@ -246,19 +253,32 @@ impl SqliteRaw {
             migrate_sqlite(&conn, path, &migrations::RAW)?;
             let writer = GroupWriter::start("events-raw", conn, 256);
             let reads = ReadPool::open(path, 4)?;
-            Ok(Self { writer, reads })
+            Ok(Self {
+                writer,
+                reads,
+                calendar: Calendar::utc(),
+            })
         })
+    }
+
+    /// This store with its days cut in `calendar` (UTC unless set): set before the first
+    /// append, and kept (see [`crate::calendar::agree_time_zone`]).
+    #[must_use]
+    pub fn with_calendar(mut self, calendar: Calendar) -> Self {
+        self.calendar = calendar;
+        self
     }
 }
 
 #[async_trait]
 impl RawStore for SqliteRaw {
     async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError> {
+        let calendar = self.calendar.clone();
         self.writer
             .write(move |conn| {
                 let mut per_day: BTreeMap<Day, i64> = BTreeMap::new();
                 for e in &events {
-                    let day = Day::of_utc_ms(e.time_ms);
+                    let day = calendar.day_of(e.time_ms);
                     if !per_day.contains_key(&day) {
                         let dropped = catalog::dropped_ms(conn, day)?;
                         if dropped.is_some() {
@@ -290,6 +310,10 @@ impl RawStore for SqliteRaw {
                 Ok::<_, RawError>(())
             })
             .await
+    }
+
+    fn calendar(&self) -> &Calendar {
+        &self.calendar
     }
 
     async fn read_chunk(
@@ -400,11 +424,12 @@ impl RawStore for SqliteRaw {
         since_ms: i64,
         until_ms: i64,
     ) -> Result<Vec<MinuteCount>, StoreError> {
+        let calendar = self.calendar.clone();
         self.reads
             .read(move |conn| {
                 let mut out = Vec::new();
-                let mut day = Day::of_utc_ms(since_ms);
-                while day.utc_start_ms() < until_ms {
+                let mut day = calendar.day_of(since_ms);
+                while calendar.start_ms(day) < until_ms {
                     if table_exists(conn, day)? {
                         let mut stmt = conn.prepare_cached(&format!(
                             "SELECT (time_ms / 60000) * 60000 AS minute, kind, count(*) FROM {}

@@ -5,13 +5,13 @@
 //! Data flow:
 //! - **Needs**, noted by [`crate::usage::KindUsage`] with the kind audit's figures and added to
 //!   the summary store with them (additive, every node its own; `raw_window_needs`):
-//!   - [`Need::Late`]: stored events that arrived `k` days after their UTC day;
+//!   - [`Need::Late`]: stored events that arrived `k` days after their day;
 //!   - [`Need::TooOld`]: events refused as older than the raw window (`raw_retention +
 //!     lateness`), by the age they had;
 //!   - [`Need::Reroll`]: rollups of a day that had been rolled up before (late events made
 //!     it dirty, or an operator asked), by the day's age then.
 //!
-//!   Ages are whole UTC days between the event's (or the rolled-up) day and the arrival's
+//!   Ages are whole days (of `events.time_zone`, [`crate::calendar`]) between the event's (or the rolled-up) day and the arrival's
 //!   (or the rollup's); ages above [`MAX_AGE`] are counted as [`MAX_AGE`] + 1.
 //! - **Bytes** per day, from the raw tier itself ([`crate::RawStore::day_bytes`]: SQLite's
 //!   `dbstat` pages of each day's table; InfluxDB's `diskBytes` of each day's shards).
@@ -27,6 +27,7 @@ use tidemark_core::day::Day;
 use tidemark_core::timefmt::rfc3339_ms;
 use utoipa::ToSchema;
 
+use crate::calendar::Calendar;
 use crate::raw::DayState;
 
 /// The largest age counted on its own, in days; older ones are counted together.
@@ -78,10 +79,10 @@ impl NeedCount {
     }
 }
 
-/// The age of `day` at `now_ms`, in whole UTC days, clamped to `MAX_AGE + 1`; `None` for a
-/// day that is not in the past.
-pub fn age(day: Day, now_ms: i64) -> Option<u32> {
-    let days = Day::of_utc_ms(now_ms).0 - day.0;
+/// The age of `day` at `now_ms`, in whole days of `calendar` (today's date minus the day's),
+/// clamped to `MAX_AGE + 1`; `None` for a day that is not in the past.
+pub fn age(calendar: &Calendar, day: Day, now_ms: i64) -> Option<u32> {
+    let days = calendar.day_of(now_ms).0 - day.0;
     u32::try_from(days)
         .ok()
         .filter(|d| *d >= 1)
@@ -104,12 +105,12 @@ pub struct RawDay {
 pub struct AtLeast {
     /// `k`, in days.
     pub days: u32,
-    /// Events stored when their UTC day was at least `k` days old.
+    /// Events stored when their day was at least `k` days old.
     pub late_events: u64,
-    /// Events refused (older than the raw window) when their UTC day was at least `k` days
+    /// Events refused (older than the raw window) when their day was at least `k` days
     /// old.
     pub refused_events: u64,
-    /// Rollups of a day rolled up before, run when the day was at least `k` UTC days old
+    /// Rollups of a day rolled up before, run when the day was at least `k` days old
     /// (today's date minus the day's).
     pub rerolls: u64,
     /// Bytes a raw window of `k` days would hold at the mean of the closed days held.
@@ -147,8 +148,9 @@ pub struct Beyond {
 }
 
 /// The report of the raw days `days` (the catalog), their `bytes`, and the `needs` kept, at
-/// `now_ms`, for a `raw_retention` of `retention_days`.
+/// `now_ms` (today a day of `calendar`), for a `raw_retention` of `retention_days`.
 pub fn report(
+    calendar: &Calendar,
     days: &[DayState],
     bytes: &[(Day, u64)],
     needs: &BTreeMap<(Need, u32), NeedCount>,
@@ -165,7 +167,7 @@ pub fn report(
             bytes: bytes.get(&d.day).copied().unwrap_or(0),
         })
         .collect();
-    let today = Day::of_utc_ms(now_ms);
+    let today = calendar.day_of(now_ms);
     let closed: Vec<u64> = days
         .iter()
         .filter(|d| d.dropped_ms.is_none() && d.day < today)

@@ -28,6 +28,7 @@ use tidemark_core::http::{ApiError, ApiQuery, ErrorBody, Tenant};
 use tidemark_core::store::StoreError;
 use tidemark_core::timefmt::rfc3339_ms;
 
+use crate::calendar::Calendar;
 use crate::http::EventsHttp;
 use crate::raw::MinuteCount;
 
@@ -80,6 +81,10 @@ pub struct Recent {
     pub total: u64,
     /// Every minute of the window, oldest first.
     pub minutes: Vec<MinuteRow>,
+    /// The time zone of the events' days (`events.time_zone`: `UTC` or an IANA name), for
+    /// showing the minutes as local clock times.
+    #[schema(example = "Europe/Sarajevo")]
+    pub time_zone: String,
 }
 
 /// The window `[since, until)` of the last `minutes` whole minutes ending with the one that
@@ -90,8 +95,14 @@ pub fn window(now_ms: i64, minutes: u32) -> (i64, i64) {
 }
 
 /// Builds the dense answer: one row per minute of `[since, until)`, every kind in every row.
-/// Counts outside the window are ignored.
-pub fn fill(since: i64, until: i64, declared: &[String], counts: &[MinuteCount]) -> Recent {
+/// Counts outside the window are ignored. `time_zone` names the zone of the events' days.
+pub fn fill(
+    since: i64,
+    until: i64,
+    declared: &[String],
+    counts: &[MinuteCount],
+    time_zone: &str,
+) -> Recent {
     let mut kinds: Vec<String> = declared.to_vec();
     let mut extra: Vec<&str> = counts
         .iter()
@@ -127,6 +138,7 @@ pub fn fill(since: i64, until: i64, declared: &[String], counts: &[MinuteCount])
         kinds,
         total,
         minutes,
+        time_zone: time_zone.to_owned(),
     }
 }
 
@@ -173,7 +185,8 @@ async fn recent(
         .counts_per_minute(since, until)
         .await
         .map_err(|e| ApiError::store(e.kind(), format!("raw tier: {e}")))?;
-    let answer = fill(since, until, &s.ingest.config().schema.kinds, &counts);
+    let zone = s.ingest.raw().calendar().name();
+    let answer = fill(since, until, &s.ingest.config().schema.kinds, &counts, zone);
     if let Some(usage) = s.ingest.usage() {
         // The kinds the dashboard showed events of were read (the event-kind audit).
         let shown = answer.minutes.iter().flat_map(|m| {
@@ -192,7 +205,7 @@ async fn recent(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct TopParams {
-    /// The UTC day, `YYYY-MM-DD`, or `today` (the default).
+    /// The day, `YYYY-MM-DD`, or `today` (the default), in the events time zone.
     #[param(value_type = Option<String>, example = "today")]
     day: Option<String>,
     /// How many listings, 1 to 1000 (default 10).
@@ -213,18 +226,25 @@ pub struct TopListing {
 /// The answer of `GET /v1/events/top`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 pub struct Top {
-    /// The UTC day, `YYYY-MM-DD`.
+    /// The day, `YYYY-MM-DD`, of the events time zone.
     #[schema(format = Date)]
     pub day: String,
+    /// The time zone of the events' days (`events.time_zone`: `UTC` or an IANA name).
+    #[schema(example = "Europe/Sarajevo")]
+    pub time_zone: String,
     /// Most events first (ties: lower listing id first).
     pub listings: Vec<TopListing>,
 }
 
-fn parse_day(raw: Option<&str>, now_ms: i64) -> Result<Day, ApiError> {
+fn parse_day(raw: Option<&str>, calendar: &Calendar, now_ms: i64) -> Result<Day, ApiError> {
     match raw.map(str::trim) {
-        None | Some("today") => Ok(Day::of_utc_ms(now_ms)),
-        Some(d) => Day::parse(d)
-            .map_err(|e| ApiError::bad_request(format!("day: {e} (or the word \"today\", UTC)"))),
+        None | Some("today") => Ok(calendar.day_of(now_ms)),
+        Some(d) => Day::parse(d).map_err(|e| {
+            ApiError::bad_request(format!(
+                "day: {e} (or the word \"today\", in {})",
+                calendar.name()
+            ))
+        }),
     }
 }
 
@@ -256,9 +276,9 @@ async fn top(
     _t: Tenant,
     ApiQuery(q): ApiQuery<TopParams>,
 ) -> Result<axum::Json<Top>, ApiError> {
-    let day = parse_day(q.day.as_deref(), s.clock.now_ms())?;
-    let limit = parse_limit(q.limit.as_deref())?;
     let raw = s.ingest.raw();
+    let day = parse_day(q.day.as_deref(), raw.calendar(), s.clock.now_ms())?;
+    let limit = parse_limit(q.limit.as_deref())?;
     let unavailable = |e: StoreError| ApiError::store(e.kind(), format!("raw tier: {e}"));
     let dropped = raw
         .days()
@@ -285,6 +305,7 @@ async fn top(
         .collect();
     Ok(axum::Json(Top {
         day: day.to_string(),
+        time_zone: raw.calendar().name().to_owned(),
         listings,
     }))
 }
@@ -325,7 +346,7 @@ mod tests {
             mc(since - MINUTE_MS, "view", 100), // outside: ignored
             mc(until, "view", 100),             // outside: ignored
         ];
-        let r = fill(since, until, &declared, &counts);
+        let r = fill(since, until, &declared, &counts, "UTC");
         assert_eq!(r.kinds, ["view", "click", "contact", "retired_kind"]);
         assert_eq!(r.minutes.len(), 5);
         assert_eq!(r.total, 10);
@@ -354,16 +375,23 @@ mod tests {
             assert!(e.message.contains("minutes"), "{}", e.message);
         }
         let now = 1_795_999_534_123;
-        assert_eq!(parse_day(None, now).unwrap().to_string(), "2026-11-30");
         assert_eq!(
-            parse_day(Some("today"), now).unwrap().to_string(),
+            parse_day(None, &Calendar::utc(), now).unwrap().to_string(),
             "2026-11-30"
         );
         assert_eq!(
-            parse_day(Some("2024-02-29"), now).unwrap().to_string(),
+            parse_day(Some("today"), &Calendar::utc(), now)
+                .unwrap()
+                .to_string(),
+            "2026-11-30"
+        );
+        assert_eq!(
+            parse_day(Some("2024-02-29"), &Calendar::utc(), now)
+                .unwrap()
+                .to_string(),
             "2024-02-29"
         );
-        assert!(parse_day(Some("yesterday"), now).is_err());
+        assert!(parse_day(Some("yesterday"), &Calendar::utc(), now).is_err());
         assert_eq!(parse_limit(None).unwrap(), 10);
         assert!(parse_limit(Some("0")).is_err());
         assert!(parse_limit(Some("1001")).is_err());

@@ -239,10 +239,10 @@ async fn post_listings(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct ReportParams {
-    /// First UTC day, `YYYY-MM-DD`.
+    /// First day, `YYYY-MM-DD` (a day of `events.time_zone`).
     #[param(required = true, value_type = String, format = Date)]
     from: Option<String>,
-    /// Last UTC day (inclusive), `YYYY-MM-DD`, not before `from`.
+    /// Last day (inclusive), `YYYY-MM-DD`, not before `from`.
     #[param(required = true, value_type = String, format = Date)]
     to: Option<String>,
     /// Only this kind (one of the configured set).
@@ -382,10 +382,10 @@ async fn report_rows(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct MonthsParams {
-    /// First UTC month, `YYYY-MM`.
+    /// First month, `YYYY-MM`.
     #[param(required = true, value_type = String, pattern = r"^\d{4}-\d{2}$")]
     from: Option<String>,
-    /// Last UTC month (inclusive), `YYYY-MM`, not before `from`.
+    /// Last month (inclusive), `YYYY-MM`, not before `from`.
     #[param(required = true, value_type = String, pattern = r"^\d{4}-\d{2}$")]
     to: Option<String>,
     /// Only this kind (one of the configured set).
@@ -489,12 +489,12 @@ fn months_between(from: &str, to: &str) -> i32 {
     ym(to) - ym(from)
 }
 
-/// Rolls a UTC day's raw events up into the summary tier (a re-run overwrites, never doubles).
+/// Rolls a day's raw events up into the summary tier (a re-run overwrites, never doubles).
 #[utoipa::path(
     post,
     path = "/v1/rollups/{day}",
     tag = "events",
-    params(("day" = String, Path, description = "The UTC day, `YYYY-MM-DD`", format = Date)),
+    params(("day" = String, Path, description = "The day, `YYYY-MM-DD`, of `events.time_zone`", format = Date)),
     responses(
         (status = 200, description = "Rolled up", body = RollupOutcome),
         (status = 404, description = "No event of the day was ever stored, e.g. a day in the future (`no_events`); nothing written", body = ErrorBody),
@@ -555,7 +555,8 @@ async fn kinds(
         .map_err(store_error)?;
     let now = s.rollups.clock().now_ms();
     let raw_days = s.raw_retention.as_secs().div_ceil(86_400);
-    let raw_from = Day::of_utc_ms(now).plus(-i32::try_from(raw_days).unwrap_or(i32::MAX));
+    let today = s.rollups.raw().calendar().day_of(now);
+    let raw_from = today.plus(-i32::try_from(raw_days).unwrap_or(i32::MAX));
     Ok(axum::Json(crate::usage::audit(
         &s.schema, &figures, raw_from, stale_days, now,
     )))

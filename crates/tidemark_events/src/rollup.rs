@@ -1,5 +1,6 @@
-//! The daily rollup (DESIGN.md part C "Daily rollup", seed 002): one UTC day of raw events →
-//! one row per `(listing_id, day, kind)` in `listing_daily`.
+//! The daily rollup (DESIGN.md part C "Daily rollup", seed 002): one day of raw events (a day
+//! of `events.time_zone`, [`crate::calendar`]) → one row per `(listing_id, day, kind)` in
+//! `listing_daily`.
 //!
 //! The rule, in the order [`roll_up_day`] applies it:
 //! 1. Take the day's catalog entry ([`DayState`]). No entry, or the partition was dropped →
@@ -359,7 +360,7 @@ impl DayAggregate {
     }
 }
 
-/// Rolls up one UTC day (the rule is in the module docs). Callers run at most one rollup of a
+/// Rolls up one day (the rule is in the module docs). Callers run at most one rollup of a
 /// day at a time ([`RollupService`] does); `now_ms` is only logged.
 pub async fn roll_up_day(
     raw: &dyn RawStore,
@@ -397,7 +398,7 @@ async fn roll_up(
         None => {
             return Err(RollupError::NoEvents {
                 day,
-                future: day > Day::of_utc_ms(now_ms),
+                future: day > raw.calendar().day_of(now_ms),
             });
         }
         Some(DayState {

@@ -82,7 +82,7 @@ pub struct ReportRow {
 #[serde(transparent)]
 pub struct PeriodUniques(pub Option<u64>);
 
-/// One row of a monthly export: a listing's sums of one kind over one UTC month.
+/// One row of a monthly export: a listing's sums of one kind over one month (of days of `events.time_zone`).
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Serialize, utoipa::ToSchema)]
 pub struct MonthRow {
     /// The listing.
@@ -128,6 +128,17 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
         let _ = schema;
         Ok(())
     }
+
+    /// The time zone this store's days are cut in ([`crate::calendar`]), as last recorded by
+    /// [`RollupStore::record_time_zone`]; `None` when none was (a store made before zones
+    /// were recorded holds UTC days).
+    async fn recorded_time_zone(&self) -> Result<Option<String>, StoreError>;
+
+    /// Records `name` (`"UTC"` or an IANA name) as the zone of this store's days.
+    async fn record_time_zone(&self, name: &str) -> Result<(), StoreError>;
+
+    /// Whether the store holds any daily summary row.
+    async fn holds_summaries(&self) -> Result<bool, StoreError>;
 
     /// [`RollupStore::upsert_day`] under `lease` ([`crate::leases`]): a store that several
     /// nodes share checks in the write's own transaction that the lease is still held, and

@@ -22,14 +22,19 @@ fn unknown(key: &str, value: &str, expected: &str) -> StoreError {
     )
 }
 
-/// The raw tier of `cfg.raw`, with its files under `events_dir`.
+/// The raw tier of `cfg.raw`, with its files under `events_dir`, its days those of
+/// `cfg.time_zone`.
 pub async fn open_raw(
     cfg: &EventsConfig,
     events_dir: &Path,
 ) -> Result<Arc<dyn RawStore>, StoreError> {
     let url = cfg.raw.trim();
+    let calendar = cfg
+        .calendar()
+        .map_err(|e| StoreError::rejected("config", e))?;
     if is_embedded(url) {
-        return Ok(Arc::new(SqliteRaw::open(&events_dir.join("raw.db"))?));
+        let raw = SqliteRaw::open(&events_dir.join("raw.db"))?;
+        return Ok(Arc::new(raw.with_calendar(calendar)));
     }
     if url.starts_with("influxdb://") {
         // The retention policy follows `events.raw_retention` unless the URL sets its own.
@@ -57,7 +62,7 @@ pub async fn open_raw(
             Arc::new(shared)
         };
         let raw = InfluxRaw::connect_with_catalog(&url, catalog).await?;
-        return Ok(Arc::new(raw));
+        return Ok(Arc::new(raw.with_calendar(calendar)));
     }
     Err(unknown("raw", url, "an influxdb:// URL"))
 }
@@ -77,6 +82,23 @@ pub async fn open_rollups(
         return Ok(Arc::new(MysqlRollups::connect(url, 16).await?));
     }
     Err(unknown("rollups", url, "a mysql:// URL"))
+}
+
+/// Both tiers of `cfg`, as [`open_raw`] and [`open_rollups`] open them, once their time zone
+/// is agreed ([`crate::calendar::agree_time_zone`]): what a process that writes events or
+/// summaries opens.
+///
+/// # Errors
+/// Those of opening either tier, and a [`tidemark_core::store::ErrorKind::Rejected`] naming
+/// both zones when `events.time_zone` is not the zone the stores' days were cut in.
+pub async fn open_both(
+    cfg: &EventsConfig,
+    events_dir: &Path,
+) -> Result<(Arc<dyn RawStore>, Arc<dyn RollupStore>), StoreError> {
+    let raw = open_raw(cfg, events_dir).await?;
+    let rollups = open_rollups(cfg, events_dir).await?;
+    crate::calendar::agree_time_zone(raw.calendar(), raw.as_ref(), rollups.as_ref()).await?;
+    Ok((raw, rollups))
 }
 
 /// Whether `url` names a MariaDB / MySQL database.

@@ -3,7 +3,7 @@
 //!
 //! Data flow:
 //! - [`KindUsage::wrote`]: every batch [`crate::Ingest`] stored adds its events per
-//!   `(kind, UTC day of the event)`, with the arrival time ([`crate::Ingest::with_usage`]);
+//!   `(kind, day of the event)`, with the arrival time ([`crate::Ingest::with_usage`]);
 //! - [`KindUsage::read`]: a report, an export or the dashboard notes the kinds it answered
 //!   with, and which of them read it;
 //! - the raw window's needs ([`crate::raw_window`]): late and refused events by age, and
@@ -33,6 +33,7 @@ use tidemark_core::timefmt::rfc3339_ms;
 use tokio_util::sync::CancellationToken;
 use utoipa::ToSchema;
 
+use crate::calendar::Calendar;
 use crate::model::Event;
 use crate::raw_window::{self, Need, NeedCount};
 use crate::rollups::RollupStore;
@@ -115,14 +116,17 @@ impl UsageFigures {
 pub struct KindUsage {
     store: Arc<dyn RollupStore>,
     pending: Arc<Mutex<UsageFigures>>,
+    calendar: Calendar,
 }
 
 impl KindUsage {
-    /// Usage added to `store` at each flush.
-    pub fn new(store: Arc<dyn RollupStore>) -> Self {
+    /// Usage added to `store` at each flush, events counted by the days of `calendar` (the
+    /// raw tier's).
+    pub fn new(store: Arc<dyn RollupStore>, calendar: Calendar) -> Self {
         Self {
             store,
             pending: Arc::default(),
+            calendar,
         }
     }
 
@@ -132,10 +136,10 @@ impl KindUsage {
 
     /// Events of a batch per `(kind, day of the event)`: taken before the batch is handed
     /// to the raw tier, noted with [`KindUsage::wrote`] once it is stored.
-    pub fn per_kind_and_day(events: &[Event]) -> Vec<((String, Day), u64)> {
+    pub fn per_kind_and_day(&self, events: &[Event]) -> Vec<((String, Day), u64)> {
         let mut per: BTreeMap<(&str, Day), u64> = BTreeMap::new();
         for e in events {
-            *per.entry((e.kind.as_str(), Day::of_utc_ms(e.time_ms)))
+            *per.entry((e.kind.as_str(), self.calendar.day_of(e.time_ms)))
                 .or_default() += 1;
         }
         per.into_iter()
@@ -148,7 +152,7 @@ impl KindUsage {
     pub fn wrote(&self, per: Vec<((String, Day), u64)>, now_ms: i64) {
         let mut p = self.lock();
         for (key, n) in per {
-            if let Some(age) = raw_window::age(key.1, now_ms) {
+            if let Some(age) = raw_window::age(&self.calendar, key.1, now_ms) {
                 p.need(Need::Late, age, n, now_ms);
             }
             let w = p.written.entry(key).or_default();
@@ -157,12 +161,12 @@ impl KindUsage {
         }
     }
 
-    /// Notes events refused at `now_ms` as older than the raw window, by their UTC days
+    /// Notes events refused at `now_ms` as older than the raw window, by their days
     /// ([`Need::TooOld`]).
     pub fn refused(&self, days: impl IntoIterator<Item = Day>, now_ms: i64) {
         let mut p = self.lock();
         for day in days {
-            if let Some(age) = raw_window::age(day, now_ms) {
+            if let Some(age) = raw_window::age(&self.calendar, day, now_ms) {
                 p.need(Need::TooOld, age, 1, now_ms);
             }
         }
@@ -170,7 +174,7 @@ impl KindUsage {
 
     /// Notes that `day`, rolled up before, was rolled up again at `now_ms` ([`Need::Reroll`]).
     pub fn rerolled(&self, day: Day, now_ms: i64) {
-        if let Some(age) = raw_window::age(day, now_ms) {
+        if let Some(age) = raw_window::age(&self.calendar, day, now_ms) {
             self.lock().need(Need::Reroll, age, 1, now_ms);
         }
     }
@@ -238,7 +242,7 @@ pub struct KindAudit {
     pub status: String,
     /// Arrival of its last event, RFC 3339; `null` if none was ever recorded.
     pub last_written: Option<String>,
-    /// Its events per UTC day of the event, over the raw window, oldest first (days without
+    /// Its events per day of the event, over the raw window, oldest first (days without
     /// any left out).
     pub events_per_day: Vec<DayEvents>,
     /// Its last read by a report, an export or the dashboard, RFC 3339; `null` if never.

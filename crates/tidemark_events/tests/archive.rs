@@ -483,8 +483,10 @@ async fn a_refused_or_interrupted_s3_upload_marks_nothing_and_drops_nothing() {
     );
     let state = s.state().await;
     assert_eq!(state.archived_arrival_ms, None);
-    let windows =
-        tidemark_events::lifecycle::Windows::of(&tidemark_events::EventsConfig::default());
+    let windows = tidemark_events::lifecycle::Windows::of(
+        &tidemark_events::EventsConfig::default(),
+        tidemark_events::calendar::Calendar::utc(),
+    );
     assert!(
         !windows.may_drop(&state, i64::MAX / 2),
         "a day not archived is never dropped"

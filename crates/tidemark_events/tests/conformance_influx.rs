@@ -232,3 +232,58 @@ async fn an_unreachable_server_fails_at_start_with_a_clear_error() {
         .unwrap_err();
     assert!(err.to_string().contains("database"), "{err}");
 }
+
+/// Local days on the production shape: InfluxDB's shards are UTC days, so a Berlin day spans
+/// two of them; its day catalog and summaries are in MariaDB.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn influx_local_days_with_mariadb_summaries() {
+    use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
+    use tidemark_events::MysqlCatalog;
+    use tidemark_events::calendar::Calendar;
+    use tidemark_events::rollups::MysqlRollups;
+
+    let server = InfluxServer::start().unwrap();
+    let url = scratch_database(&test_server_url(), "tm_local_days")
+        .await
+        .unwrap();
+    let rollups = MysqlRollups::connect(&url, 4).await.unwrap();
+    let catalog = Arc::new(MysqlCatalog::connect(&url, 4).await.unwrap());
+    // A retention long enough to keep 2024's events.
+    let raw = InfluxRaw::connect_with_catalog(
+        &format!("{}?retention=20000d", server.url("tidemark")),
+        catalog,
+    )
+    .await
+    .unwrap()
+    .with_calendar(Calendar::named("Europe/Berlin").unwrap());
+    conformance::local_days(Arc::new(raw), Arc::new(rollups.clone())).await;
+    // The dropped day's points are gone from InfluxDB (a delete by time range: no shard lies
+    // within a Berlin day), its neighbours' are not.
+    let count = |from: &'static str, to: &'static str| {
+        let server = &server;
+        async move {
+            let q = format!(
+                "SELECT count(\"seq\") FROM \"{RETENTION_POLICY}\".\"listing_event\" \
+                 WHERE time >= '{from}' AND time < '{to}'"
+            );
+            let v = influx_query(server, "tidemark", &q).await;
+            v["results"][0]["series"][0]["values"][0][1]
+                .as_u64()
+                .unwrap_or(0)
+        }
+    };
+    assert_eq!(
+        count("2024-10-26T22:00:00Z", "2024-10-27T23:00:00Z").await,
+        0
+    );
+    assert_eq!(
+        count("2024-10-26T00:00:00Z", "2024-10-26T22:00:00Z").await,
+        2
+    );
+    assert_eq!(
+        count("2024-10-27T23:00:00Z", "2024-10-29T00:00:00Z").await,
+        3
+    );
+    rollups.pool().close().await;
+    drop_database(&url).await.unwrap();
+}

@@ -33,3 +33,18 @@ async fn sqlite_raw_store() {
     ))
     .await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_local_days() {
+    let dir = tempfile::tempdir().unwrap();
+    let berlin = tidemark_events::calendar::Calendar::named("Europe/Berlin").unwrap();
+    conformance::local_days(
+        Arc::new(
+            SqliteRaw::open(&dir.path().join("raw.db"))
+                .unwrap()
+                .with_calendar(berlin),
+        ),
+        Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap()),
+    )
+    .await;
+}

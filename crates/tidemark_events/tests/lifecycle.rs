@@ -53,6 +53,15 @@ impl RollupStore for Switchable {
     async fn put_listings(&self, tenant: &str, pairs: &[(i64, i64)]) -> Result<usize, StoreError> {
         self.inner.put_listings(tenant, pairs).await
     }
+    async fn recorded_time_zone(&self) -> Result<Option<String>, StoreError> {
+        self.inner.recorded_time_zone().await
+    }
+    async fn record_time_zone(&self, name: &str) -> Result<(), StoreError> {
+        self.inner.record_time_zone(name).await
+    }
+    async fn holds_summaries(&self) -> Result<bool, StoreError> {
+        self.inner.holds_summaries().await
+    }
     async fn add_kind_usage(
         &self,
         figures: &tidemark_events::usage::UsageFigures,

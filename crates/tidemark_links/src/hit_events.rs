@@ -300,6 +300,9 @@ mod tests {
             tokio::time::sleep(Duration::from_millis(20)).await;
             self.inner.append(events, now_ms).await
         }
+        fn calendar(&self) -> &tidemark_events::calendar::Calendar {
+            self.inner.calendar()
+        }
         async fn read_chunk(
             &self,
             day: Day,

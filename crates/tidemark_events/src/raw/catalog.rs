@@ -1,4 +1,4 @@
-//! The raw tier's day catalog, `raw_day`, in a SQLite file: one row per UTC day with the events
+//! The raw tier's day catalog, `raw_day`, in a SQLite file: one row per day with the events
 //! appended, the last arrival, the rollup and archive marks and when the day was dropped. The
 //! rollup scheduler and the lifecycle read it; every raw backend keeps it the same way, with
 //! these functions, so the rules (marks never move back; a day is dropped only when rolled up

@@ -31,8 +31,10 @@
 //! `max-row-limit` is lower still gives every point).
 //!
 //! **Drop**: the catalog marks the day dropped only if rolled up and archived up to its last
-//! arrival with no append pending; then the day's shard is dropped whole (`DROP SHARD`), or its
-//! points deleted if no shard covers exactly that day. If that fails, the day's points are
+//! arrival with no append pending; then the shards that lie within the day are dropped whole
+//! (`DROP SHARD`), and its points deleted by time range where no such shard covers them. Shard
+//! groups are aligned to UTC, so a UTC day is one shard, while a local day of
+//! `events.time_zone` spans two and is deleted by range. If that fails, the day's points are
 //! unreachable anyway (a dropped day reads empty) and InfluxDB's retention removes them.
 //!
 //! **Why a day catalog beside InfluxDB** ([`DayCatalog`]): the drop decision must be atomic
@@ -56,6 +58,7 @@ use tidemark_core::store::{ErrorKind, StoreError};
 
 use super::catalog::{DayCatalog, Mark, SqliteCatalog};
 use super::{DayState, MinuteCount, RawError, RawStore};
+use crate::calendar::Calendar;
 use crate::model::Event;
 
 /// The measurement (seed 002's name).
@@ -172,6 +175,7 @@ pub struct InfluxRaw {
     http: reqwest::Client,
     target: InfluxTarget,
     catalog: Arc<dyn DayCatalog>,
+    calendar: Calendar,
 }
 
 /// The machine's clock (Unix ms): InfluxDB's retention runs on it, whatever clock the caller
@@ -391,6 +395,7 @@ impl InfluxRaw {
             http,
             target,
             catalog,
+            calendar: Calendar::utc(),
         };
         raw.setup().await?;
         Ok(raw)
@@ -520,8 +525,8 @@ impl InfluxRaw {
         limit: usize,
         humans: bool,
     ) -> Result<Vec<Series>, StoreError> {
-        let start = day.utc_start_ms().saturating_mul(NS_PER_MS);
-        let end = day.plus(1).utc_start_ms().saturating_mul(NS_PER_MS);
+        let start = self.calendar.start_ms(day).saturating_mul(NS_PER_MS);
+        let end = self.calendar.end_ms(day).saturating_mul(NS_PER_MS);
         let from = if after == 0 {
             format!("time >= {start}")
         } else {
@@ -542,41 +547,56 @@ impl InfluxRaw {
         .await
     }
 
-    /// Removes a dropped day's points: its shard whole if one covers exactly that day, else a
-    /// time-range delete.
+    /// Removes a dropped day's points: the shards within the day whole, and a time-range
+    /// delete unless those shards cover the whole day.
     async fn remove_day(&self, day: Day) -> Result<(), StoreError> {
-        let start = format!("{day}T00:00:00Z");
-        let end = format!("{}T00:00:00Z", day.plus(1));
-        let shards: Vec<u64> = self
+        let (start, end) = (self.calendar.start_ms(day), self.calendar.end_ms(day));
+        let mut within: Vec<Shard> = self
             .shards()
             .await?
             .into_iter()
-            .filter(|s| s.start == start && s.end == end)
-            .map(|s| s.id)
+            .filter(|s| s.start_ms >= start && s.end_ms <= end)
             .collect();
-        if shards.is_empty() {
-            let (a, b) = (
-                day.utc_start_ms() * NS_PER_MS,
-                day.plus(1).utc_start_ms() * NS_PER_MS,
-            );
+        within.sort_by_key(|s| s.start_ms);
+        let covered = within
+            .iter()
+            .try_fold(start, |at, s| (s.start_ms == at).then_some(s.end_ms))
+            == Some(end);
+        if !covered {
+            let (a, b) = (start * NS_PER_MS, end * NS_PER_MS);
             self.command(&format!(
                 "DELETE FROM \"{MEASUREMENT}\" WHERE time >= {a} AND time < {b}"
             ))
             .await?;
         }
-        for id in shards {
-            self.command(&format!("DROP SHARD {id}")).await?;
+        for s in within {
+            self.command(&format!("DROP SHARD {}", s.id)).await?;
         }
         Ok(())
     }
+
+    /// This store with its days cut in `calendar` (UTC unless set): set before the first
+    /// append, and kept (see [`crate::calendar::agree_time_zone`]).
+    #[must_use]
+    pub fn with_calendar(mut self, calendar: Calendar) -> Self {
+        self.calendar = calendar;
+        self
+    }
 }
 
-/// One shard of `SHOW SHARDS`: its id and time range (RFC 3339, UTC).
+/// One shard of `SHOW SHARDS`: its id and time range (Unix ms, end exclusive).
 #[derive(Debug)]
 struct Shard {
     id: u64,
-    start: String,
-    end: String,
+    start_ms: i64,
+    end_ms: i64,
+}
+
+/// Unix ms of an RFC 3339 time of `SHOW SHARDS`.
+fn rfc3339_ms(text: &str) -> Option<i64> {
+    text.parse::<jiff::Timestamp>()
+        .ok()
+        .map(jiff::Timestamp::as_millisecond)
 }
 
 impl InfluxRaw {
@@ -595,25 +615,31 @@ impl InfluxRaw {
                 if text("database").as_deref() == Some(self.target.database.as_str())
                     && text("retention_policy").as_deref() == Some(RETENTION_POLICY)
                     && let Some(id) = at(row, "id").and_then(|v| v.as_u64())
-                    && let (Some(start), Some(end)) = (text("start_time"), text("end_time"))
+                    && let Some(start_ms) = text("start_time").as_deref().and_then(rfc3339_ms)
+                    && let Some(end_ms) = text("end_time").as_deref().and_then(rfc3339_ms)
                 {
-                    out.push(Shard { id, start, end });
+                    out.push(Shard {
+                        id,
+                        start_ms,
+                        end_ms,
+                    });
                 }
             }
         }
         Ok(out)
     }
 
-    /// The shards of this database's retention policy: id → the UTC day its time range starts
-    /// in (the day it holds: shards are days, or hours of one day).
+    /// The shards of this database's retention policy: id → the day that holds the middle of
+    /// its time range (the day it holds, where shards are UTC days or hours; the day of most
+    /// of its hours, where a local day spans two shards).
     async fn shard_days(&self) -> Result<BTreeMap<u64, Day>, StoreError> {
         Ok(self
             .shards()
             .await?
             .into_iter()
-            .filter_map(|s| {
-                let day = s.start.get(..10).and_then(|d| Day::parse(d).ok())?;
-                Some((s.id, day))
+            .map(|s| {
+                let middle = s.start_ms + (s.end_ms - s.start_ms) / 2;
+                (s.id, self.calendar.day_of(middle))
             })
             .collect())
     }
@@ -621,6 +647,10 @@ impl InfluxRaw {
 
 #[async_trait]
 impl RawStore for InfluxRaw {
+    fn calendar(&self) -> &Calendar {
+        &self.calendar
+    }
+
     async fn day_bytes(&self) -> Result<Vec<(Day, u64)>, StoreError> {
         let shards = self.shard_days().await?;
         let mut per_day: BTreeMap<Day, u64> = BTreeMap::new();
@@ -650,7 +680,7 @@ impl RawStore for InfluxRaw {
         }
         let mut per_day: BTreeMap<Day, i64> = BTreeMap::new();
         for e in &events {
-            *per_day.entry(Day::of_utc_ms(e.time_ms)).or_default() += 1;
+            *per_day.entry(self.calendar.day_of(e.time_ms)).or_default() += 1;
         }
         // InfluxDB drops points of shard groups already past retention, and stores the rest of
         // their request (a partial write): refuse such a batch whole before writing anything.
@@ -664,7 +694,7 @@ impl RawStore for InfluxRaw {
             return Err(RawError::Store(rejected(format!(
                 "events of {} are older than the raw tier's retention ({} h): InfluxDB \
                  would drop them; nothing of the batch was stored",
-                Day::of_utc_ms(e.time_ms),
+                self.calendar.day_of(e.time_ms),
                 self.target.retention.as_secs() / 3600
             ))));
         }
@@ -676,7 +706,7 @@ impl RawStore for InfluxRaw {
         let lines: Vec<String> = events
             .iter()
             .map(|e| {
-                let seq = next.entry(Day::of_utc_ms(e.time_ms)).or_default();
+                let seq = next.entry(self.calendar.day_of(e.time_ms)).or_default();
                 *seq += 1;
                 line(e, *seq - 1)
             })
@@ -745,9 +775,11 @@ impl RawStore for InfluxRaw {
 
     fn expires_at_ms(&self, day: Day) -> Option<i64> {
         // A shard group is deleted once its end is older than the retention: the day starts
-        // to go with its first shard (the whole day when shards are days).
+        // to go with the shard of its first instant (the whole day when shards are its days).
+        let shard = self.target.shard_ms();
+        let first_shard_end = self.calendar.start_ms(day).div_euclid(shard) * shard + shard;
         Some(
-            (day.utc_start_ms() + self.target.shard_ms()).saturating_add(
+            first_shard_end.saturating_add(
                 i64::try_from(self.target.retention.as_millis()).unwrap_or(i64::MAX),
             ),
         )

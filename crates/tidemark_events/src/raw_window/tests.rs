@@ -17,13 +17,23 @@ fn state(day: &str, events: u64, dropped: bool) -> DayState {
 
 #[test]
 fn ages_are_whole_utc_days_clamped_past_thirty() {
+    let utc = Calendar::utc();
     let now = d("2026-12-06").utc_start_ms() + 60_000;
-    assert_eq!(age(d("2026-12-06"), now), None);
-    assert_eq!(age(d("2026-12-07"), now), None);
-    assert_eq!(age(d("2026-12-05"), now), Some(1));
-    assert_eq!(age(d("2026-11-06"), now), Some(30));
-    assert_eq!(age(d("2026-11-05"), now), Some(31));
-    assert_eq!(age(d("2020-01-01"), now), Some(31));
+    assert_eq!(age(&utc, d("2026-12-06"), now), None);
+    assert_eq!(age(&utc, d("2026-12-07"), now), None);
+    assert_eq!(age(&utc, d("2026-12-05"), now), Some(1));
+    assert_eq!(age(&utc, d("2026-11-06"), now), Some(30));
+    assert_eq!(age(&utc, d("2026-11-05"), now), Some(31));
+    assert_eq!(age(&utc, d("2020-01-01"), now), Some(31));
+}
+
+#[test]
+fn ages_are_whole_local_days() {
+    // 00:30 on 6 December in Sarajevo is still 5 December in UTC.
+    let sarajevo = Calendar::named("Europe/Sarajevo").unwrap();
+    let now = d("2026-12-05").utc_start_ms() + 23 * 3_600_000 + 30 * 60_000;
+    assert_eq!(age(&sarajevo, d("2026-12-05"), now), Some(1));
+    assert_eq!(age(&Calendar::utc(), d("2026-12-05"), now), None);
 }
 
 #[test]
@@ -47,7 +57,7 @@ fn the_report_counts_needs_at_least_k_days_back_and_prices_windows() {
     needs.insert((Need::Late, 31), n(1, 900));
     needs.insert((Need::TooOld, 12), n(4, 700));
     needs.insert((Need::Reroll, 2), n(1, 800));
-    let r = report(&days, &bytes, &needs, 7, now);
+    let r = report(&Calendar::utc(), &days, &bytes, &needs, 7, now);
     assert_eq!(r.raw_retention_days, 7);
     assert_eq!(
         r.days,

@@ -12,7 +12,7 @@ use crate::raw_window::{self, RawWindowReport};
 /// 30 would cost): the raw days held with their events and bytes, how often a day at least
 /// `k` days old was needed (`k` = 1 to 30: late events stored, events refused as too old,
 /// days rolled up again), and the bytes a window of `k` days would take at the mean of the
-/// closed days held. Ages are in whole UTC days (today's date minus the day's). The route takes
+/// closed days held. Ages are in whole days of `events.time_zone` (today's date minus the day's). The route takes
 /// no query parameters.
 #[utoipa::path(
     get,
@@ -39,6 +39,7 @@ pub(super) async fn raw_window(
     let days = raw.days().await.map_err(store_error)?;
     let bytes = raw.day_bytes().await.map_err(store_error)?;
     Ok(axum::Json(raw_window::report(
+        raw.calendar(),
         &days,
         &bytes,
         &figures.needs,

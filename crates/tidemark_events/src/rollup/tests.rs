@@ -390,6 +390,9 @@ impl RawStore for Meddling {
     async fn append(&self, events: Vec<Event>, now_ms: i64) -> Result<(), RawError> {
         self.inner.append(events, now_ms).await
     }
+    fn calendar(&self) -> &crate::calendar::Calendar {
+        self.inner.calendar()
+    }
     async fn read_chunk(
         &self,
         day: Day,

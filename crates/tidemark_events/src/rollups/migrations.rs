@@ -10,6 +10,8 @@
 //! - version 3: `kind_written` and `kind_read`, the event-kind audit ([`crate::usage`]).
 //! - version 4: `listing_daily_visitors` and `listing_monthly_visitors`, the visitor sketches
 //!   of period uniques ([`crate::visitors`]), and `raw_window_needs` ([`crate::raw_window`]).
+//! - version 5: `events_meta`, the time zone the store's days are cut in
+//!   ([`crate::calendar`]), as on MariaDB.
 //! - adopting a file made before versions were recorded: a `listing_daily` keyed
 //!   `(listing_id, day, event)` is rebuilt with version 1's key ([`rekey_listing_daily`]), and
 //!   `rollup_kinds` gets every kind `listing_daily` holds ([`fill_rollup_kinds`]): the report
@@ -22,7 +24,8 @@
 //!   `listing_daily`) with an index on `month`.
 //! - version 2: `events_day_lease`, the per-day leases of the lifecycle ([`crate::leases`]),
 //!   here so that a summary write checks its lease in its own transaction; `events_meta`,
-//!   the events schema the nodes sharing the database agree on.
+//!   the events schema the nodes sharing the database agree on, and the time zone of their
+//!   days ([`crate::calendar`]).
 //! - version 3: `kind_written` and `kind_read`, the event-kind audit ([`crate::usage`]).
 //! - version 4: `listing_daily_visitors`, `listing_monthly_visitors` and `raw_window_needs`,
 //!   as on SQLite.
@@ -55,6 +58,10 @@ pub(super) static SQLITE: Versions<SqliteUp> = Versions {
             what: "listing_daily_visitors, listing_monthly_visitors and raw_window_needs",
             up: SqliteUp::Sql(SQLITE_V4),
         },
+        Step {
+            what: "events_meta",
+            up: SqliteUp::Sql(SQLITE_V5),
+        },
     ],
     adopt: &[
         Step {
@@ -68,7 +75,7 @@ pub(super) static SQLITE: Versions<SqliteUp> = Versions {
     ],
 };
 
-/// Version 3: the event-kind audit. Events per `(kind, UTC day of the event)` with the last
+/// Version 3: the event-kind audit. Events per `(kind, day of the event)` with the last
 /// arrival, and each kind's last read and its reader.
 const SQLITE_V3: &str = "
 CREATE TABLE IF NOT EXISTS kind_written (
@@ -110,6 +117,14 @@ CREATE TABLE IF NOT EXISTS raw_window_needs (
     count INTEGER NOT NULL,
     first_ms INTEGER NOT NULL,
     PRIMARY KEY (need, age)
+) WITHOUT ROWID;
+";
+
+/// Version 5: settings the store keeps by name: `time_zone`, the zone its days are cut in.
+const SQLITE_V5: &str = "
+CREATE TABLE IF NOT EXISTS events_meta (
+    name TEXT NOT NULL PRIMARY KEY,
+    value TEXT NOT NULL
 ) WITHOUT ROWID;
 ";
 

@@ -18,6 +18,8 @@ use time::{Date, Month, OffsetDateTime};
 
 use crate::rollups::DailyRow;
 
+// A day and its month are dates, the same in every time zone: the UTC instants below only
+// convert between `Day` and `time::Date`.
 fn date(day: Day) -> Date {
     OffsetDateTime::from_unix_timestamp(day.utc_start_ms().div_euclid(1000))
         .map_or(Date::MIN, OffsetDateTime::date)

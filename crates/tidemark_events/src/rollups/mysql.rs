@@ -267,6 +267,39 @@ impl RollupStore for MysqlRollups {
         Ok(())
     }
 
+    async fn recorded_time_zone(&self) -> Result<Option<String>, StoreError> {
+        // `value` is MEDIUMTEXT, which the driver hands over as bytes.
+        let zone: Option<(Vec<u8>,)> =
+            sqlx::query_as("SELECT value FROM events_meta WHERE name = 'time_zone'")
+                .fetch_optional(&self.pool)
+                .await?;
+        zone.map(|(z,)| {
+            String::from_utf8(z).map_err(|e| {
+                StoreError::new(ErrorKind::Corrupt, "mysql", e)
+                    .with_context("events_meta time_zone")
+            })
+        })
+        .transpose()
+    }
+
+    async fn record_time_zone(&self, name: &str) -> Result<(), StoreError> {
+        sqlx::query(
+            "INSERT INTO events_meta (name, value) VALUES ('time_zone', ?)
+             ON DUPLICATE KEY UPDATE value = VALUES(value)",
+        )
+        .bind(name)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    async fn holds_summaries(&self) -> Result<bool, StoreError> {
+        let held: Option<(i64,)> = sqlx::query_as("SELECT 1 FROM listing_daily LIMIT 1")
+            .fetch_optional(&self.pool)
+            .await?;
+        Ok(held.is_some())
+    }
+
     fn day_leases(&self, ttl: std::time::Duration) -> std::sync::Arc<dyn DayLeases> {
         std::sync::Arc::new(MysqlDayLeases::new(self.pool.clone(), ttl))
     }

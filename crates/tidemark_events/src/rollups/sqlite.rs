@@ -38,7 +38,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 
 use async_trait::async_trait;
-use rusqlite::{Connection, params};
+use rusqlite::{Connection, OptionalExtension, params};
 use tidemark_core::day::Day;
 use tidemark_core::schema::migrate_sqlite;
 use tidemark_core::sqlite::{GroupWriter, ReadPool, SqliteError, open_rw, opening};
@@ -203,6 +203,46 @@ impl RollupStore for SqliteRollups {
     async fn upsert_day(&self, day: Day, rows: Vec<DailyRow>) -> Result<usize, StoreError> {
         self.writer
             .write(move |conn| replace_day(conn, day, rows))
+            .await
+    }
+
+    async fn recorded_time_zone(&self) -> Result<Option<String>, StoreError> {
+        self.reads
+            .read(|conn| {
+                Ok(conn
+                    .query_row(
+                        "SELECT value FROM events_meta WHERE name = 'time_zone'",
+                        [],
+                        |r| r.get(0),
+                    )
+                    .optional()?)
+            })
+            .await
+    }
+
+    async fn record_time_zone(&self, name: &str) -> Result<(), StoreError> {
+        let name = name.to_owned();
+        self.writer
+            .write(move |conn| {
+                conn.execute(
+                    "INSERT INTO events_meta (name, value) VALUES ('time_zone', ?1)
+                     ON CONFLICT (name) DO UPDATE SET value = excluded.value",
+                    [name],
+                )?;
+                Ok::<_, StoreError>(())
+            })
+            .await
+    }
+
+    async fn holds_summaries(&self) -> Result<bool, StoreError> {
+        self.reads
+            .read(|conn| {
+                Ok(
+                    conn.query_row("SELECT EXISTS (SELECT 1 FROM listing_daily)", [], |r| {
+                        r.get(0)
+                    })?,
+                )
+            })
             .await
     }
 

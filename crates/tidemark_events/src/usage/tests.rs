@@ -1,4 +1,5 @@
 use super::*;
+use crate::calendar::Calendar;
 use crate::rollups::SqliteRollups;
 
 const DAY_MS: i64 = 86_400_000;
@@ -115,16 +116,16 @@ async fn flushed_usage_reads_back_from_the_summary_store() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn RollupStore> =
         Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap());
-    let usage = KindUsage::new(Arc::clone(&store));
+    let usage = KindUsage::new(Arc::clone(&store), Calendar::utc());
     let day = Day(20_000);
     let events: Vec<Event> = [("view", 0), ("view", 1), ("click", 2), ("view", DAY_MS)]
         .into_iter()
         .map(|(k, t)| Event::new(k, day.utc_start_ms() + t))
         .collect();
-    usage.wrote(KindUsage::per_kind_and_day(&events), 500);
+    usage.wrote(usage.per_kind_and_day(&events), 500);
     usage.read(["view", "view"], "report", 600);
     usage.flush().await.unwrap();
-    usage.wrote(KindUsage::per_kind_and_day(&events[..1]), 700);
+    usage.wrote(usage.per_kind_and_day(&events[..1]), 700);
     usage.flush().await.unwrap();
     // Nothing gathered: a flush writes nothing.
     usage.flush().await.unwrap();
@@ -146,14 +147,14 @@ async fn late_and_refused_events_and_rerolls_are_noted_by_age() {
     let dir = tempfile::tempdir().unwrap();
     let store: Arc<dyn RollupStore> =
         Arc::new(SqliteRollups::open(&dir.path().join("rollups.db")).unwrap());
-    let usage = KindUsage::new(Arc::clone(&store));
+    let usage = KindUsage::new(Arc::clone(&store), Calendar::utc());
     let today = Day(20_000);
     let now = today.utc_start_ms() + 5_000;
     let events: Vec<Event> = [0, -1, -1, -3, -45]
         .into_iter()
         .map(|d| Event::new("view", today.plus(d).utc_start_ms() + 60_000))
         .collect();
-    usage.wrote(KindUsage::per_kind_and_day(&events), now);
+    usage.wrote(usage.per_kind_and_day(&events), now);
     usage.refused([today.plus(-9), today.plus(-9)], now + 1);
     usage.rerolled(today.plus(-2), now + 2);
     // Today's own rollup again is no need of an older day.

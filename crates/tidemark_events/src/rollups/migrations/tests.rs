@@ -55,7 +55,7 @@ async fn a_rollups_db_keyed_by_day_first_is_rekeyed_and_reports_its_days() {
         )
         .unwrap();
     let store = SqliteRollups::open(&path).unwrap();
-    assert_eq!(user_version(&path), 4);
+    assert_eq!(user_version(&path), 5);
     let conn = Connection::open(&path).unwrap();
     assert_eq!(listing_daily_key(&conn).unwrap(), "listing_id,event,day");
     let kinds: Vec<String> = conn
@@ -120,7 +120,7 @@ async fn a_version_1_rollups_db_gets_month_sums_of_its_days() {
     .unwrap();
     drop(conn);
     let store = SqliteRollups::open(&path).unwrap();
-    assert_eq!(user_version(&path), 4);
+    assert_eq!(user_version(&path), 5);
     let months: Vec<(i64, String, i64, i64, i64)> = Connection::open(&path)
         .unwrap()
         .prepare(
@@ -163,7 +163,7 @@ fn a_rollups_db_of_a_newer_build_is_refused() {
     assert_eq!(
         err,
         format!(
-            "{} has schema version 9, this build knows up to 4: use a newer tidemark",
+            "{} has schema version 9, this build knows up to 5: use a newer tidemark",
             path.display()
         )
     );

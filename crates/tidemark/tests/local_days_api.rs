@@ -1,0 +1,96 @@
+//! `events.time_zone` against a real `tidemark serve`: `?day=today`, the dashboard's answers
+//! and on-demand rollups use the zone's days; a store keeps the zone it was first cut in, and a
+//! restart with another zone is refused, naming both; an unknown zone is refused at start.
+
+mod common;
+
+use common::*;
+use reqwest::Method;
+use serde_json::{Value, json};
+use tidemark_core::clock::{Clock, SystemClock};
+use tidemark_events::calendar::Calendar;
+
+/// Kiritimati is 14 hours ahead of UTC: for ten hours of every UTC day its date is the next
+/// one, so a UTC day mistaken for a local one shows.
+const ZONE: &str = "Pacific/Kiritimati";
+
+fn ev(time: i64, listing: i64, session: &str) -> Value {
+    json!({"time": time, "kind": "view", "listing_id": listing, "session_id": session})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn days_are_those_of_the_configured_time_zone() {
+    let mut server = TestServer::start(&[("TIDEMARK_EVENTS__TIME_ZONE", ZONE)]).await;
+    let c = client();
+    let zone = Calendar::named(ZONE).unwrap();
+    let now = SystemClock.now_ms();
+    let today = zone.day_of(now);
+    let yesterday = today.plus(-1);
+    // Two events of local today, three of local yesterday (its last hour and its first).
+    let events = json!([
+        ev(now - 1_000, 9, "a"),
+        ev(zone.start_ms(today), 9, "b"),
+        ev(zone.end_ms(yesterday) - 1, 4, "c"),
+        ev(zone.start_ms(yesterday), 4, "d"),
+        ev(zone.start_ms(yesterday) + 3_600_000, 4, "e")
+    ]);
+    let (st, v) = call(&c, Method::POST, &server.url("/v1/events"), Some(events)).await;
+    assert_eq!(st, 202, "{v}");
+
+    let (st, top) = call(&c, Method::GET, &server.url("/v1/events/top"), None).await;
+    assert_eq!(st, 200, "{top}");
+    assert_eq!(top["day"], today.to_string());
+    assert_eq!(top["time_zone"], ZONE);
+    assert_eq!(top["listings"], json!([{"listing_id": 9, "events": 2}]));
+    let url = server.url(&format!("/v1/events/top?day={yesterday}"));
+    let (_, top) = call(&c, Method::GET, &url, None).await;
+    assert_eq!(top["listings"], json!([{"listing_id": 4, "events": 3}]));
+    let (st, recent) = call(&c, Method::GET, &server.url("/v1/events/recent"), None).await;
+    assert_eq!(st, 200, "{recent}");
+    assert_eq!(recent["time_zone"], ZONE);
+
+    // Local yesterday rolls up with its three events (a UTC day would hold other ones).
+    let url = server.url(&format!("/v1/rollups/{yesterday}"));
+    let (st, out) = call(&c, Method::POST, &url, None).await;
+    assert_eq!(st, 200, "{out}");
+    assert_eq!(out["events_read"], 3, "{out}");
+
+    // The store's days are Kiritimati's now: a restart in UTC is refused, naming both zones.
+    server.terminate();
+    let env = [("TIDEMARK_EVENTS__TIME_ZONE".to_owned(), "UTC".to_owned())];
+    let out = TestServer::command(&server.dir, free_port(), &env)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"events.time_zone is "UTC""#) && stderr.contains(ZONE),
+        "{stderr}"
+    );
+    // In its own zone it starts and still holds everything.
+    server.spawn().await;
+    let (_, top) = call(&c, Method::GET, &server.url("/v1/events/top"), None).await;
+    assert_eq!(top["listings"], json!([{"listing_id": 9, "events": 2}]));
+}
+
+/// A fresh store takes whichever zone it is first started in; an unknown zone is refused at
+/// start with the key and the name.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unknown_time_zone_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [(
+        "TIDEMARK_EVENTS__TIME_ZONE".to_owned(),
+        "Europe/Atlantis".to_owned(),
+    )];
+    let out = TestServer::command(dir.path(), free_port(), &env)
+        .stderr(std::process::Stdio::piped())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains(r#"events.time_zone "Europe/Atlantis" is not a time zone"#),
+        "{stderr}"
+    );
+}

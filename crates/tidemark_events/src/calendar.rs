@@ -1,0 +1,156 @@
+//! The days of the events subsystem (DESIGN.md part C: "days in a named time zone"): UTC by
+//! default, or the local days of `events.time_zone`, an IANA name such as `Europe/Sarajevo`.
+//!
+//! Every day the events subsystem computes goes through one [`Calendar`]: the raw tier's day
+//! partitions, the rollups, the lifecycle's closing times, reports, the dashboard and
+//! `?day=today`. A local day is as long as its clocks say: a DST day is 23 h or 25 h, and
+//! [`Calendar::start_ms`] and [`Calendar::end_ms`] give its real bounds. The zone rules come
+//! from the IANA database bundled into the binary (`jiff`), so every node and every machine
+//! cuts days at the same instants, whatever its system's tzdata.
+//!
+//! A store's days are cut once: the zone is recorded with the summary tier at the first start
+//! ([`crate::rollups::RollupStore::recorded_time_zone`]), and a node configured with another
+//! one is refused ([`agree_time_zone`]) while the store holds data.
+
+use jiff::Timestamp;
+use jiff::civil::Date;
+use jiff::tz::TimeZone;
+use tidemark_core::day::Day;
+use tidemark_core::store::StoreError;
+
+use crate::raw::RawStore;
+use crate::rollups::RollupStore;
+
+/// The name of the default zone.
+pub const UTC: &str = "UTC";
+
+/// The days of one time zone: which day an instant falls on, and which instants a day holds.
+/// Cheap to clone.
+#[derive(Debug, Clone)]
+pub struct Calendar {
+    /// `None` for UTC (days of exactly 24 h, computed without a zone lookup).
+    zone: Option<TimeZone>,
+    /// `"UTC"` or the zone's IANA name as the database spells it.
+    name: String,
+}
+
+/// A `events.time_zone` that names no zone of the IANA database.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error(
+    "events.time_zone {0:?} is not a time zone of the IANA database (e.g. \"UTC\", \"Europe/Sarajevo\")"
+)]
+pub struct UnknownZone(pub String);
+
+impl Default for Calendar {
+    fn default() -> Self {
+        Self::utc()
+    }
+}
+
+impl Calendar {
+    /// UTC days.
+    pub fn utc() -> Self {
+        Self {
+            zone: None,
+            name: UTC.to_owned(),
+        }
+    }
+
+    /// The days of the IANA zone `name` (case-insensitive; `"UTC"` and `""` are UTC).
+    ///
+    /// # Errors
+    /// [`UnknownZone`] when the bundled database has no such zone.
+    pub fn named(name: &str) -> Result<Self, UnknownZone> {
+        let name = name.trim();
+        if name.is_empty() || name.eq_ignore_ascii_case(UTC) {
+            return Ok(Self::utc());
+        }
+        let zone = jiff::tz::db()
+            .get(name)
+            .map_err(|_| UnknownZone(name.to_owned()))?;
+        let name = zone.iana_name().unwrap_or(name).to_owned();
+        Ok(Self {
+            zone: Some(zone),
+            name,
+        })
+    }
+
+    /// `"UTC"` or the zone's IANA name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The day that holds the instant `ms` (Unix ms).
+    pub fn day_of(&self, ms: i64) -> Day {
+        let Some(zone) = &self.zone else {
+            return Day::of_utc_ms(ms);
+        };
+        // The local date of an instant is the UTC date of the instant moved by its offset.
+        let offset_ms = Timestamp::from_millisecond(ms)
+            .map(|t| i64::from(zone.to_offset(t).seconds()) * 1000)
+            .unwrap_or(0);
+        Day::of_utc_ms(ms.saturating_add(offset_ms))
+    }
+
+    /// The first instant of `day` (Unix ms): local midnight, or the first instant after it
+    /// where a DST change skips midnight.
+    pub fn start_ms(&self, day: Day) -> i64 {
+        let Some(zone) = &self.zone else {
+            return day.utc_start_ms();
+        };
+        Date::new(1970, 1, 1)
+            .ok()
+            .and_then(|epoch| epoch.checked_add(jiff::Span::new().days(day.0)).ok())
+            .and_then(|date| date.to_zoned_datetime(zone.clone()).ok())
+            .map_or_else(
+                || day.utc_start_ms(),
+                |start| start.timestamp().as_millisecond(),
+            )
+    }
+
+    /// The instant after the last of `day` (Unix ms): the start of the next day.
+    pub fn end_ms(&self, day: Day) -> i64 {
+        self.start_ms(day.plus(1))
+    }
+}
+
+/// Agrees `calendar` (`events.time_zone` of this node) with the zone the store's days were cut
+/// in: the first start records it with the summary tier; a store made before zones were
+/// recorded was cut in UTC. A different zone is taken only while the store holds no data (no
+/// raw day, no summary row); otherwise it is refused
+/// ([`tidemark_core::store::ErrorKind::Rejected`], naming both zones), since the raw
+/// partitions and summaries already cut would no longer line up with the new days.
+pub async fn agree_time_zone(
+    calendar: &Calendar,
+    raw: &dyn RawStore,
+    rollups: &dyn RollupStore,
+) -> Result<(), StoreError> {
+    let recorded = rollups.recorded_time_zone().await?;
+    let recorded_name = recorded.as_deref().unwrap_or(UTC);
+    if recorded_name == calendar.name() {
+        if recorded.is_none() {
+            rollups.record_time_zone(calendar.name()).await?;
+        }
+        return Ok(());
+    }
+    if raw.days().await?.is_empty() && !rollups.holds_summaries().await? {
+        rollups.record_time_zone(calendar.name()).await?;
+        tracing::info!(
+            time_zone = calendar.name(),
+            "events days recorded in this time zone"
+        );
+        return Ok(());
+    }
+    Err(StoreError::rejected(
+        "config",
+        format!(
+            "events.time_zone is {:?}, but this store's days were cut in {recorded_name:?}: its \
+             raw partitions and daily summaries end at {recorded_name} midnight. Set \
+             events.time_zone = {recorded_name:?}, or start the new zone on empty stores",
+            calendar.name()
+        ),
+    ))
+}
+
+#[cfg(test)]
+mod tests;
