@@ -137,7 +137,9 @@ async fn three_nodes_keep_every_message_through_kill_9_of_any_node() {
             for _ in 0..20 {
                 for cid in &cids {
                     let r = c
-                        .get(format!("{base}/v1/conversations/{cid}/messages?limit=50"))
+                        .get(format!(
+                            "{base}/v1/conversations/{cid}/messages?user=alice&limit=50"
+                        ))
                         .bearer_auth(KEY)
                         .send()
                         .await
@@ -213,7 +215,7 @@ async fn three_nodes_keep_every_message_through_kill_9_of_any_node() {
     let nodes = [&api1, &api2, &all];
     for (i, cid) in cids.iter().enumerate() {
         let node = nodes[i % nodes.len()];
-        let (latest, messages) = all_messages(&c, node, cid).await;
+        let (latest, messages) = all_messages(&c, node, cid, "alice").await;
         let got: BTreeMap<u64, (String, String)> = messages
             .iter()
             .map(|m| {

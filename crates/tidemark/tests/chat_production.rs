@@ -119,7 +119,7 @@ async fn send_archive_trim_and_read_back(
     // One more message stays hot; a read spans both tiers.
     let (st, ack) = send(c, server, &cid, "alice", "k301", "m301").await;
     assert_eq!((st, ack["conversation_seq"].as_u64()), (201, Some(301)));
-    let (latest, all) = all_messages(c, server, &cid).await;
+    let (latest, all) = all_messages(c, server, &cid, "alice").await;
     assert_eq!(latest, 301);
     let got: Vec<(u64, String)> = all
         .iter()
@@ -200,7 +200,7 @@ async fn redis_kafka_and_mariadb_end_to_end_and_a_frozen_broker_fails_sends_with
     assert_eq!(retry["conversation_seq"].as_u64(), Some(302));
     let (st, next) = send(&c, &server, &cid, "alice", "k-after", "after").await;
     assert_eq!((st, next["conversation_seq"].as_u64()), (201, Some(303)));
-    let (latest, all) = all_messages(&c, &server, &cid).await;
+    let (latest, all) = all_messages(&c, &server, &cid, "alice").await;
     assert_eq!((latest, all.len()), (303, 303));
     drop(server);
     drop_database(&mysql).await.unwrap();
@@ -276,7 +276,7 @@ async fn hot_only_on_redis_then_tiered_backfills_archives_and_trims_that_history
     assert_eq!(archived(&archive, &cid).await, 20);
     let (st, ack) = send(&c, &server, &cid, "bob", "k21", "m21").await;
     assert_eq!((st, ack["conversation_seq"].as_u64()), (201, Some(21)));
-    let (latest, all) = all_messages(&c, &server, &cid).await;
+    let (latest, all) = all_messages(&c, &server, &cid, "alice").await;
     let bodies: Vec<&str> = all.iter().map(|m| m["body"].as_str().unwrap()).collect();
     let want: Vec<String> = (1..=21).map(|i| format!("m{i}")).collect();
     assert_eq!(
@@ -483,7 +483,7 @@ async fn recovered_exactly_once(
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let (latest, all) = all_messages(&c, &server, &cid).await;
+    let (latest, all) = all_messages(&c, &server, &cid, "alice").await;
     let got: Vec<u64> = all
         .iter()
         .map(|m| m["conversation_seq"].as_u64().unwrap())

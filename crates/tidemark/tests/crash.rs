@@ -73,14 +73,19 @@ async fn acknowledged_messages_survive_kill_9() {
 
     server.spawn().await;
     api.base = server.base.clone();
-    let check = ledger.check(&api, &cids, Retries::ALL).await.unwrap();
+    let readers: Vec<(String, String)> = cids
+        .iter()
+        .enumerate()
+        .map(|(i, cid)| (cid.clone(), format!("a{i}")))
+        .collect();
+    let check = ledger.check(&api, &readers, Retries::ALL).await.unwrap();
     assert_eq!(check.violations, Vec::<String>::new());
     assert_eq!(check.acks_checked, ledger.acked().len());
     // New sends continue the dense sequence.
     let (st, v) = send(&c, &server, &cids[0], "a0", "after-restart", "x").await;
     assert_eq!(st, 201);
     let new_seq = v["conversation_seq"].as_u64().unwrap();
-    let (latest, msgs) = all_messages(&c, &server, &cids[0]).await;
+    let (latest, msgs) = all_messages(&c, &server, &cids[0], "a0").await;
     assert_eq!(latest, new_seq);
     assert_eq!(msgs.len() as u64, new_seq);
 }
@@ -95,7 +100,7 @@ async fn sigterm_shuts_down_cleanly() {
     let status = server.terminate();
     assert!(status.success(), "exit status {status}");
     server.spawn().await;
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!((latest, msgs.len()), (1, 1));
     assert_eq!(msgs[0]["body"], "hello");
 }
@@ -127,7 +132,7 @@ async fn assert_stopped_cleanly(server: &mut TestServer, c: &reqwest::Client, ci
     let wal_len = std::fs::metadata(&wal).map_or(0, |m| m.len());
     assert_eq!(wal_len, 0, "the hot store was closed (its WAL truncated)");
     server.spawn().await;
-    let (latest, msgs) = all_messages(c, server, cid).await;
+    let (latest, msgs) = all_messages(c, server, cid, "u1").await;
     assert_eq!((latest, msgs.len()), (1, 1));
 }
 

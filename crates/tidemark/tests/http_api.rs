@@ -181,35 +181,57 @@ async fn contract_and_bad_inputs() {
         ),
         (
             Method::GET,
-            format!("{msgs_url}?limit=0"),
+            format!("{msgs_url}?user=u1&limit=0"),
             None,
             400,
             "bad_request",
         ),
         (
             Method::GET,
-            format!("{msgs_url}?limit=201"),
+            format!("{msgs_url}?user=u1&limit=201"),
             None,
             400,
             "bad_request",
         ),
         (
             Method::GET,
-            format!("{msgs_url}?limit=ten"),
+            format!("{msgs_url}?user=u1&limit=ten"),
             None,
             400,
             "bad_request",
         ),
         (
             Method::GET,
-            format!("{msgs_url}?before=5&after=1"),
+            format!("{msgs_url}?user=u1&before=5&after=1"),
+            None,
+            400,
+            "bad_request",
+        ),
+        // Every read names its reader, a member: the tenant key alone reads nothing.
+        (
+            Method::GET,
+            format!("{msgs_url}?limit=5"),
             None,
             400,
             "bad_request",
         ),
         (
             Method::GET,
-            server.url("/v1/conversations/nope/messages"),
+            format!("{msgs_url}?user=u3"),
+            None,
+            403,
+            "forbidden",
+        ),
+        (
+            Method::GET,
+            format!("{msgs_url}?user=%20u1"),
+            None,
+            400,
+            "bad_request",
+        ),
+        (
+            Method::GET,
+            server.url("/v1/conversations/nope/messages?user=u1"),
             None,
             404,
             "not_found",
@@ -240,7 +262,7 @@ async fn contract_and_bad_inputs() {
         (
             Method::GET,
             server.url(&format!(
-                "/v1/conversations/{cid}/messages?before=9223372036854775808"
+                "/v1/conversations/{cid}/messages?user=u1&before=9223372036854775808"
             )),
             None,
             400,
@@ -249,7 +271,7 @@ async fn contract_and_bad_inputs() {
         (
             Method::GET,
             server.url(&format!(
-                "/v1/conversations/{cid}/messages?after=18446744073709551615"
+                "/v1/conversations/{cid}/messages?user=u1&after=18446744073709551615"
             )),
             None,
             400,
@@ -352,7 +374,7 @@ async fn contract_and_bad_inputs() {
     );
     // An unknown conversation's id is repeated in the error, at most its first 128 bytes.
     let long_cid = "é".repeat(1_000);
-    let url = server.url(&format!("/v1/conversations/{long_cid}/messages"));
+    let url = server.url(&format!("/v1/conversations/{long_cid}/messages?user=u1"));
     let (st, v) = call(&c, Method::GET, &url, None).await;
     let message = v["error"]["message"].as_str().unwrap();
     assert_eq!(st, 404, "{v}");
@@ -363,7 +385,7 @@ async fn contract_and_bad_inputs() {
     );
 
     // Nothing of the above was written: still exactly the two good messages, no new conversation.
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!(latest, 2);
     let bodies: Vec<&str> = msgs.iter().map(|m| m["body"].as_str().unwrap()).collect();
     assert_eq!(bodies, ["hello", "same key, other sender"]);
@@ -404,7 +426,7 @@ async fn paging_read_pointer_and_unread() {
         assert_eq!(st, 201);
         assert_eq!(v["conversation_seq"], i);
     }
-    let url = |q: &str| server.url(&format!("/v1/conversations/{cid}/messages?{q}"));
+    let url = |q: &str| server.url(&format!("/v1/conversations/{cid}/messages?user=buyer&{q}"));
     let (_, newest) = call(&c, Method::GET, &url("limit=10"), None).await;
     let seqs: Vec<u64> = newest["messages"]
         .as_array()
@@ -518,7 +540,7 @@ async fn the_body_limit_is_the_configured_one_whatever_its_size() {
     assert_eq!(st, 201, "{ack}");
     let (st, err) = send_len(&server, &cid, "over", "y".repeat(3_000_001)).await;
     assert_eq!((st, error_code(&err)), (413, "payload_too_large"));
-    let (_, messages) = all_messages(&c, &server, &cid).await;
+    let (_, messages) = all_messages(&c, &server, &cid, "u1").await;
     let bodies: Vec<usize> = messages
         .iter()
         .map(|m| m["body"].as_str().unwrap().len())
@@ -555,7 +577,7 @@ async fn a_history_page_is_cut_at_its_byte_budget_and_paging_goes_on_from_the_cu
         assert_eq!(st, 201, "{v}");
     }
     let page = async |query: String| {
-        let url = server.url(&format!("/v1/conversations/{cid}/messages?{query}"));
+        let url = server.url(&format!("/v1/conversations/{cid}/messages?user=u1&{query}"));
         let (st, v) = call(&c, Method::GET, &url, None).await;
         assert_eq!(st, 200, "{v}");
         let seqs: Vec<u64> = v["messages"]
@@ -836,7 +858,7 @@ async fn blank_ids_and_ids_with_whitespace_at_either_end_are_refused_naming_the_
 
     // Nothing was written: the one message, u2's read pointer where it was, no conversation
     // of the refused members.
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!((latest, msgs.len()), (1, 1));
     let (st, v) = call(
         &c,
@@ -898,7 +920,7 @@ async fn a_conversation_created_with_a_key_is_created_once() {
     let (st, page) = call(
         &c,
         Method::GET,
-        &server.url(&format!("/v1/conversations/{cid}/messages")),
+        &server.url(&format!("/v1/conversations/{cid}/messages?user=buyer")),
         None,
     )
     .await;

@@ -72,7 +72,7 @@ async fn routes_without_parameters_refuse_a_query() {
             "{path}"
         );
     }
-    let (latest, _) = all_messages(&c, &server, &cid).await;
+    let (latest, _) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!(latest, 0);
 }
 

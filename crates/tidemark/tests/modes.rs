@@ -30,7 +30,7 @@ async fn send_three(server: &TestServer) {
         assert_eq!(st, 201, "{v}");
         assert_eq!(v["conversation_seq"], i);
     }
-    let (latest, msgs) = all_messages(&c, server, &cid).await;
+    let (latest, msgs) = all_messages(&c, server, &cid, "u1").await;
     assert_eq!((latest, msgs.len()), (3, 3));
 }
 
@@ -127,7 +127,7 @@ async fn tiered_trims_behind_the_watermark_and_reads_from_the_archive() {
         acks.push(v);
     }
     wait_trimmed(&server.dir, 50).await;
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!(latest, 50);
     let bodies: Vec<String> = msgs
         .iter()
@@ -228,7 +228,7 @@ async fn switching_from_hot_only_to_tiered_backfills_before_trimming() {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
     assert_eq!(archived_count(&server.dir), Some(8));
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!(latest, 8);
     let seqs: Vec<u64> = msgs
         .iter()
@@ -268,7 +268,7 @@ async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() 
         (201, &serde_json::json!(11)),
         "{v}"
     );
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     let bodies: Vec<&str> = msgs.iter().map(|m| m["body"].as_str().unwrap()).collect();
     let expected: Vec<String> = (1..=11).map(|i| format!("b{i}")).collect();
     assert_eq!(
@@ -341,7 +341,7 @@ async fn a_missing_or_replaced_archive_is_refused_at_startup() {
 
     move_archive(aside.path(), &chat);
     server.spawn().await;
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     let seqs: Vec<u64> = msgs
         .iter()
         .map(|m| m["conversation_seq"].as_u64().unwrap())
@@ -470,7 +470,7 @@ async fn an_archive_restored_from_an_older_copy_is_caught_up_or_refused() {
     assert!(archived_count(&server.dir) < Some(10));
     server.spawn().await;
     wait_archived(&server.dir, 10).await;
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!((latest, msgs.len()), (10, 10));
     assert!(server.terminate().success());
 
@@ -587,7 +587,7 @@ async fn a_position_outside_the_outbox_is_refused_until_chat_backfill() {
     );
 
     server.spawn().await;
-    let (latest, msgs) = all_messages(&c, &server, &cid).await;
+    let (latest, msgs) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!((latest, msgs.len()), (5, 5));
     server.cleanup().await;
 }

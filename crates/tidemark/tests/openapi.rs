@@ -271,6 +271,8 @@ async fn schemathesis_finds_no_server_error_and_no_answer_outside_the_document()
     for (name, value) in &params {
         toml.push_str(&format!("\"path.{name}\" = \"{value}\"\n"));
     }
+    // The reader of a history page: a member of the seeded conversation.
+    toml.push_str("\"query.user\" = \"alice\"\n");
     std::fs::write(&config, toml).unwrap();
 
     let examples = std::env::var("OPENAPI_TEST_EXAMPLES").unwrap_or_else(|_| "40".into());

@@ -254,7 +254,7 @@ async fn duplicate_json_keys_are_refused_on_every_route() {
         let message = v["error"]["message"].as_str().unwrap_or_default();
         assert!(message.contains(named), "{path}: {v}");
     }
-    let (latest, _) = all_messages(&c, &server, &cid).await;
+    let (latest, _) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!(latest, 0);
 }
 
@@ -358,7 +358,7 @@ async fn clients_that_trickle_their_bodies_are_cut_off_at_the_body_deadline() {
     // Cut at the deadline (2 s), not after the whole body (over 10 s at this pace).
     assert!(started.elapsed() < std::time::Duration::from_secs(8));
     // None of the trickled messages was committed.
-    let (latest, all) = all_messages(&c, &server, &cid).await;
+    let (latest, all) = all_messages(&c, &server, &cid, "u1").await;
     assert_eq!((latest, all.len()), (1, 1));
 }
 
@@ -596,7 +596,7 @@ async fn a_full_disk_answers_storage_full_and_readyz_says_so_until_space_is_back
     let (st, _) = call(
         &c,
         reqwest::Method::GET,
-        &server.url(&format!("/v1/conversations/{cid}/messages?limit=5")),
+        &server.url(&format!("/v1/conversations/{cid}/messages?user=u1&limit=5")),
         None,
     )
     .await;

@@ -233,7 +233,7 @@ async fn an_api_node_and_a_workers_node_share_one_set_of_engines() {
     assert!(exported(&c, &workers, "tidemark_chat_archived_records_total").await >= 300);
 
     // Reads through the api node span the archive (everything is trimmed) with every message.
-    let (latest, all) = all_messages(&c, &api, &cid).await;
+    let (latest, all) = all_messages(&c, &api, &cid, "alice").await;
     let got: Vec<(u64, &str)> = all
         .iter()
         .map(|m| {

@@ -225,12 +225,13 @@ impl Ledger {
     }
 
     /// The checks of the module documentation, against the (restarted) server of `api`, over
-    /// the conversations `cids` (every conversation a send went to). Errors: the server did
-    /// not answer a read or a retry (then it is not up, which is no finding about its data).
+    /// the `conversations` (every conversation a send went to, each with a member who reads
+    /// its history). Errors: the server did not answer a read or a retry (then it is not up,
+    /// which is no finding about its data).
     pub async fn check(
         &mut self,
         api: &Api,
-        cids: &[String],
+        conversations: &[(String, String)],
         retries: Retries,
     ) -> anyhow::Result<Check> {
         let mut out = Check {
@@ -255,13 +256,13 @@ impl Ledger {
         for a in &self.acked {
             by_cid.entry(&a.send.cid).or_default().push(a);
         }
-        let known: BTreeSet<&str> = cids.iter().map(String::as_str).collect();
+        let known: BTreeSet<&str> = conversations.iter().map(|(c, _)| c.as_str()).collect();
         if let Some(cid) = by_cid.keys().find(|c| !known.contains(**c)) {
             bail!("ACKs name conversation {cid}, which the check was not given");
         }
-        for cid in cids {
+        for (cid, reader) in conversations {
             let acked = by_cid.get(cid.as_str()).map_or(&[][..], Vec::as_slice);
-            let history = read_history(api, cid).await?;
+            let history = read_history(api, cid, reader).await?;
             out.acks_checked += acked.len();
             history::check(cid, &history, acked, &mut out.violations);
         }

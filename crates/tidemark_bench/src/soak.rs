@@ -213,6 +213,12 @@ async fn soak_on(
                 .await?,
         );
     }
+    // Conversation `i`'s history is read by its member `a<i>`.
+    let readers: Vec<(String, String)> = cids
+        .iter()
+        .enumerate()
+        .map(|(i, cid)| (cid.clone(), format!("a{i}")))
+        .collect();
     let mut ledger = Ledger::default();
     let mut out = Summary::default();
     let started = Instant::now();
@@ -249,7 +255,7 @@ async fn soak_on(
             every: (before / 200).max(1),
             offset: out.cycles as usize,
         };
-        let check = match ledger.check(&api, &cids, retries).await {
+        let check = match ledger.check(&api, &readers, retries).await {
             Ok(c) => c,
             Err(e) => {
                 out.violations

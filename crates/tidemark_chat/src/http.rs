@@ -4,7 +4,7 @@
 //! |---|---|
 //! | `POST /v1/conversations` `{"members": [..], "listing_id"?}` | 201 `{"conversation_id"}` |
 //! | `POST /v1/conversations/{cid}/messages` `{"client_msg_id","sender","body","class"?}` | 201 new / 200 retry: `{"conversation_seq","message_id","committed_at"}` |
-//! | `GET /v1/conversations/{cid}/messages?before=|after=&limit=` | 200 `{"messages": [..], "earliest_available_seq", "latest_seq", "truncated"}` |
+//! | `GET /v1/conversations/{cid}/messages?user=&before=|after=&limit=` | 200 `{"messages": [..], "earliest_available_seq", "latest_seq", "truncated"}` |
 //! | `PUT /v1/conversations/{cid}/read` `{"user","seq"}` | 204 |
 //! | `GET /v1/users/{user}/conversations?after=&limit=` | 200 `{"conversations": [{"conversation_id","latest_seq","unread"}], "next_after"}` |
 
@@ -270,6 +270,11 @@ async fn send_message(
 #[serde(deny_unknown_fields)]
 #[into_params(parameter_in = Query)]
 struct HistoryParams {
+    /// The reader: a member of the conversation (403 otherwise), as a SEND names its sender.
+    /// Required, with the tenant key too, so a backend cannot hand one user's conversation to
+    /// another by mistake.
+    #[param(min_length = 1, max_length = 128)]
+    user: String,
     /// The page of messages just before this seq (not together with `after`).
     #[param(maximum = 9_223_372_036_854_775_807_i64)]
     before: Option<u64>,
@@ -336,6 +341,8 @@ struct HistoryBody {
     params(("cid" = String, Path, description = "Conversation id"), HistoryParams),
     responses(
         (status = 200, description = "The page", body = HistoryBody),
+        (status = 400, description = "No `user`, a blank one, or a bad `before`, `after` or `limit` (`bad_request`)", body = ErrorBody),
+        (status = 403, description = "The user is not a member (`forbidden`); no message is sent", body = ErrorBody),
         (status = 404, description = "No such conversation (`not_found`)", body = ErrorBody),
         (status = 500, description = "Data the page needs is missing or corrupt (`corrupt_history`); never a partial page", body = ErrorBody),
     )
@@ -367,7 +374,7 @@ async fn list_messages(
         (None, None) => Anchor::Latest,
     };
     let page = svc
-        .history(&tenant.0, &cid, anchor, q.limit.unwrap_or(50))
+        .history(&tenant.0, &cid, &q.user, anchor, q.limit.unwrap_or(50))
         .await?;
     Ok(axum::Json(HistoryBody {
         messages: page.messages.into_iter().map(MessageBody::from).collect(),

@@ -582,12 +582,14 @@ impl ChatService {
         Ok(outcome)
     }
 
-    /// PULL_HISTORY. `limit` must be 1..=200; the page is cut at `chat.page_bytes_max` bytes
-    /// of message JSON ([`reads::cap_page`]).
+    /// PULL_HISTORY, read by `reader`, who must be a member ([`ChatError::NotMember`]
+    /// otherwise, before anything is read). `limit` must be 1..=200; the page is cut at
+    /// `chat.page_bytes_max` bytes of message JSON ([`reads::cap_page`]).
     pub async fn history(
         &self,
         tenant: &str,
         conversation_id: &str,
+        reader: &str,
         anchor: Anchor,
         limit: u64,
     ) -> Result<HistoryPage> {
@@ -596,7 +598,9 @@ impl ChatService {
                 "limit must be 1..={MAX_PAGE}, got {limit}"
             )));
         }
+        check_id("user", reader)?;
         let conv = self.conversation(tenant, conversation_id).await?;
+        require_member(&conv.members, reader, conversation_id)?;
         let page = PageRequest {
             anchor,
             limit,
@@ -641,6 +645,8 @@ impl ChatService {
 
     /// Unread count of `user` in one conversation, across both tiers.
     pub async fn unread(&self, tenant: &str, conversation_id: &str, user: &str) -> Result<u64> {
+        check_id("user", user)?;
+        self.check_member(tenant, conversation_id, user).await?;
         let read_seq = self
             .stores
             .hot

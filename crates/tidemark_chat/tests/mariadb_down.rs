@@ -56,6 +56,7 @@ async fn mariadb_down_pauses_the_archiver_stops_trimming_and_it_catches_up_witho
         .history(
             common::TENANT,
             &cid,
+            "alice",
             tidemark_chat::reads::Anchor::After(10),
             10,
         )

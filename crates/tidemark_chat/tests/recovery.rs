@@ -136,7 +136,7 @@ fn cmd(cid: &str, key: &str) -> SendCommand {
 async fn visible_seqs(h: &Harness) -> Vec<u64> {
     let page = h
         .svc
-        .history("t", &h.cid, Anchor::Latest, 200)
+        .history("t", &h.cid, "a", Anchor::Latest, 200)
         .await
         .unwrap();
     page.messages.iter().map(|m| m.conversation_seq).collect()

@@ -132,7 +132,7 @@ async fn kill_9_of_redis_under_load_loses_no_acknowledged_message_and_reuses_no_
     let mut after = 0;
     while after < latest {
         let page = svc
-            .history("t", &cid, Anchor::After(after), 200)
+            .history("t", &cid, "s0", Anchor::After(after), 200)
             .await
             .unwrap();
         history.extend(page.messages);

@@ -90,7 +90,11 @@ async fn paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole_o
         let floor = h.floor(&cid).await;
         assert_eq!(floor, GROUP * page_no, "F before page {page_no}");
 
-        let page = h.service.history(TENANT, &cid, anchor, 50).await.unwrap();
+        let page = h
+            .service
+            .history(TENANT, &cid, "alice", anchor, 50)
+            .await
+            .unwrap();
         let want: Vec<u64> = (951 - 50 * page_no..=1000 - 50 * page_no).collect();
         assert_eq!(seqs(&page.messages), want, "page {page_no} (F = {floor})");
         assert_eq!((page.earliest_available_seq, page.latest_seq), (1, 1000));
@@ -101,7 +105,11 @@ async fn paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole_o
         anchor = Anchor::Before(page.messages[0].conversation_seq);
     }
     // The last anchor is Before(1): an empty page, not an error.
-    let last = h.service.history(TENANT, &cid, anchor, 50).await.unwrap();
+    let last = h
+        .service
+        .history(TENANT, &cid, "alice", anchor, 50)
+        .await
+        .unwrap();
     assert!(last.messages.is_empty());
     seen.sort_unstable();
     assert_eq!(
@@ -125,7 +133,7 @@ async fn paging_backwards_while_the_floor_moves_then_a_lost_record_fails_whole_o
     h.delete_archived_record(&cid, 120).await;
 
     // History windows that cover seq 120 fail whole …
-    let history = |anchor, limit| h.service.history(TENANT, &cid, anchor, limit);
+    let history = |anchor, limit| h.service.history(TENANT, &cid, "alice", anchor, limit);
     assert_corrupt(history(Anchor::Before(151), 50).await, 120);
     assert_corrupt(history(Anchor::Before(121), 1).await, 120);
     assert_corrupt(history(Anchor::After(100), 50).await, 120);
@@ -301,7 +309,7 @@ async fn ephemeral_messages_vanish_from_both_tiers_after_24_hours_on(h: Harness)
 
     let history = || async {
         h.service
-            .history(TENANT, &cid, Anchor::Latest, 50)
+            .history(TENANT, &cid, "alice", Anchor::Latest, 50)
             .await
             .unwrap()
     };
@@ -333,7 +341,7 @@ async fn ephemeral_messages_vanish_from_both_tiers_after_24_hours_on(h: Harness)
     assert_eq!(
         seqs(
             &h.service
-                .history(TENANT, &cid, Anchor::After(3), 1)
+                .history(TENANT, &cid, "alice", Anchor::After(3), 1)
                 .await
                 .unwrap()
                 .messages
@@ -405,7 +413,7 @@ async fn a_lost_index_entry_or_hot_record_fails_whole_on(h: Harness) {
     assert_eq!(h.archived_seqs(&cid).await.0, without(1..=20));
 
     let h = {
-        let history = |anchor, limit| h.service.history(TENANT, &cid, anchor, limit);
+        let history = |anchor, limit| h.service.history(TENANT, &cid, "alice", anchor, limit);
         assert_eq!(
             seqs(&history(Anchor::After(0), 200).await.unwrap().messages),
             without(1..=30)
@@ -417,7 +425,7 @@ async fn a_lost_index_entry_or_hot_record_fails_whole_on(h: Harness) {
         h.delete_index_entry(&cid, 12).await;
         h.restart().await
     };
-    let history = |anchor, limit| h.service.history(TENANT, &cid, anchor, limit);
+    let history = |anchor, limit| h.service.history(TENANT, &cid, "alice", anchor, limit);
     assert_corrupt(history(Anchor::After(0), 200).await, 12);
     assert_corrupt(history(Anchor::Latest, 30).await, 12);
     assert_corrupt(history(Anchor::Before(13), 1).await, 12);
@@ -491,4 +499,48 @@ fn assert_hot_gap<T: std::fmt::Debug>(
         Err(ChatError::Corrupt(msg)) => assert!(msg.contains(&want), "{want:?} in {msg:?}"),
         other => panic!("expected ChatError::Corrupt for hot seqs {range:?}, got {other:?}"),
     }
+}
+
+on_every_backend!(
+    /// Every read names its reader, who must be a member: a history page and an unread count
+    /// are refused (`ChatError::NotMember`) for anyone else before anything is read, and a
+    /// blank reader is refused as invalid; members read as before.
+    #[tokio::test]
+    reads_are_refused_to_non_members,
+    small_windows(),
+    reads_are_refused_to_non_members_on
+);
+
+async fn reads_are_refused_to_non_members_on(h: Harness) {
+    let cid = h.conversation(&["alice", "bob"]).await;
+    committed(
+        h.send_class(&cid, "alice", "m1", "secret", MessageClass::Standard)
+            .await,
+    );
+    let not_member = |r: Result<_, ChatError>| {
+        assert!(
+            matches!(&r, Err(ChatError::NotMember { user, .. }) if user == "mallory"),
+            "{r:?}"
+        );
+    };
+    not_member(
+        h.service
+            .history(TENANT, &cid, "mallory", Anchor::Latest, 50)
+            .await
+            .map(|p| p.messages.len() as u64),
+    );
+    not_member(h.service.unread(TENANT, &cid, "mallory").await);
+    let blank = h
+        .service
+        .history(TENANT, &cid, " ", Anchor::Latest, 50)
+        .await;
+    assert!(matches!(blank, Err(ChatError::Invalid(_))), "{blank:?}");
+    let page = h
+        .service
+        .history(TENANT, &cid, "bob", Anchor::Latest, 50)
+        .await
+        .unwrap();
+    assert_eq!(seqs(&page.messages), vec![1]);
+    assert_eq!(page.messages[0].body, "secret");
+    assert_eq!(h.service.unread(TENANT, &cid, "bob").await.unwrap(), 1);
 }

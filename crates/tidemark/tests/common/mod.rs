@@ -353,12 +353,18 @@ pub async fn send(
     .await
 }
 
-/// Every message of a conversation, paging backwards from the newest, 200 seqs a page (or
-/// from a page's first message where the page was cut at its byte budget).
-pub async fn all_messages(c: &reqwest::Client, s: &TestServer, cid: &str) -> (u64, Vec<Value>) {
+/// Every message of a conversation as its member `reader` reads it, paging backwards from the
+/// newest, 200 seqs a page (or from a page's first message where the page was cut at its byte
+/// budget).
+pub async fn all_messages(
+    c: &reqwest::Client,
+    s: &TestServer,
+    cid: &str,
+    reader: &str,
+) -> (u64, Vec<Value>) {
     let mut latest = None;
     let mut out: Vec<Value> = Vec::new();
-    let mut query = "limit=200".to_owned();
+    let mut query = format!("user={reader}&limit=200");
     loop {
         let (st, page) = call(
             c,
@@ -370,8 +376,8 @@ pub async fn all_messages(c: &reqwest::Client, s: &TestServer, cid: &str) -> (u6
         assert_eq!(st, 200, "{page}");
         let newest = *latest.get_or_insert_with(|| page["latest_seq"].as_u64().unwrap());
         let mut msgs = page["messages"].as_array().unwrap().clone();
-        let window_start = match query.strip_prefix("before=") {
-            Some(q) => q.split('&').next().unwrap().parse::<u64>().unwrap(),
+        let window_start = match query.split('&').find_map(|p| p.strip_prefix("before=")) {
+            Some(q) => q.parse::<u64>().unwrap(),
             None => newest + 1,
         }
         .saturating_sub(200)
@@ -385,7 +391,7 @@ pub async fn all_messages(c: &reqwest::Client, s: &TestServer, cid: &str) -> (u6
         if before <= 1 {
             break;
         }
-        query = format!("before={before}&limit=200");
+        query = format!("user={reader}&before={before}&limit=200");
     }
     (latest.unwrap_or(0), out)
 }

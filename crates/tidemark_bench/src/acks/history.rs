@@ -25,16 +25,21 @@ pub struct Stored {
 /// Widest page the API serves.
 const PAGE: u64 = 200;
 
-/// Every message of conversation `cid`, oldest first, and its `latest_seq`: pages of
-/// `GET /v1/conversations/{cid}/messages?after=…&limit=200` from the start, each starting
-/// after the last (or, on a page cut at its byte budget, after its last message).
-pub async fn read_history(api: &Api, cid: &str) -> anyhow::Result<(u64, Vec<Stored>)> {
+/// Every message of conversation `cid` as its member `reader` reads it, oldest first, and its
+/// `latest_seq`: pages of `GET /v1/conversations/{cid}/messages?user=…&after=…&limit=200` from
+/// the start, each starting after the last (or, on a page cut at its byte budget, after its
+/// last message).
+pub async fn read_history(
+    api: &Api,
+    cid: &str,
+    reader: &str,
+) -> anyhow::Result<(u64, Vec<Stored>)> {
     let mut out: Vec<Stored> = Vec::new();
     let mut after = 0u64;
     let mut latest = None;
     loop {
         let url = format!(
-            "{}/v1/conversations/{cid}/messages?after={after}&limit={PAGE}",
+            "{}/v1/conversations/{cid}/messages?user={reader}&after={after}&limit={PAGE}",
             api.base
         );
         let resp = api

@@ -500,12 +500,18 @@ impl Harness {
     /// The whole history of a conversation through `ChatService::history`, oldest first,
     /// read in pages of 200 with `After` anchors.
     pub async fn full_history(&self, cid: &str) -> Vec<MessageRecord> {
+        let members = self
+            .service
+            .conversation(TENANT, cid)
+            .await
+            .unwrap()
+            .members;
         let mut out = Vec::new();
         let mut after = 0;
         loop {
             let page = self
                 .service
-                .history(TENANT, cid, Anchor::After(after), 200)
+                .history(TENANT, cid, &members[0], Anchor::After(after), 200)
                 .await
                 .expect("history page");
             out.extend(page.messages);
