@@ -10,7 +10,7 @@
 //!
 //! A store's days are cut once: the zone is recorded with the summary tier at the first start
 //! ([`crate::rollups::RollupStore::recorded_time_zone`]), and a node configured with another
-//! one is refused ([`agree_time_zone`]) while the store holds data.
+//! one is refused ([`agree_time_zone`]).
 
 use jiff::Timestamp;
 use jiff::civil::Date;
@@ -114,31 +114,33 @@ impl Calendar {
     }
 }
 
-/// Agrees `calendar` (`events.time_zone` of this node) with the zone the store's days were cut
-/// in: the first start records it with the summary tier; a store made before zones were
-/// recorded was cut in UTC. A different zone is taken only while the store holds no data (no
-/// raw day, no summary row); otherwise it is refused
-/// ([`tidemark_core::store::ErrorKind::Rejected`], naming both zones), since the raw
-/// partitions and summaries already cut would no longer line up with the new days.
+/// Agrees `calendar` (`events.time_zone` of this node) with the zone the store's days are cut
+/// in, recorded with the summary tier: the first start of an empty store records its zone; a
+/// store that holds data from before zones were recorded was cut in UTC. Any other zone is
+/// refused ([`tidemark_core::store::ErrorKind::Rejected`], naming both zones), since raw
+/// partitions and summaries cut in one zone do not line up with the days of another, and
+/// nodes sharing the stores must cut the same days.
 pub async fn agree_time_zone(
     calendar: &Calendar,
     raw: &dyn RawStore,
     rollups: &dyn RollupStore,
 ) -> Result<(), StoreError> {
-    let recorded = rollups.recorded_time_zone().await?;
-    let recorded_name = recorded.as_deref().unwrap_or(UTC);
-    if recorded_name == calendar.name() {
-        if recorded.is_none() {
-            rollups.record_time_zone(calendar.name()).await?;
+    let mine = calendar.name();
+    let mut recorded = rollups.recorded_time_zone().await?;
+    if recorded.is_none() {
+        // A store made before zones were recorded that holds data was cut in UTC; an empty
+        // one takes this node's zone. Insert-if-absent, then read back: of nodes starting at
+        // the same moment with different zones, the first to record wins.
+        let empty = raw.days().await?.is_empty() && !rollups.holds_summaries().await?;
+        let first = if empty { mine } else { UTC };
+        rollups.record_time_zone(first, None).await?;
+        recorded = rollups.recorded_time_zone().await?;
+        if recorded.as_deref() == Some(mine) {
+            tracing::info!(time_zone = mine, "events days recorded in this time zone");
         }
-        return Ok(());
     }
-    if raw.days().await?.is_empty() && !rollups.holds_summaries().await? {
-        rollups.record_time_zone(calendar.name()).await?;
-        tracing::info!(
-            time_zone = calendar.name(),
-            "events days recorded in this time zone"
-        );
+    let recorded_name = recorded.as_deref().unwrap_or(UTC);
+    if recorded_name == mine {
         return Ok(());
     }
     Err(StoreError::rejected(
@@ -147,7 +149,7 @@ pub async fn agree_time_zone(
             "events.time_zone is {:?}, but this store's days were cut in {recorded_name:?}: its \
              raw partitions and daily summaries end at {recorded_name} midnight. Set \
              events.time_zone = {recorded_name:?}, or start the new zone on empty stores",
-            calendar.name()
+            mine
         ),
     ))
 }

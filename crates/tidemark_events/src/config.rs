@@ -50,8 +50,7 @@ pub struct EventsConfig {
     pub kind_audit_days: u32,
     /// The time zone whose days partition the raw tier, the rollups, reports, the dashboard
     /// and `?day=today`: `"UTC"` (default) or an IANA name such as `"Europe/Sarajevo"`
-    /// ([`crate::calendar`]). Recorded with the store at its first start; a store that holds
-    /// data keeps its zone.
+    /// ([`crate::calendar`]). Recorded with the store at its first start, and kept.
     pub time_zone: String,
 }
 

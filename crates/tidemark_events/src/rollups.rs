@@ -134,8 +134,12 @@ pub trait RollupStore: Send + Sync + std::fmt::Debug {
     /// were recorded holds UTC days).
     async fn recorded_time_zone(&self) -> Result<Option<String>, StoreError>;
 
-    /// Records `name` (`"UTC"` or an IANA name) as the zone of this store's days.
-    async fn record_time_zone(&self, name: &str) -> Result<(), StoreError>;
+    /// Records `name` (`"UTC"` or an IANA name) as the zone of this store's days if the
+    /// recorded zone is still `replacing` (`None`: none recorded yet), atomically (a
+    /// compare-and-set: of nodes starting at once with different zones, one records its own
+    /// and the others read it back).
+    async fn record_time_zone(&self, name: &str, replacing: Option<&str>)
+    -> Result<(), StoreError>;
 
     /// Whether the store holds any daily summary row.
     async fn holds_summaries(&self) -> Result<bool, StoreError>;

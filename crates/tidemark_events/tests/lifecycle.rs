@@ -56,8 +56,12 @@ impl RollupStore for Switchable {
     async fn recorded_time_zone(&self) -> Result<Option<String>, StoreError> {
         self.inner.recorded_time_zone().await
     }
-    async fn record_time_zone(&self, name: &str) -> Result<(), StoreError> {
-        self.inner.record_time_zone(name).await
+    async fn record_time_zone(
+        &self,
+        name: &str,
+        replacing: Option<&str>,
+    ) -> Result<(), StoreError> {
+        self.inner.record_time_zone(name, replacing).await
     }
     async fn holds_summaries(&self) -> Result<bool, StoreError> {
         self.inner.holds_summaries().await

@@ -7,7 +7,7 @@ use tidemark_core::clock::{ManualClock, SharedClock};
 use tidemark_core::day::Day;
 
 use super::{day, event, sorted};
-use crate::calendar::{Calendar, agree_time_zone};
+use crate::calendar::{Calendar, UTC, agree_time_zone};
 use crate::lifecycle::Windows;
 use crate::raw::RawStore;
 use crate::rollup::RollupService;
@@ -35,8 +35,8 @@ fn every_half_hour(from: i64, to: i64) -> Vec<Event> {
 
 /// The contract of local days, on a raw tier and a summary tier opened with the calendar of
 /// `Europe/Berlin` and empty:
-/// - the zone is recorded with the summary tier, and another zone is refused once they hold
-///   data, naming both zones;
+/// - the zone is recorded with the summary tier at the first agreement, once, and another
+///   zone is refused, naming both zones;
 /// - 27 October 2024 holds 25 hours (22:00 UTC on the 26th to 23:00 UTC on the 27th), and an
 ///   event at 22:30 UTC on the 27th is of the 27th; 31 March 2024 holds 23 hours;
 /// - a day is rolled up whole (every event of its 25 hours counted once), closes at its own
@@ -50,6 +50,18 @@ pub async fn local_days(raw: Arc<dyn RawStore>, rollups: Arc<dyn RollupStore>) {
     assert_eq!(
         rollups.recorded_time_zone().await.unwrap().as_deref(),
         Some("Europe/Berlin")
+    );
+    // Recorded once: a second first record leaves it, and another zone is refused even while
+    // the stores are empty (nodes sharing them must cut the same days).
+    rollups.record_time_zone(UTC, None).await.unwrap();
+    assert_eq!(
+        rollups.recorded_time_zone().await.unwrap().as_deref(),
+        Some("Europe/Berlin")
+    );
+    assert!(
+        agree_time_zone(&Calendar::utc(), raw.as_ref(), rollups.as_ref())
+            .await
+            .is_err()
     );
 
     // Autumn: 21:00 UTC on the 26th (23:00 local) to 00:30 UTC on the 28th.

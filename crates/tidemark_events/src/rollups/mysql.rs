@@ -282,14 +282,23 @@ impl RollupStore for MysqlRollups {
         .transpose()
     }
 
-    async fn record_time_zone(&self, name: &str) -> Result<(), StoreError> {
-        sqlx::query(
-            "INSERT INTO events_meta (name, value) VALUES ('time_zone', ?)
-             ON DUPLICATE KEY UPDATE value = VALUES(value)",
-        )
-        .bind(name)
-        .execute(&self.pool)
-        .await?;
+    async fn record_time_zone(
+        &self,
+        name: &str,
+        replacing: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let query = match replacing {
+            None => {
+                sqlx::query("INSERT IGNORE INTO events_meta (name, value) VALUES ('time_zone', ?)")
+                    .bind(name)
+            }
+            Some(old) => sqlx::query(
+                "UPDATE events_meta SET value = ? WHERE name = 'time_zone' AND value = ?",
+            )
+            .bind(name)
+            .bind(old),
+        };
+        query.execute(&self.pool).await?;
         Ok(())
     }
 

@@ -220,15 +220,24 @@ impl RollupStore for SqliteRollups {
             .await
     }
 
-    async fn record_time_zone(&self, name: &str) -> Result<(), StoreError> {
-        let name = name.to_owned();
+    async fn record_time_zone(
+        &self,
+        name: &str,
+        replacing: Option<&str>,
+    ) -> Result<(), StoreError> {
+        let (name, replacing) = (name.to_owned(), replacing.map(str::to_owned));
         self.writer
             .write(move |conn| {
-                conn.execute(
-                    "INSERT INTO events_meta (name, value) VALUES ('time_zone', ?1)
-                     ON CONFLICT (name) DO UPDATE SET value = excluded.value",
-                    [name],
-                )?;
+                match replacing {
+                    None => conn.execute(
+                        "INSERT OR IGNORE INTO events_meta (name, value) VALUES ('time_zone', ?1)",
+                        [name],
+                    )?,
+                    Some(old) => conn.execute(
+                        "UPDATE events_meta SET value = ?1 WHERE name = 'time_zone' AND value = ?2",
+                        [name, old],
+                    )?,
+                };
                 Ok::<_, StoreError>(())
             })
             .await
