@@ -295,6 +295,15 @@ async fn contract_and_bad_inputs() {
                 .is_some_and(|m| !m.is_empty())
         );
     }
+    // A history read without its reader says which parameter is missing; one by a non-member
+    // gets no message.
+    let (_, v) = call(&c, Method::GET, &format!("{msgs_url}?limit=5"), None).await;
+    assert_eq!(
+        v["error"]["message"],
+        "user is required: the reader of the history, a member of the conversation"
+    );
+    let (_, v) = call(&c, Method::GET, &format!("{msgs_url}?user=u3"), None).await;
+    assert_eq!(v.as_object().map(|o| o.len()), Some(1), "{v}");
     // Malformed JSON and a wrong content type.
     let resp = c
         .post(&msgs_url)

@@ -273,8 +273,8 @@ struct HistoryParams {
     /// The reader: a member of the conversation (403 otherwise), as a SEND names its sender.
     /// Required, with the tenant key too, so a backend cannot hand one user's conversation to
     /// another by mistake.
-    #[param(min_length = 1, max_length = 128)]
-    user: String,
+    #[param(required = true, min_length = 1, max_length = 128)]
+    user: Option<String>,
     /// The page of messages just before this seq (not together with `after`).
     #[param(maximum = 9_223_372_036_854_775_807_i64)]
     before: Option<u64>,
@@ -363,6 +363,11 @@ async fn list_messages(
             )));
         }
     }
+    let reader = q.user.ok_or_else(|| {
+        ApiError::bad_request(
+            "user is required: the reader of the history, a member of the conversation",
+        )
+    })?;
     let anchor = match (q.before, q.after) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -374,7 +379,7 @@ async fn list_messages(
         (None, None) => Anchor::Latest,
     };
     let page = svc
-        .history(&tenant.0, &cid, &q.user, anchor, q.limit.unwrap_or(50))
+        .history(&tenant.0, &cid, &reader, anchor, q.limit.unwrap_or(50))
         .await?;
     Ok(axum::Json(HistoryBody {
         messages: page.messages.into_iter().map(MessageBody::from).collect(),
