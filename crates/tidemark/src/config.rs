@@ -315,19 +315,18 @@ impl Config {
             .is_some_and(|k| k.trim().is_empty())
         {
             return Err(ConfigError::Value(
-                "configuration: metrics_key must not be empty (leave it unset for an open /metrics)"
-                    .into(),
+                "metrics_key must not be empty (leave it unset for an open /metrics)".into(),
             ));
         }
         if self.max_connections == 0 {
             return Err(ConfigError::Value(
-                "configuration: max_connections must be at least 1".into(),
+                "max_connections must be at least 1".into(),
             ));
         }
         self.chat.validate().map_err(ConfigError::Value)?;
         self.events
             .calendar()
-            .map_err(|e| ConfigError::Value(format!("configuration: {e}")))?;
+            .map_err(|e| ConfigError::Value(e.to_string()))?;
         if self.role != Role::All {
             let keys = self.embedded_store_keys();
             if !keys.is_empty() {

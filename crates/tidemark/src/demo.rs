@@ -34,7 +34,6 @@ use reqwest::{Method, StatusCode};
 use serde::Serialize;
 use serde_json::{Value, json};
 use tidemark_core::clock::{Clock, SystemClock};
-use tidemark_core::day::{DAY_MS, Day};
 use tidemark_core::timefmt::rfc3339_ms;
 
 use api::Api;
@@ -77,7 +76,7 @@ pub struct DemoArgs {
 /// What the demo saw, printed at the end (and written with `--json`).
 #[derive(Debug, Clone, Serialize)]
 pub struct Summary {
-    /// The demo day (UTC).
+    /// The demo day (of the server's `events.time_zone`).
     pub day: String,
     /// Per account: its listings and report rows for the day.
     pub accounts: Vec<AccountSummary>,
@@ -191,8 +190,14 @@ pub async fn run(args: DemoArgs) -> anyhow::Result<Summary> {
 async fn replay(api: &Api, corpus: &Corpus, args: &DemoArgs) -> anyhow::Result<Summary> {
     let started = Instant::now();
     let now = SystemClock.now_ms();
-    let day = Day::of_utc_ms(now);
-    let day_start = now - now.rem_euclid(DAY_MS);
+    // The server's today, in its `events.time_zone`.
+    let top = api
+        .expect(Method::GET, "/v1/events/top?limit=1", None, StatusCode::OK)
+        .await?;
+    let zone = top["time_zone"].as_str().context("time_zone")?;
+    let calendar = tidemark_events::calendar::Calendar::named(zone)?;
+    let day = calendar.day_of(now);
+    let day_start = calendar.start_ms(day);
     let before = api.metrics().await.context("reading /metrics")?;
     let listings = corpus.listings();
 

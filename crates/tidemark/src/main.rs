@@ -56,6 +56,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [events] rollups             TIDEMARK_EVENTS__ROLLUPS        sqlite | mysql://user@host/db
   [events] archive_url         TIDEMARK_EVENTS__ARCHIVE_URL    default data/events/archive
   [events] raw_retention       TIDEMARK_EVENTS__RAW_RETENTION  default 7d
+  [events] time_zone           TIDEMARK_EVENTS__TIME_ZONE      default UTC (or e.g. Europe/Sarajevo)
 (docs/configuration.md lists every key of the file)
 
 Logging: RUST_LOG (default info).";
@@ -98,7 +99,7 @@ enum Command {
     /// Replay one marketplace day through the HTTP API and print a summary
     /// (`tidemark demo --server http://127.0.0.1:8080 --key dev-key`, or `--embedded`).
     Demo(demo::DemoArgs),
-    /// Roll up one UTC day of raw events into `listing_daily` now (`tidemark rollup --day YYYY-MM-DD`).
+    /// Roll up one day of raw events (of `events.time_zone`) into `listing_daily` now (`tidemark rollup --day YYYY-MM-DD`).
     Rollup(rollup_cmd::RollupArgs),
     /// Chat maintenance (`tidemark chat backfill`: archive the hot history the outbox no
     /// longer covers, so that a refused archiver can start).
@@ -115,10 +116,24 @@ fn main() -> std::process::ExitCode {
     match run(Cli::parse()) {
         Ok(()) => std::process::ExitCode::SUCCESS,
         Err(error) => {
-            eprintln!("Error: {error:#}");
+            eprintln!("Error: {}", one_line(&error));
             std::process::ExitCode::FAILURE
         }
     }
+}
+
+/// `error` and its causes, joined by `": "`, each cause left out where the message before it
+/// already ends with it (a storage error's message holds its source's).
+fn one_line(error: &anyhow::Error) -> String {
+    let mut text = error.to_string();
+    for cause in error.chain().skip(1) {
+        let cause = cause.to_string();
+        if !text.ends_with(&cause) {
+            text.push_str(": ");
+            text.push_str(&cause);
+        }
+    }
+    text
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -164,4 +179,22 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Demo(d) => demo::run(d).await.map(|_| ()),
         }
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::one_line;
+
+    #[test]
+    fn a_cause_already_in_the_message_is_not_repeated() {
+        let store = tidemark_core::store::StoreError::rejected("config", "zone differs");
+        let e = anyhow::Error::from(store).context("opening the events stores");
+        assert_eq!(
+            one_line(&e),
+            "opening the events stores: config: zone differs"
+        );
+        let io = std::io::Error::other("disk on fire");
+        let e = anyhow::Error::from(io).context("writing");
+        assert_eq!(one_line(&e), "writing: disk on fire");
+    }
 }

@@ -135,7 +135,7 @@ async fn listings_rollups_and_the_account_report_in(mode: Mode) {
     assert_eq!(st, 200, "{v}");
     assert_eq!(
         v,
-        json!({"account_id": 7, "from": yesterday.to_string(), "to": today.to_string(), "rows": []})
+        json!({"account_id": 7, "from": yesterday.to_string(), "to": today.to_string(), "rows": [], "time_zone": "UTC"})
     );
 
     let (st, v) = call(

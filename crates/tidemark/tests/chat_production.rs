@@ -291,16 +291,10 @@ async fn hot_only_on_redis_then_tiered_backfills_archives_and_trims_that_history
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_without_durable_aof_stops_the_server_at_start() {
     let dir = tempfile::tempdir().unwrap();
-    let out = TestServer::command(
+    let stderr = TestServer::refused_start(
         dir.path(),
-        common::free_port(),
         &[("TIDEMARK_CHAT__HOT".into(), "redis://127.0.0.1:6379".into())],
-    )
-    .stderr(std::process::Stdio::piped())
-    .output()
-    .unwrap();
-    assert!(!out.status.success());
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    );
     assert!(
         stderr.contains("appendonly is \"no\", Tidemark needs \"yes\""),
         "{stderr}"

@@ -76,12 +76,7 @@ async fn a_link_rendered_on_one_node_redirects_on_another() {
         "TIDEMARK_LINKS__ID_SECRET".into(),
         "0123456789abcdef0123456789abcdef".into(),
     ));
-    let out = TestServer::command(dir.path(), free_port(), &other)
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = TestServer::refused_start(dir.path(), &other);
     assert!(
         stderr.contains("links.id_secret differs from the secret this MariaDB link store"),
         "{stderr}"

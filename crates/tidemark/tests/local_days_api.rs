@@ -45,9 +45,14 @@ async fn days_are_those_of_the_configured_time_zone() {
     let url = server.url(&format!("/v1/events/top?day={yesterday}"));
     let (_, top) = call(&c, Method::GET, &url, None).await;
     assert_eq!(top["listings"], json!([{"listing_id": 4, "events": 3}]));
-    let (st, recent) = call(&c, Method::GET, &server.url("/v1/events/recent"), None).await;
-    assert_eq!(st, 200, "{recent}");
-    assert_eq!(recent["time_zone"], ZONE);
+    for path in [
+        "/v1/events/recent",
+        "/v1/events/raw-window",
+        "/v1/events/kinds",
+    ] {
+        let (st, v) = call(&c, Method::GET, &server.url(path), None).await;
+        assert_eq!((st, &v["time_zone"]), (200, &json!(ZONE)), "{path}: {v}");
+    }
 
     // Local yesterday rolls up with its three events (a UTC day would hold other ones).
     let url = server.url(&format!("/v1/rollups/{yesterday}"));
@@ -58,12 +63,7 @@ async fn days_are_those_of_the_configured_time_zone() {
     // The store's days are Kiritimati's now: a restart in UTC is refused, naming both zones.
     server.terminate();
     let env = [("TIDEMARK_EVENTS__TIME_ZONE".to_owned(), "UTC".to_owned())];
-    let out = TestServer::command(&server.dir, free_port(), &env)
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = TestServer::refused_start(&server.dir, &env);
     assert!(
         stderr.contains(r#"events.time_zone is "UTC""#) && stderr.contains(ZONE),
         "{stderr}"
@@ -83,12 +83,7 @@ async fn an_unknown_time_zone_is_refused_at_start() {
         "TIDEMARK_EVENTS__TIME_ZONE".to_owned(),
         "Europe/Atlantis".to_owned(),
     )];
-    let out = TestServer::command(dir.path(), free_port(), &env)
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = TestServer::refused_start(dir.path(), &env);
     assert!(
         stderr.contains(r#"events.time_zone "Europe/Atlantis" is not a time zone"#),
         "{stderr}"

@@ -294,17 +294,6 @@ async fn a_trimmed_tiered_data_dir_restarted_hot_only_still_reads_its_archive() 
     );
 }
 
-/// The output of a `serve` on `server`'s data dir with `env` that must refuse to start.
-fn refused_start(server: &TestServer, env: &[(String, String)]) -> String {
-    let out = TestServer::command(&server.dir, free_port(), env)
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
-    assert!(!out.status.success(), "it started: {stderr}");
-    stderr
-}
-
 /// The hot tier records its archive's identity: with `archive.db` moved away, a tiered server
 /// (which would make a new, empty one) and a hot-only one (which would read none) both refuse
 /// to start, saying so; with the file back, all of the history reads again. Started, both
@@ -324,7 +313,7 @@ async fn a_missing_or_replaced_archive_is_refused_at_startup() {
         }
     };
     move_archive(&chat, aside.path());
-    let stderr = refused_start(&server, &server.env);
+    let stderr = TestServer::refused_start(&server.dir, &server.env);
     assert!(
         stderr.contains("refusing to start: the hot tier's history is archived in archive")
             && stderr.contains("archive.db is archive")
@@ -336,7 +325,7 @@ async fn a_missing_or_replaced_archive_is_refused_at_startup() {
     assert!(!chat.join("archive.db").exists());
     let mut hot_only = server.env.clone();
     hot_only.push(("TIDEMARK_CHAT__MODE".into(), "hot-only".into()));
-    let stderr = refused_start(&server, &hot_only);
+    let stderr = TestServer::refused_start(&server.dir, &hot_only);
     assert!(stderr.contains("but there is none at"), "{stderr}");
 
     move_archive(aside.path(), &chat);
@@ -477,7 +466,7 @@ async fn an_archive_restored_from_an_older_copy_is_caught_up_or_refused() {
     let (server, _, _) =
         archive_restored_from_an_older_copy(&TRIM_SOON, |dir, n| Box::pin(wait_trimmed(dir, n)))
             .await;
-    let stderr = refused_start(&server, &server.env);
+    let stderr = TestServer::refused_start(&server.dir, &server.env);
     assert!(
         stderr.contains("(restored from an older copy?)")
             && stderr.contains("restore a newer copy of the archive"),
@@ -516,13 +505,13 @@ async fn a_hot_tier_older_than_the_archive_is_refused_at_startup() {
     };
 
     put_back(Some(&older));
-    let stderr = refused_start(&server, &server.env);
+    let stderr = TestServer::refused_start(&server.dir, &server.env);
     assert!(
         stderr.contains("holds outbox partition 0 through offset 10, but it ends at offset 5"),
         "{stderr}"
     );
     put_back(None);
-    let stderr = refused_start(&server, &server.env);
+    let stderr = TestServer::refused_start(&server.dir, &server.env);
     assert!(
         stderr.contains("holds outbox partition 0 through offset 10, but it ends at offset 0"),
         "{stderr}"
@@ -558,7 +547,7 @@ async fn a_position_outside_the_outbox_is_refused_until_chat_backfill() {
     )
     .unwrap();
     drop(hot);
-    let stderr = refused_start(&server, &server.env);
+    let stderr = TestServer::refused_start(&server.dir, &server.env);
     assert!(
         stderr.contains(
             "stored position 0 is outside outbox partition 0's range [4, 5]; archive what the outbox no longer holds with `tidemark chat backfill`"

@@ -395,12 +395,7 @@ async fn connections_beyond_max_connections_wait_until_one_closes() {
 async fn max_connections_of_zero_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let env = [("TIDEMARK_MAX_CONNECTIONS".to_owned(), "0".to_owned())];
-    let out = TestServer::command(dir.path(), free_port(), &env)
-        .stderr(std::process::Stdio::piped())
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(!out.status.success(), "{stderr}");
+    let stderr = TestServer::refused_start(dir.path(), &env);
     assert!(
         stderr.contains("max_connections must be at least 1"),
         "{stderr}"
@@ -453,12 +448,7 @@ async fn a_second_server_on_the_same_data_dir_refuses_to_start() {
     let link = other_name.path().join("same-data");
     std::os::unix::fs::symlink(&server.dir, &link).unwrap();
     for dir in [server.dir.clone(), link] {
-        let out = TestServer::command(&dir, free_port(), &[])
-            .stderr(std::process::Stdio::piped())
-            .output()
-            .unwrap();
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success(), "the second server ran: {stderr}");
+        let stderr = TestServer::refused_start(&dir, &[]);
         assert!(
             stderr.contains("another `tidemark serve` is using the data directory"),
             "{stderr}"

@@ -56,18 +56,23 @@ impl Calendar {
         }
     }
 
-    /// The days of the IANA zone `name` (case-insensitive; `"UTC"` and `""` are UTC).
+    /// The days of the IANA zone `name` (case-insensitive). `"UTC"` and every name of the
+    /// same rules (`Etc/UTC`, `Zulu`, `GMT`, …: offset 0 and never a transition) are UTC.
     ///
     /// # Errors
-    /// [`UnknownZone`] when the bundled database has no such zone.
+    /// [`UnknownZone`] when the bundled database has no such zone (an empty name included).
     pub fn named(name: &str) -> Result<Self, UnknownZone> {
         let name = name.trim();
-        if name.is_empty() || name.eq_ignore_ascii_case(UTC) {
+        if name.eq_ignore_ascii_case(UTC) {
             return Ok(Self::utc());
         }
         let zone = jiff::tz::db()
             .get(name)
             .map_err(|_| UnknownZone(name.to_owned()))?;
+        let never_moves = zone.following(Timestamp::MIN).next().is_none();
+        if never_moves && zone.to_offset(Timestamp::UNIX_EPOCH).seconds() == 0 {
+            return Ok(Self::utc());
+        }
         let name = zone.iana_name().unwrap_or(name).to_owned();
         Ok(Self {
             zone: Some(zone),

@@ -120,6 +120,8 @@ pub struct AtLeast {
 /// `GET /v1/events/raw-window`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, ToSchema)]
 pub struct RawWindowReport {
+    /// The zone of the days (`events.time_zone`: `UTC` or an IANA name).
+    pub time_zone: String,
     /// `events.raw_retention`, in days (rounded up).
     pub raw_retention_days: u64,
     /// The raw days held, oldest first (dropped ones left out).
@@ -185,6 +187,7 @@ pub fn report(
             .sum()
     };
     RawWindowReport {
+        time_zone: calendar.name().to_owned(),
         raw_retention_days: retention_days,
         days: held,
         bytes_per_day,

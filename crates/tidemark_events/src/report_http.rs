@@ -271,6 +271,9 @@ struct ReportBody {
     to: String,
     /// Per listing of the account and kind, the sums over the period.
     rows: Vec<ReportRow>,
+    /// The zone of the days (`events.time_zone`: `UTC` or an IANA name).
+    #[schema(example = "Europe/Sarajevo")]
+    time_zone: String,
 }
 
 /// Per listing and kind, an account's totals over a period, from the summary tier.
@@ -349,6 +352,7 @@ async fn report(
         from: from.to_string(),
         to: to.to_string(),
         rows,
+        time_zone: s.rollups.raw().calendar().name().to_owned(),
     })
     .into_response())
 }
@@ -558,6 +562,11 @@ async fn kinds(
     let today = s.rollups.raw().calendar().day_of(now);
     let raw_from = today.plus(-i32::try_from(raw_days).unwrap_or(i32::MAX));
     Ok(axum::Json(crate::usage::audit(
-        &s.schema, &figures, raw_from, stale_days, now,
+        s.rollups.raw().calendar(),
+        &s.schema,
+        &figures,
+        raw_from,
+        stale_days,
+        now,
     )))
 }

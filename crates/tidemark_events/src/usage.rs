@@ -273,10 +273,14 @@ pub struct KindsAudit {
     pub raw_window_from: String,
     /// The kinds: declared ones in declaration order, then retired ones by name.
     pub kinds: Vec<KindAudit>,
+    /// The zone of the days (`events.time_zone`: `UTC` or an IANA name).
+    pub time_zone: String,
 }
 
-/// The audit of `figures` (since `raw_from`) against `schema` at `now_ms`.
+/// The audit of `figures` (since `raw_from`, a day of `calendar`) against `schema` at
+/// `now_ms`.
 pub fn audit(
+    calendar: &Calendar,
     schema: &Schema,
     figures: &UsageFigures,
     raw_from: Day,
@@ -329,6 +333,7 @@ pub fn audit(
         stale_days,
         raw_window_from: raw_from.to_string(),
         kinds,
+        time_zone: calendar.name().to_owned(),
     }
 }
 

@@ -186,6 +186,17 @@ impl TestServer {
         cmd
     }
 
+    /// Runs `serve` on `dir` with `env`, which must refuse to start; its stderr.
+    pub fn refused_start(dir: &Path, env: &[(String, String)]) -> String {
+        let out = Self::command(dir, free_port(), env)
+            .stderr(Stdio::piped())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert!(!out.status.success(), "it started: {stderr}");
+        stderr
+    }
+
     /// Starts a server (embedded mode) whose data directory is a tmpfs of `bytes`, mounted
     /// in a mount namespace of the server's own (`unshare --mount`; needs root), so that a
     /// test can fill its disk without touching the machine's. The directory is reached from

@@ -14,7 +14,14 @@ fn day(s: &str) -> Day {
 fn utc_days_are_24_hours_from_midnight_utc() {
     let utc = Calendar::named("utc").unwrap();
     assert_eq!(utc.name(), "UTC");
-    assert_eq!(Calendar::named("").unwrap().name(), "UTC");
+    for alias in ["Etc/UTC", "zulu", "Etc/Universal", "GMT", "Etc/GMT+0"] {
+        assert_eq!(Calendar::named(alias).unwrap().name(), "UTC", "{alias}");
+    }
+    // Offset 0 today, but not always: its own days.
+    assert_eq!(
+        Calendar::named("Africa/Abidjan").unwrap().name(),
+        "Africa/Abidjan"
+    );
     let d = day("2024-10-27");
     assert_eq!(utc.start_ms(d), ms("2024-10-27T00:00:00Z"));
     assert_eq!(utc.end_ms(d) - utc.start_ms(d), 24 * H);
@@ -75,6 +82,10 @@ fn every_instant_lies_within_the_bounds_of_its_day() {
 
 #[test]
 fn unknown_zones_are_named_in_the_error() {
+    assert_eq!(
+        Calendar::named(" ").unwrap_err(),
+        UnknownZone(String::new())
+    );
     let err = Calendar::named("Europe/Atlantis").unwrap_err();
     assert_eq!(err, UnknownZone("Europe/Atlantis".into()));
     assert!(err.to_string().contains("Europe/Atlantis"), "{err}");

@@ -65,7 +65,8 @@ fn the_audit_flags_kinds_unwritten_or_unread_and_shows_retired_ones() {
             ("click", now - 40 * DAY_MS, "dashboard"),
         ],
     );
-    let a = audit(&schema, &f, today.plus(-7), 30, now);
+    let a = audit(&Calendar::utc(), &schema, &f, today.plus(-7), 30, now);
+    assert_eq!(a.time_zone, "UTC");
     assert_eq!(a.stale_days, 30);
     assert_eq!(a.raw_window_from, today.plus(-7).to_string());
     let names: Vec<(&str, &str)> = a
@@ -107,7 +108,7 @@ fn the_audit_flags_kinds_unwritten_or_unread_and_shows_retired_ones() {
     assert!(contact.not_written && contact.not_read);
     assert!(contact.events_per_day.is_empty());
     // A longer horizon: the contact written 50 days ago is not flagged at 60.
-    let a = audit(&schema, &f, today.plus(-7), 60, now);
+    let a = audit(&Calendar::utc(), &schema, &f, today.plus(-7), 60, now);
     assert!(!a.kinds[2].not_written && a.kinds[2].not_read);
 }
 
