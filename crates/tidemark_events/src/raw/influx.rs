@@ -592,8 +592,9 @@ struct Shard {
     end_ms: i64,
 }
 
-/// Unix ms of an RFC 3339 time of `SHOW SHARDS`.
-fn rfc3339_ms(text: &str) -> Option<i64> {
+/// Unix ms of an RFC 3339 time of `SHOW SHARDS` (the parse of what
+/// `tidemark_core::timefmt::rfc3339_ms` writes).
+fn parse_rfc3339_ms(text: &str) -> Option<i64> {
     text.parse::<jiff::Timestamp>()
         .ok()
         .map(jiff::Timestamp::as_millisecond)
@@ -615,8 +616,8 @@ impl InfluxRaw {
                 if text("database").as_deref() == Some(self.target.database.as_str())
                     && text("retention_policy").as_deref() == Some(RETENTION_POLICY)
                     && let Some(id) = at(row, "id").and_then(|v| v.as_u64())
-                    && let Some(start_ms) = text("start_time").as_deref().and_then(rfc3339_ms)
-                    && let Some(end_ms) = text("end_time").as_deref().and_then(rfc3339_ms)
+                    && let Some(start_ms) = text("start_time").as_deref().and_then(parse_rfc3339_ms)
+                    && let Some(end_ms) = text("end_time").as_deref().and_then(parse_rfc3339_ms)
                 {
                     out.push(Shard {
                         id,
@@ -678,9 +679,14 @@ impl RawStore for InfluxRaw {
         if events.is_empty() {
             return Ok(());
         }
+        // Each event's day, found once: counted here, numbered below.
+        let days: Vec<Day> = events
+            .iter()
+            .map(|e| self.calendar.day_of(e.time_ms))
+            .collect();
         let mut per_day: BTreeMap<Day, i64> = BTreeMap::new();
-        for e in &events {
-            *per_day.entry(self.calendar.day_of(e.time_ms)).or_default() += 1;
+        for day in &days {
+            *per_day.entry(*day).or_default() += 1;
         }
         // InfluxDB drops points of shard groups already past retention, and stores the rest of
         // their request (a partial write): refuse such a batch whole before writing anything.
@@ -705,8 +711,9 @@ impl RawStore for InfluxRaw {
         let mut next = first_seq;
         let lines: Vec<String> = events
             .iter()
-            .map(|e| {
-                let seq = next.entry(self.calendar.day_of(e.time_ms)).or_default();
+            .zip(&days)
+            .map(|(e, day)| {
+                let seq = next.entry(*day).or_default();
                 *seq += 1;
                 line(e, *seq - 1)
             })
