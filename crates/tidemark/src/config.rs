@@ -10,6 +10,7 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use serde::{Deserialize, Serialize};
 use tidemark_chat::ChatConfig;
 use tidemark_core::engine::EmbeddedStoreKey;
+use tidemark_core::user_token::{UserTokenKey, UserTokens};
 use tidemark_events::EventsConfig;
 use tidemark_links::config::LinksConfig;
 
@@ -108,6 +109,24 @@ pub struct TenantConfig {
     pub name: String,
     /// The tenant's API key.
     pub key: String,
+    /// Verification key of the tenant's chat user tokens, if it issues any
+    /// ([`tidemark_core::user_token::UserTokenKey`]): `hs256:<secret of 32 bytes or more>` or
+    /// `ed25519:<public key, unpadded base64url>`. Its users' apps then call the chat routes
+    /// with a JWT the marketplace backend signed (`aud` = this tenant's name, `sub`, `exp`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_token_key: Option<String>,
+}
+
+impl TenantConfig {
+    /// The parsed [`TenantConfig::user_token_key`], if any. Errors: a key that cannot be used,
+    /// naming the tenant.
+    pub fn user_token_key(&self) -> Result<Option<UserTokenKey>, ConfigError> {
+        self.user_token_key
+            .as_deref()
+            .map(UserTokenKey::parse)
+            .transpose()
+            .map_err(|e| ConfigError::Tenants(format!("tenant {:?}: {e}", self.name)))
+    }
 }
 
 /// The whole configuration.
@@ -165,6 +184,7 @@ impl Default for Config {
             tenants: vec![TenantConfig {
                 name: "demo".into(),
                 key: DEFAULT_DEV_KEY.into(),
+                user_token_key: None,
             }],
             header_read_timeout: std::time::Duration::from_secs(30),
             body_read_timeout: std::time::Duration::from_secs(30),
@@ -274,6 +294,18 @@ impl Config {
         Ok(cfg)
     }
 
+    /// The tenants' user-token keys, for the tenants that have one. Errors: as
+    /// [`TenantConfig::user_token_key`].
+    pub fn user_tokens(&self) -> Result<UserTokens, ConfigError> {
+        let mut keys = Vec::new();
+        for t in &self.tenants {
+            if let Some(key) = t.user_token_key()? {
+                keys.push((t.name.clone(), key));
+            }
+        }
+        Ok(UserTokens::new(keys))
+    }
+
     /// Checks the rules that need the whole configuration (keys unique and non-empty, the
     /// default key only on loopback), the chat settings ([`ChatConfig::validate`]), and that a
     /// role other than `all` has no store on the embedded SQLite engine
@@ -292,6 +324,7 @@ impl Config {
                     t.name
                 )));
             }
+            t.user_token_key()?;
             if t.key == DEFAULT_DEV_KEY && !self.listen.ip().is_loopback() {
                 return Err(ConfigError::DevKeyExposed {
                     tenant: t.name.clone(),

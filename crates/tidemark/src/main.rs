@@ -28,7 +28,9 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   metrics_key                  TIDEMARK_METRICS_KEY            default none: /metrics open
   min_free_disk_mb             TIDEMARK_MIN_FREE_DISK_MB       default 64 (/readyz 503 below)
   tenants = [{name, key}]      TIDEMARK_TENANTS='[{name=\"demo\",key=\"...\"}]'
-                                                               default demo / dev-key (loopback only)
+                                                               default demo / dev-key (loopback only);
+                                                               user_token_key = \"hs256:…\" | \"ed25519:…\":
+                                                               chat user tokens (JWT) for that tenant
   analytics_tenant             TIDEMARK_ANALYTICS_TENANT       default: the first tenant
   [chat] mode                  TIDEMARK_CHAT__MODE             tiered | hot-only | sync-archive
   [chat] hot_window            TIDEMARK_CHAT__HOT_WINDOW       default 7d

@@ -49,9 +49,58 @@ pub fn document(kinds: &[String]) -> utoipa::openapi::OpenApi {
         .license(Some(utoipa::openapi::License::new("MIT")))
         .build();
     V1Conventions.modify(&mut api);
+    add_user_token_scheme(&mut api);
     set_event_kinds(&mut api, kinds);
     add_analytics_owner_answer(&mut api);
     api
+}
+
+/// Name of the user-token security scheme in `components.securitySchemes`.
+pub const USER_TOKEN: &str = "user_token";
+
+/// The chat routes also take a user token ([`tidemark_core::user_token`]) in place of the
+/// tenant key: a second, alternative security requirement on every `chat` operation.
+fn add_user_token_scheme(api: &mut utoipa::openapi::OpenApi) {
+    use utoipa::openapi::security::{
+        HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+    };
+    api.components
+        .get_or_insert_with(Default::default)
+        .add_security_scheme(
+            USER_TOKEN,
+            SecurityScheme::Http(
+                HttpBuilder::new()
+                    .scheme(HttpAuthScheme::Bearer)
+                    .bearer_format("JWT")
+                    .description(Some(
+                        "A JWT the marketplace backend signed for one user, verified with the \
+                         tenant's `user_token_key` (HS256 or EdDSA): `aud` the tenant, `sub` the \
+                         user, `exp`, optionally `conversations`. Chat routes only; the user it \
+                         names is the only one the request may act as (403 otherwise), and an \
+                         expired, forged or other tenant's token gets 401.",
+                    ))
+                    .build(),
+            ),
+        );
+    for item in api.paths.paths.values_mut() {
+        for op in [
+            &mut item.get,
+            &mut item.put,
+            &mut item.post,
+            &mut item.delete,
+        ]
+        .into_iter()
+        .flatten()
+        {
+            let chat = op
+                .tags
+                .as_ref()
+                .is_some_and(|t| t.iter().any(|t| t == "chat"));
+            if chat && let Some(security) = op.security.as_mut() {
+                security.push(SecurityRequirement::new::<_, _, &str>(USER_TOKEN, []));
+            }
+        }
+    }
 }
 
 /// The analytics routes answer 403 to a tenant that does not own the analytics
@@ -164,7 +213,16 @@ mod tests {
         ] {
             assert!(send["responses"].get(code).is_some(), "{code}: {send}");
         }
-        assert_eq!(send["security"], serde_json::json!([{ "bearer": [] }]));
+        assert_eq!(
+            send["security"],
+            serde_json::json!([{ "bearer": [] }, { "user_token": [] }])
+        );
+        assert_eq!(
+            v["components"]["securitySchemes"]["user_token"]["bearerFormat"],
+            "JWT"
+        );
+        let ingest = &v["paths"]["/v1/events"]["post"];
+        assert_eq!(ingest["security"], serde_json::json!([{ "bearer": [] }]));
         let own = &v["paths"]["/v1/openapi.json"]["get"];
         assert_eq!(own["security"], serde_json::json!([{}]));
         assert!(own["responses"].get("401").is_none());

@@ -255,17 +255,21 @@ pub async fn run(
     let pool = Arc::clone(links.pool());
     let links_for_shutdown = links.clone();
     let chat_for_shutdown = chat.clone();
+    let user_tokens = config.user_tokens()?;
     let api = config.role.serves_api().then(|| Api {
         chat: chat.clone(),
         links,
         events,
         analytics,
-        keys: Arc::new(ApiKeys::new(
-            config
-                .tenants
-                .iter()
-                .map(|t| (t.name.clone(), t.key.clone())),
-        )),
+        keys: Arc::new(
+            ApiKeys::new(
+                config
+                    .tenants
+                    .iter()
+                    .map(|t| (t.name.clone(), t.key.clone())),
+            )
+            .with_user_tokens(user_tokens),
+        ),
         analytics_owner: Arc::from(config.analytics_owner()),
     });
     let app = router(

@@ -32,19 +32,19 @@ pub struct ContactEvents {
 }
 
 /// Middleware on the analytics routes (after [`tidemark_core::http::require_tenant`]): 403
-/// `forbidden` unless the request's tenant owns the analytics.
+/// `forbidden` unless the request's tenant owns the analytics (and for any user token).
 pub async fn require_analytics_owner(
     State(owner): State<Arc<str>>,
     req: Request,
     next: Next,
 ) -> Result<Response, ApiError> {
-    match req.extensions().get::<Tenant>() {
-        Some(Tenant(t)) if **t == *owner => Ok(next.run(req).await),
-        Some(Tenant(t)) => Err(ApiError::forbidden(format!(
+    let Tenant(t) = Tenant::of(req.extensions())?;
+    if *t != *owner {
+        return Err(ApiError::forbidden(format!(
             "the analytics of this server belong to tenant {owner:?}; tenant {t:?} has none"
-        ))),
-        None => Err(ApiError::unauthorized("missing API key")),
+        )));
     }
+    Ok(next.run(req).await)
 }
 
 /// The `contact` event for a first contact.

@@ -1,5 +1,10 @@
 //! Chat's HTTP routes under `/v1` (the binary adds auth in front of them).
 //!
+//! Each route takes the tenant's API key or a user token ([`Caller`]). With a user token, every
+//! user a request names (`sender`, `user`, the members of a new conversation) must be the
+//! token's own, and a token limited to some `conversations` opens only those (403 otherwise);
+//! membership is then checked as for the tenant key.
+//!
 //! | route | answer |
 //! |---|---|
 //! | `POST /v1/conversations` `{"members": [..], "listing_id"?}` | 201 `{"conversation_id"}` |
@@ -16,7 +21,7 @@ use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post, put};
 use serde::{Deserialize, Serialize};
-use tidemark_core::http::{ApiError, ApiJson, ApiQuery, ErrorBody, NoQuery, Tenant, body_limit};
+use tidemark_core::http::{ApiError, ApiJson, ApiQuery, Caller, ErrorBody, NoQuery, body_limit};
 use tidemark_core::openapi::JsonBodyErrors;
 use tidemark_core::timefmt::rfc3339_ms;
 use utoipa::{IntoParams, ToSchema};
@@ -121,6 +126,7 @@ struct ConversationCreated {
     responses(
         (status = 201, description = "Created", body = ConversationCreated),
         (status = 200, description = "Found: a retry with the `client_conversation_id` of an earlier request", body = ConversationCreated),
+        (status = 403, description = "A user token whose user is not among the members, or one limited to some `conversations` (`forbidden`)", body = ErrorBody),
         (status = 409, description = "The `client_conversation_id` names a conversation with other members or another listing", body = ErrorBody),
         JsonBodyErrors,
     )
@@ -128,12 +134,25 @@ struct ConversationCreated {
 async fn create_conversation(
     State(svc): State<Arc<ChatService>>,
     _: NoQuery,
-    tenant: Tenant,
+    caller: Caller,
     ApiJson(req): ApiJson<CreateConversation>,
 ) -> Result<Response, ApiError> {
+    if let Caller::User(u) = &caller {
+        if u.conversations.is_some() {
+            return Err(ApiError::forbidden(
+                "this user token is limited to its `conversations`; it cannot create one",
+            ));
+        }
+        if !req.members.contains(&u.user) {
+            return Err(ApiError::forbidden(format!(
+                "a user token creates only conversations its user {:?} is a member of",
+                u.user
+            )));
+        }
+    }
     let done = svc
         .create_conversation(
-            &tenant.0,
+            caller.tenant(),
             NewConversation {
                 members: req.members,
                 listing_id: req.listing_id,
@@ -244,7 +263,7 @@ impl From<SendAck> for AckBody {
     responses(
         (status = 201, description = "Committed now", body = AckBody),
         (status = 200, description = "A retry of a committed message: its first acknowledgement", body = AckBody),
-        (status = 403, description = "The sender is not a member (`forbidden`)", body = ErrorBody),
+        (status = 403, description = "The sender is not a member, or not the user token's user, or the token is limited to other conversations (`forbidden`)", body = ErrorBody),
         (status = 404, description = "No such conversation (`not_found`)", body = ErrorBody),
         JsonBodyErrors,
     )
@@ -252,11 +271,13 @@ impl From<SendAck> for AckBody {
 async fn send_message(
     State(svc): State<Arc<ChatService>>,
     _: NoQuery,
-    tenant: Tenant,
+    caller: Caller,
     Path(cid): Path<String>,
     ApiJson(req): ApiJson<SendMessage>,
 ) -> Result<Response, ApiError> {
-    let cmd = req.into_command(tenant.0, cid, svc.config().max_body_bytes)?;
+    caller.may_open(&cid)?;
+    caller.may_act_as(&req.sender, "sender")?;
+    let cmd = req.into_command(caller.tenant().to_owned(), cid, svc.config().max_body_bytes)?;
     let outcome = svc.send(cmd).await?;
     let status = match outcome {
         SendOutcome::Committed(_) => StatusCode::CREATED,
@@ -342,14 +363,14 @@ struct HistoryBody {
     responses(
         (status = 200, description = "The page", body = HistoryBody),
         (status = 400, description = "No `user`, a blank one, or a bad `before`, `after` or `limit` (`bad_request`)", body = ErrorBody),
-        (status = 403, description = "The user is not a member (`forbidden`); no message is sent", body = ErrorBody),
+        (status = 403, description = "The user is not a member, or not the user token's user, or the token is limited to other conversations (`forbidden`); no message is sent", body = ErrorBody),
         (status = 404, description = "No such conversation (`not_found`)", body = ErrorBody),
         (status = 500, description = "Data the page needs is missing or corrupt (`corrupt_history`); never a partial page", body = ErrorBody),
     )
 )]
 async fn list_messages(
     State(svc): State<Arc<ChatService>>,
-    tenant: Tenant,
+    caller: Caller,
     Path(cid): Path<String>,
     ApiQuery(q): ApiQuery<HistoryParams>,
 ) -> Result<Response, ApiError> {
@@ -368,6 +389,8 @@ async fn list_messages(
             "user is required: the reader of the history, a member of the conversation",
         )
     })?;
+    caller.may_open(&cid)?;
+    caller.may_act_as(&reader, "user")?;
     let anchor = match (q.before, q.after) {
         (Some(_), Some(_)) => {
             return Err(ApiError::bad_request(
@@ -379,7 +402,13 @@ async fn list_messages(
         (None, None) => Anchor::Latest,
     };
     let page = svc
-        .history(&tenant.0, &cid, &reader, anchor, q.limit.unwrap_or(50))
+        .history(
+            caller.tenant(),
+            &cid,
+            &reader,
+            anchor,
+            q.limit.unwrap_or(50),
+        )
         .await?;
     Ok(axum::Json(HistoryBody {
         messages: page.messages.into_iter().map(MessageBody::from).collect(),
@@ -410,7 +439,7 @@ struct MarkRead {
     request_body = MarkRead,
     responses(
         (status = 204, description = "Stored"),
-        (status = 403, description = "The user is not a member (`forbidden`)", body = ErrorBody),
+        (status = 403, description = "The user is not a member, or not the user token's user, or the token is limited to other conversations (`forbidden`)", body = ErrorBody),
         (status = 404, description = "No such conversation (`not_found`)", body = ErrorBody),
         JsonBodyErrors,
     )
@@ -418,11 +447,14 @@ struct MarkRead {
 async fn mark_read(
     State(svc): State<Arc<ChatService>>,
     _: NoQuery,
-    tenant: Tenant,
+    caller: Caller,
     Path(cid): Path<String>,
     ApiJson(req): ApiJson<MarkRead>,
 ) -> Result<StatusCode, ApiError> {
-    svc.mark_read(&tenant.0, &cid, &req.user, req.seq).await?;
+    caller.may_open(&cid)?;
+    caller.may_act_as(&req.user, "user")?;
+    svc.mark_read(caller.tenant(), &cid, &req.user, req.seq)
+        .await?;
     Ok(StatusCode::NO_CONTENT)
 }
 
@@ -475,15 +507,17 @@ const DEFAULT_CONVERSATIONS_PAGE: usize = 200;
     responses(
         (status = 200, description = "A page of the user's conversations (none: an empty list)", body = ConversationsBody),
         (status = 400, description = "`limit` out of range, `after` not a conversation id, or a blank user id or one with whitespace at either end (`bad_request`)", body = ErrorBody),
+        (status = 403, description = "A user token for another user (`forbidden`)", body = ErrorBody),
         (status = 500, description = "An unread count could not be computed from corrupt data (`corrupt_history`)", body = ErrorBody),
     )
 )]
 async fn user_conversations(
     State(svc): State<Arc<ChatService>>,
-    tenant: Tenant,
+    caller: Caller,
     Path(user): Path<String>,
     ApiQuery(q): ApiQuery<ConversationsParams>,
 ) -> Result<Response, ApiError> {
+    caller.may_act_as(&user, "user")?;
     let limit = q.limit.unwrap_or(DEFAULT_CONVERSATIONS_PAGE);
     if !(1..=MAX_CONVERSATIONS_PAGE).contains(&limit) {
         return Err(ApiError::bad_request(format!(
@@ -491,13 +525,16 @@ async fn user_conversations(
         )));
     }
     let page = svc
-        .user_conversations_page(&tenant.0, &user, q.after.as_deref(), limit)
+        .user_conversations_page(caller.tenant(), &user, q.after.as_deref(), limit)
         .await?;
     Ok(axum::Json(ConversationsBody {
         next_after: page.next_after,
         conversations: page
             .conversations
             .into_iter()
+            // A token limited to some conversations lists only those (a page may then hold
+            // fewer than `limit`; `next_after` still leads on).
+            .filter(|c| caller.may_open(&c.conversation_id).is_ok())
             .map(|c| SummaryBody {
                 conversation_id: c.conversation_id,
                 latest_seq: c.latest_seq,

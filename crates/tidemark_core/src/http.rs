@@ -6,8 +6,10 @@
 //!   [`ApiError`]s instead of axum's plain-text answers.
 //! - [`body_limit`]: a router's request size limit, also refused early on `Content-Length`.
 //! - [`ApiKeys`] + [`require_tenant`]: `Authorization: Bearer <key>` (or `Token <key>`) maps to
-//!   one tenant; handlers take the [`Tenant`] extractor. Tenants never see each other's data
-//!   because every store call is keyed by the tenant name.
+//!   one tenant, or a user token to one user of a tenant ([`Caller`]). Handlers take the
+//!   [`Tenant`] extractor (API key only: a user token gets 403) or, on chat routes, the
+//!   [`Caller`]. Tenants never see each other's data because every store call is keyed by the
+//!   tenant name.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,6 +25,7 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::store::{ErrorKind, StoreError};
+use crate::user_token::{UserIdentity, UserTokens};
 
 /// An API error: HTTP status, a stable machine-readable `code`, and a human `message`.
 #[derive(Debug, Clone)]
@@ -383,22 +386,93 @@ impl<S: Send + Sync> FromRequestParts<S> for NoQuery {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Tenant(pub String);
 
-impl<S: Send + Sync> FromRequestParts<S> for Tenant {
-    type Rejection = ApiError;
+/// Who an authenticated request acts for ([`require_tenant`] puts it in the request's
+/// extensions).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Caller {
+    /// The tenant's API key: the marketplace backend, which may name any of its users.
+    Tenant(Tenant),
+    /// A verified user token: one user of a tenant, on the chat routes only.
+    User(Arc<UserIdentity>),
+}
 
-    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
-        parts
-            .extensions
-            .get::<Tenant>()
-            .cloned()
+impl Caller {
+    /// The tenant the request acts for.
+    pub fn tenant(&self) -> &str {
+        match self {
+            Caller::Tenant(t) => &t.0,
+            Caller::User(u) => &u.tenant,
+        }
+    }
+
+    /// Checks the user a request names (a `sender`, a `user`; `field` names it in the error)
+    /// against the caller: the tenant key may name any user, a user token only its own.
+    /// Errors: 403 `forbidden` naming both users.
+    pub fn may_act_as(&self, named: &str, field: &str) -> Result<(), ApiError> {
+        match self {
+            Caller::User(u) if u.user != named => Err(ApiError::forbidden(format!(
+                "this user token acts for user {:?}; {field} {:?} is another user",
+                u.user,
+                quoted(named, 128)
+            ))),
+            _ => Ok(()),
+        }
+    }
+
+    /// Checks that the caller may open conversation `cid`: a user token limited to some
+    /// conversations (`conversations` claim) may open only those. Membership is checked apart.
+    /// Errors: 403 `forbidden`.
+    pub fn may_open(&self, cid: &str) -> Result<(), ApiError> {
+        match self {
+            Caller::User(u) if !u.may_open(cid) => Err(ApiError::forbidden(
+                "this user token is limited to its `conversations`, and this conversation is not one of them",
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    /// The request's caller as put there by [`require_tenant`]. Errors: 401 when there is none.
+    pub fn of(extensions: &axum::http::Extensions) -> Result<&Caller, ApiError> {
+        extensions
+            .get::<Caller>()
             .ok_or_else(|| ApiError::unauthorized("missing API key"))
     }
 }
 
-/// API key → tenant name.
+impl<S: Send + Sync> FromRequestParts<S> for Caller {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Caller::of(&parts.extensions).cloned()
+    }
+}
+
+impl Tenant {
+    /// The tenant of a request made with the tenant's API key. Errors: 401 without a caller;
+    /// 403 for a user token, which reaches only the chat routes.
+    pub fn of(extensions: &axum::http::Extensions) -> Result<Tenant, ApiError> {
+        match Caller::of(extensions)? {
+            Caller::Tenant(t) => Ok(t.clone()),
+            Caller::User(_) => Err(ApiError::forbidden(
+                "a user token reaches only the chat routes; this route needs the tenant's API key",
+            )),
+        }
+    }
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for Tenant {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, _state: &S) -> Result<Self, Self::Rejection> {
+        Tenant::of(&parts.extensions)
+    }
+}
+
+/// API key → tenant name, and the tenants' user-token keys.
 #[derive(Debug, Clone, Default)]
 pub struct ApiKeys {
     by_key: HashMap<String, String>,
+    user_tokens: UserTokens,
 }
 
 impl ApiKeys {
@@ -406,17 +480,45 @@ impl ApiKeys {
     pub fn new<I: IntoIterator<Item = (String, String)>>(tenants: I) -> Self {
         Self {
             by_key: tenants.into_iter().map(|(t, k)| (k, t)).collect(),
+            user_tokens: UserTokens::default(),
         }
     }
 
-    /// The tenant for an `Authorization` header value (`Bearer <key>` or `Token <key>`; the
-    /// scheme is case-insensitive, RFC 9110 §11.1).
+    /// Also accepts user tokens verified with these keys ([`crate::user_token`]).
+    pub fn with_user_tokens(mut self, user_tokens: UserTokens) -> Self {
+        self.user_tokens = user_tokens;
+        self
+    }
+
+    /// The credential of an `Authorization` header value (`Bearer <credential>` or
+    /// `Token <credential>`; the scheme is case-insensitive, RFC 9110 §11.1).
+    fn credential(authorization: &str) -> Option<&str> {
+        let (scheme, credential) = authorization.trim_start().split_once(' ')?;
+        (scheme.eq_ignore_ascii_case("bearer") || scheme.eq_ignore_ascii_case("token"))
+            .then(|| credential.trim())
+    }
+
+    /// The tenant for an `Authorization` header value holding one of the API keys.
     pub fn tenant_for(&self, authorization: &str) -> Option<Tenant> {
-        let (scheme, key) = authorization.trim_start().split_once(' ')?;
-        if !scheme.eq_ignore_ascii_case("bearer") && !scheme.eq_ignore_ascii_case("token") {
-            return None;
+        let key = Self::credential(authorization)?;
+        self.by_key.get(key).map(|t| Tenant(t.clone()))
+    }
+
+    /// The caller of an `Authorization` header value: a tenant by its API key, else a user by
+    /// a token when some tenant accepts them. Errors: 401 `unauthorized` saying why (unknown
+    /// key; an expired, forged or malformed token, or one for a tenant without a key).
+    pub fn caller_for(&self, authorization: &str) -> Result<Caller, ApiError> {
+        if let Some(tenant) = self.tenant_for(authorization) {
+            return Ok(Caller::Tenant(tenant));
         }
-        self.by_key.get(key.trim()).map(|t| Tenant(t.clone()))
+        match Self::credential(authorization) {
+            Some(c) if !self.user_tokens.is_empty() && UserTokens::looks_like_token(c) => self
+                .user_tokens
+                .verify(c)
+                .map(|u| Caller::User(Arc::new(u)))
+                .map_err(|e| ApiError::unauthorized(e.to_string())),
+            _ => Err(ApiError::unauthorized("unknown API key")),
+        }
     }
 }
 
@@ -435,7 +537,8 @@ where
         .layer(tower_http::limit::RequestBodyLimitLayer::new(bytes))
 }
 
-/// Middleware: rejects requests without a valid key (401 JSON) and attaches the [`Tenant`].
+/// Middleware: rejects requests without a valid API key or user token (401 JSON) and attaches
+/// the [`Caller`].
 pub async fn require_tenant(
     State(keys): State<Arc<ApiKeys>>,
     mut req: Request,
@@ -449,10 +552,8 @@ pub async fn require_tenant(
         })?
         .to_str()
         .map_err(|_| ApiError::unauthorized("the Authorization header is not visible ASCII"))?;
-    let tenant = keys
-        .tenant_for(header)
-        .ok_or_else(|| ApiError::unauthorized("unknown API key"))?;
-    req.extensions_mut().insert(tenant);
+    let caller = keys.caller_for(header)?;
+    req.extensions_mut().insert(caller);
     Ok(next.run(req).await)
 }
 

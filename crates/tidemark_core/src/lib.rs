@@ -53,6 +53,8 @@
 //!   the bearer security scheme, for the document each subsystem contributes to.
 //! - [`page`]: self-contained HTML pages for people (the dashboards) and their policy.
 //! - [`timefmt`]: RFC 3339 rendering of Unix-millisecond timestamps.
+//! - [`user_token`]: chat user tokens (JWTs a marketplace backend signs for one user) and their
+//!   verification.
 //! - [`throttle`]: at most one log line per second for errors that repeat on every request.
 //!
 //! The `testing` feature adds what only tests and benchmarks use (scratch databases, the test
@@ -77,5 +79,6 @@ pub mod sqlite;
 pub mod store;
 pub mod throttle;
 pub mod timefmt;
+pub mod user_token;
 
 pub use clock::{Clock, ManualClock, SystemClock};

@@ -113,7 +113,7 @@ impl Modify for V1Conventions {
                 let responses = &mut op.responses.responses;
                 responses.entry("401".into()).or_insert_with(|| {
                     RefOr::T(error_response(
-                        "No `Authorization: Bearer <key>` header, or an unknown key (`unauthorized`)",
+                        "No `Authorization: Bearer <key>` header, an unknown key, or an expired, forged or other tenant's user token (`unauthorized`)",
                     ))
                 });
                 responses.entry("400".into()).or_insert_with(|| {
