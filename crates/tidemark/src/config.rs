@@ -312,7 +312,14 @@ impl Config {
     /// ([`Config::embedded_store_keys`], [`ConfigError::EmbeddedStores`]).
     pub fn validate(&self) -> Result<(), ConfigError> {
         let mut keys = std::collections::HashSet::new();
+        let mut names = std::collections::HashSet::new();
         for t in &self.tenants {
+            if !names.insert(&t.name) {
+                return Err(ConfigError::Tenants(format!(
+                    "tenant {:?} is listed twice",
+                    t.name
+                )));
+            }
             if t.name.is_empty() || t.key.is_empty() {
                 return Err(ConfigError::Tenants(
                     "tenant name and key must not be empty".into(),

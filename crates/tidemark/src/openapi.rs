@@ -82,7 +82,10 @@ fn add_user_token_scheme(api: &mut utoipa::openapi::OpenApi) {
                     .build(),
             ),
         );
-    for item in api.paths.paths.values_mut() {
+    for (path, item) in api.paths.paths.iter_mut() {
+        if path == OPENAPI_PATH {
+            continue;
+        }
         for op in [
             &mut item.get,
             &mut item.put,
@@ -98,6 +101,15 @@ fn add_user_token_scheme(api: &mut utoipa::openapi::OpenApi) {
                 .is_some_and(|t| t.iter().any(|t| t == "chat"));
             if chat && let Some(security) = op.security.as_mut() {
                 security.push(SecurityRequirement::new::<_, _, &str>(USER_TOKEN, []));
+            } else if !chat {
+                op.responses
+                    .responses
+                    .entry("403".into())
+                    .or_insert_with(|| {
+                        utoipa::openapi::RefOr::T(tidemark_core::openapi::error_response(
+                            "A user token: this route needs the tenant's API key (`forbidden`)",
+                        ))
+                    });
             }
         }
     }
@@ -223,6 +235,8 @@ mod tests {
         );
         let ingest = &v["paths"]["/v1/events"]["post"];
         assert_eq!(ingest["security"], serde_json::json!([{ "bearer": [] }]));
+        let mailing = &v["paths"]["/v1/mailings"]["post"];
+        assert!(mailing["responses"]["403"].is_object(), "{mailing}");
         let own = &v["paths"]["/v1/openapi.json"]["get"];
         assert_eq!(own["security"], serde_json::json!([{}]));
         assert!(own["responses"].get("401").is_none());

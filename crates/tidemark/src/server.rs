@@ -291,7 +291,10 @@ pub async fn run(
         header_read_timeout: config.header_read_timeout,
         max_connections: config.max_connections,
     };
-    serve_http(listener, app, limits, shutdown).await;
+    // Live streams never end by themselves: they are closed as the drain starts (clients
+    // resume from their last event elsewhere or after the restart).
+    let streams = Arc::clone(chat_for_shutdown.streams());
+    serve_http(listener, app, limits, shutdown, move || streams.close()).await;
     tracing::info!("stopped accepting; stopping workers");
     cancel.cancel();
     while workers.join_next().await.is_some() {}
@@ -448,6 +451,7 @@ async fn serve_http(
     app: Router,
     limits: ConnectionLimits,
     shutdown: impl Future<Output = ()> + Send + 'static,
+    before_drain: impl FnOnce(),
 ) {
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
     let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
@@ -489,6 +493,7 @@ async fn serve_http(
         });
     }
     drop(listener);
+    before_drain();
     tokio::select! {
         () = graceful.shutdown() => {}
         () = tokio::time::sleep(DRAIN_TIMEOUT) => {

@@ -184,6 +184,77 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     .await;
     assert_eq!(st, 403);
 
+    // A limited token's list names no other conversation, not even as a page cursor.
+    let (st, v) = as_user(
+        &c,
+        &limited,
+        Method::GET,
+        &s.url("/v1/users/alice/conversations?limit=1"),
+        None,
+    )
+    .await;
+    assert_eq!(st, 200);
+    assert_eq!(v["conversations"][0]["conversation_id"], ab.as_str(), "{v}");
+    assert_eq!(v["next_after"], Value::Null, "{v}");
+
+    // No conversation about a listing: its first message would count as a contact.
+    let (st, v) = as_user(
+        &c,
+        &alice,
+        Method::POST,
+        &s.url("/v1/conversations"),
+        Some(json!({"members": ["alice", "erin"], "listing_id": 7})),
+    )
+    .await;
+    assert_eq!(st, 403, "{v}");
+    // Its idempotency keys are its user's own: the tenant's and another user's never meet it.
+    let keyed =
+        |members: [&str; 2]| Some(json!({"members": members, "client_conversation_id": "k-1"}));
+    let (st, v) = call(
+        &c,
+        Method::POST,
+        &s.url("/v1/conversations"),
+        keyed(["bob", "erin"]),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    let tenants_conversation = v["conversation_id"].clone();
+    let (st, v) = as_user(
+        &c,
+        &alice,
+        Method::POST,
+        &s.url("/v1/conversations"),
+        keyed(["alice", "erin"]),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    assert_ne!(v["conversation_id"], tenants_conversation);
+    let alices = v["conversation_id"].clone();
+    let (st, v) = as_user(
+        &c,
+        &alice,
+        Method::POST,
+        &s.url("/v1/conversations"),
+        keyed(["alice", "erin"]),
+    )
+    .await;
+    assert_eq!(
+        (st, &v["conversation_id"]),
+        (200, &alices),
+        "a retry finds it"
+    );
+    let bob = hs256("bob", 600);
+    let (st, v) = as_user(
+        &c,
+        &bob,
+        Method::POST,
+        &s.url("/v1/conversations"),
+        keyed(["bob", "erin"]),
+    )
+    .await;
+    assert_eq!(st, 201, "{v}");
+    assert!(v["conversation_id"] != tenants_conversation && v["conversation_id"] != alices);
+
     // No other route: links, events and the analytics refuse a user token.
     for (method, path, body) in [
         (Method::POST, "/v1/events", Some(json!([]))),
@@ -293,6 +364,15 @@ async fn bad_tokens_get_401_with_a_json_body() {
             "e30.e30.e30".to_owned(),
             "not a well-formed JWT",
         ),
+        (
+            "not valid yet",
+            {
+                let mut early = claims("demo", "alice", 7200);
+                early["nbf"] = json!(early["exp"].as_i64().unwrap() - 3600);
+                sign_hs256(&early, HS256_SECRET)
+            },
+            "not valid yet",
+        ),
         ("garbage", "a.b.c".to_owned(), "not a well-formed JWT"),
         ("unknown key", "no-such-key".to_owned(), "unknown API key"),
     ];
@@ -312,6 +392,10 @@ fn an_unusable_user_token_key_is_refused_at_start() {
         ("hs256:short", "at least 32 bytes"),
         ("ed25519:AAAA", "32-byte public key"),
         ("rsa:whatever", "`hs256:<secret>` or `ed25519:"),
+        (
+            "ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+            "weak (small-order) point",
+        ),
     ] {
         let env = [(
             "TIDEMARK_TENANTS".to_owned(),
@@ -323,4 +407,18 @@ fn an_unusable_user_token_key_is_refused_at_start() {
             "{key}: {stderr}"
         );
     }
+}
+
+#[test]
+fn a_tenant_listed_twice_is_refused_at_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [(
+        "TIDEMARK_TENANTS".to_owned(),
+        format!(r#"[{{name="demo",key="{KEY}"}},{{name="demo",key="another-key"}}]"#),
+    )];
+    let stderr = TestServer::refused_start(dir.path(), &env);
+    assert!(
+        stderr.contains("tenant \"demo\" is listed twice"),
+        "{stderr}"
+    );
 }

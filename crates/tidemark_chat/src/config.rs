@@ -118,6 +118,16 @@ pub struct ChatConfig {
     pub redis_pool: usize,
     /// Connections to a MariaDB / MySQL archive (default 8).
     pub mysql_pool: u32,
+    /// Most live streams (`GET /v1/users/{user}/stream`) one user may hold open on a node
+    /// (default 8); past it a new one is refused with 429.
+    pub stream_max_per_user: usize,
+    /// Most live streams open on a node (default 10,000); past it a new one is refused with
+    /// 503.
+    pub stream_max_connections: usize,
+    /// A stream whose client has not taken its buffered events (64) for this long is closed
+    /// (default 10 s); the client resumes from the last event it got. Commits never wait.
+    #[serde(with = "humantime_serde")]
+    pub stream_lag_timeout: Duration,
 }
 
 impl Default for ChatConfig {
@@ -144,6 +154,9 @@ impl Default for ChatConfig {
             outbox_partitions: 1,
             shard_lease: DEFAULT_SHARD_LEASE,
             mysql_pool: 8,
+            stream_max_per_user: 8,
+            stream_max_connections: 10_000,
+            stream_lag_timeout: Duration::from_secs(10),
         }
     }
 }
@@ -170,6 +183,8 @@ impl ChatConfig {
             ("outbox_partitions", self.outbox_partitions as usize),
             ("max_body_bytes", self.max_body_bytes),
             ("page_bytes_max", self.page_bytes_max),
+            ("stream_max_per_user", self.stream_max_per_user),
+            ("stream_max_connections", self.stream_max_connections),
         ];
         if let Some((key, _)) = counts.iter().find(|(_, n)| *n == 0) {
             return Err(format!("chat.{key} must be at least 1"));
@@ -179,6 +194,7 @@ impl ChatConfig {
             ("archive_idle", self.archive_idle),
             ("trim_interval", self.trim_interval),
             ("shard_lease", self.shard_lease),
+            ("stream_lag_timeout", self.stream_lag_timeout),
         ];
         if let Some((key, _)) = durations.iter().find(|(_, d)| d.as_millis() == 0) {
             return Err(format!("chat.{key} must be at least 1ms"));

@@ -53,6 +53,15 @@ pub enum ChatError {
     /// whether to retry and how it answers over HTTP.
     #[error(transparent)]
     Store(#[from] StoreError),
+    /// A live stream past a bound (`chat.stream_max_per_user`: 429 `too_many_streams`;
+    /// `chat.stream_max_connections`: 503 `unavailable`).
+    #[error("{message}")]
+    TooManyStreams {
+        /// What bound was reached, for the client.
+        message: String,
+        /// The node's bound (503) rather than the user's (429).
+        node: bool,
+    },
     /// A store's server is configured so that it could lose acknowledged writes (DESIGN.md
     /// "Durability"); Tidemark refuses to start on it.
     #[error(
@@ -172,6 +181,10 @@ impl From<ChatError> for ApiError {
                 ApiError::new(StatusCode::SERVICE_UNAVAILABLE, "not_archived", msg)
             }
             ChatError::Store(e) => ApiError::from(e),
+            ChatError::TooManyStreams { node: false, .. } => {
+                ApiError::new(StatusCode::TOO_MANY_REQUESTS, "too_many_streams", msg)
+            }
+            ChatError::TooManyStreams { node: true, .. } => ApiError::unavailable(msg),
             ChatError::WrongArchive(_)
             | ChatError::NotDurable { .. }
             | ChatError::BackfillNeeded { .. }

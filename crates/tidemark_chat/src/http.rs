@@ -12,6 +12,7 @@
 //! | `GET /v1/conversations/{cid}/messages?user=&before=|after=&limit=` | 200 `{"messages": [..], "earliest_available_seq", "latest_seq", "truncated"}` |
 //! | `PUT /v1/conversations/{cid}/read` `{"user","seq"}` | 204 |
 //! | `GET /v1/users/{user}/conversations?after=&limit=` | 200 `{"conversations": [{"conversation_id","latest_seq","unread"}], "next_after"}` |
+//! | `GET /v1/users/{user}/stream?since=` | 200 `text/event-stream` ([`stream`](crate::stream)) |
 
 use std::sync::Arc;
 
@@ -30,6 +31,8 @@ use crate::model::{MessageClass, MessageRecord, SendAck, SendCommand, SendOutcom
 use crate::reads::Anchor;
 use crate::service::{ChatService, MAX_ID_BYTES, NewConversation, check_send, parse_class};
 
+mod stream;
+
 /// The OpenAPI description of the chat routes (the server merges it into `/v1/openapi.json`).
 #[derive(Debug, utoipa::OpenApi)]
 #[openapi(
@@ -38,8 +41,10 @@ use crate::service::{ChatService, MAX_ID_BYTES, NewConversation, check_send, par
         send_message,
         list_messages,
         mark_read,
-        user_conversations
+        user_conversations,
+        stream::user_stream
     ),
+    components(schemas(stream::StreamMessage, stream::StreamRead, stream::StreamReload)),
     tags((name = "chat", description = "Conversations, messages, read pointers and unread counts"))
 )]
 pub struct ChatApi;
@@ -56,7 +61,8 @@ pub fn router(service: ChatService) -> Router {
             post(send_message).get(list_messages),
         )
         .route("/v1/conversations/{cid}/read", put(mark_read))
-        .route("/v1/users/{user}/conversations", get(user_conversations));
+        .route("/v1/users/{user}/conversations", get(user_conversations))
+        .route("/v1/users/{user}/stream", get(stream::user_stream));
     body_limit(routes, limit).with_state(service)
 }
 
@@ -149,6 +155,12 @@ async fn create_conversation(
                 u.user
             )));
         }
+        if req.listing_id.is_some() {
+            return Err(ApiError::forbidden(
+                "a conversation about a listing is created with the tenant's API key: its first \
+                 message counts as a contact in the listing's analytics",
+            ));
+        }
     }
     let done = svc
         .create_conversation(
@@ -157,6 +169,10 @@ async fn create_conversation(
                 members: req.members,
                 listing_id: req.listing_id,
                 client_conversation_id: req.client_conversation_id,
+                key_owner: match &caller {
+                    Caller::User(u) => Some(u.user.clone()),
+                    Caller::Tenant(_) => None,
+                },
             },
         )
         .await?;
@@ -525,16 +541,19 @@ async fn user_conversations(
         )));
     }
     let page = svc
-        .user_conversations_page(caller.tenant(), &user, q.after.as_deref(), limit)
+        .user_conversations_page(
+            caller.tenant(),
+            &user,
+            q.after.as_deref(),
+            limit,
+            caller.user().and_then(|u| u.conversations.as_ref()),
+        )
         .await?;
     Ok(axum::Json(ConversationsBody {
         next_after: page.next_after,
         conversations: page
             .conversations
             .into_iter()
-            // A token limited to some conversations lists only those (a page may then hold
-            // fewer than `limit`; `next_after` still leads on).
-            .filter(|c| caller.may_open(&c.conversation_id).is_ok())
             .map(|c| SummaryBody {
                 conversation_id: c.conversation_id,
                 latest_seq: c.latest_seq,

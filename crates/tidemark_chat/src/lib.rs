@@ -15,6 +15,9 @@
 //!    into the outbox history a `hot-only` run left untracked.
 //! 6. **Contact** ([`contact`]): the first committed message about a listing becomes one
 //!    `contact` event for the events subsystem.
+//! 7. **Deliver** ([`stream`]): an acknowledged SEND wakes its members' live streams, which
+//!    read it through the tiered reads and send it in seq order; a client resumes from the
+//!    position of the last event it got.
 //!
 //! Three ports ([`ports`]: hot store, outbox, archive) keep the storage apart from these rules;
 //! [`stores`] picks each one's backend by URL:
@@ -54,6 +57,8 @@
 //! - `service`: the chat API the routes call (validation, membership, background workers).
 //! - `sqlite`: the embedded hot tier + outbox, outbox file and archive.
 //! - `stores`: the backend of each port by URL, and the hot tier ↔ archive startup check.
+//! - `stream`: live delivery (SSE) of committed messages and read-pointer moves, with
+//!   gap-free resume by position.
 //! - `trimmer`: hot-tier trimming behind T, and the expiry chores of outbox and archive.
 //!
 //! The `testing` feature (tests and benchmarks only, never the product) adds:
@@ -87,6 +92,7 @@ pub mod redis;
 pub mod service;
 pub mod sqlite;
 pub mod stores;
+pub mod stream;
 #[cfg(feature = "testing")]
 pub mod testing;
 pub mod trimmer;

@@ -34,6 +34,14 @@ pub struct ChatMetrics {
     pub contacts: IntCounter,
     /// First contacts the events subsystem could not store (logged).
     pub contact_failures: IntCounter,
+    /// Live streams open on this node.
+    pub stream_clients: IntGauge,
+    /// Events (messages) delivered to live streams; its rate is the events per second.
+    pub stream_events: IntCounter,
+    /// Streams opened with a position to resume from (each replays what it missed).
+    pub stream_replays: IntCounter,
+    /// Streams closed because their client did not take its events in time.
+    pub stream_dropped: IntCounter,
 }
 
 impl ChatMetrics {
@@ -75,6 +83,10 @@ impl ChatMetrics {
         registry.register(Box::new(m.recovered.clone()))?;
         registry.register(Box::new(m.contacts.clone()))?;
         registry.register(Box::new(m.contact_failures.clone()))?;
+        registry.register(Box::new(m.stream_clients.clone()))?;
+        registry.register(Box::new(m.stream_events.clone()))?;
+        registry.register(Box::new(m.stream_replays.clone()))?;
+        registry.register(Box::new(m.stream_dropped.clone()))?;
         Ok(m)
     }
 
@@ -142,6 +154,19 @@ impl ChatMetrics {
             contact_failures: c(
                 "tidemark_chat_contact_failures_total",
                 "First contacts the events subsystem could not store",
+            ),
+            stream_clients: g("tidemark_chat_stream_clients", "Live streams open"),
+            stream_events: c(
+                "tidemark_chat_stream_events_total",
+                "Messages delivered to live streams",
+            ),
+            stream_replays: c(
+                "tidemark_chat_stream_replays_total",
+                "Live streams opened with a position to resume from",
+            ),
+            stream_dropped: c(
+                "tidemark_chat_stream_dropped_total",
+                "Live streams closed because their client lagged",
             ),
         }
     }

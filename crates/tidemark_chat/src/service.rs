@@ -26,6 +26,7 @@ use crate::ports::{Archive, HotStore, Outbox};
 use crate::reads::{self, Anchor, HistoryPage, PageRequest};
 use crate::recovery::{Recovery, backfill_untracked};
 use crate::sqlite::SqliteHot;
+use crate::stream::StreamHub;
 use crate::trimmer::Trimmer;
 
 /// Longest user id, conversation member name or client_msg_id, in bytes.
@@ -86,6 +87,9 @@ pub struct NewConversation {
     /// the conversation the first request created ([`conversation_id_for_key`]) instead of
     /// creating another. `None`: every request creates a new conversation.
     pub client_conversation_id: Option<String>,
+    /// The user the key belongs to, when a user token created it: its keys are its own, and
+    /// never meet the tenant key's or another user's. `None`: a key of the tenant.
+    pub key_owner: Option<String>,
 }
 
 /// What [`ChatService::create_conversation`] did.
@@ -152,6 +156,8 @@ pub struct ChatService {
     /// Set once this service's hot window is recorded in the hot store
     /// ([`ChatService::prepare_hot_store`]).
     hot_store_prepared: Arc<tokio::sync::OnceCell<()>>,
+    /// The node's open live streams, woken by commits and read-pointer moves.
+    streams: Arc<StreamHub>,
 }
 
 /// `(tenant, conversation_id)` → members.
@@ -178,7 +184,7 @@ fn require_member(members: &[String], user: &str, conversation_id: &str) -> Resu
 /// byte for byte, so `" buyer1"` can never match the member `"buyer1"`: it is refused as what
 /// it is (400 naming the field), not answered "not a member" (403) or an empty list. No such
 /// id can be created either, since members and keys pass here too.
-fn check_id(what: &str, v: &str) -> Result<()> {
+pub(crate) fn check_id(what: &str, v: &str) -> Result<()> {
     if v.is_empty() {
         return Err(ChatError::Invalid(format!("{what} must not be empty")));
     }
@@ -237,6 +243,12 @@ fn check_new_id(what: &str, v: &str) -> Result<()> {
 /// answering a page that is silently empty or wrong (`after=garbage` would get 200 and no
 /// conversations). A well-formed id that names no conversation is a valid cursor.
 fn check_cursor(after: &str) -> Result<()> {
+    check_conversation_id(after)
+}
+
+/// Whether `id` is spelled as every conversation id is (see [`check_cursor`]). Errors:
+/// [`ChatError::Invalid`].
+pub(crate) fn check_conversation_id(after: &str) -> Result<()> {
     let canonical =
         uuid::Uuid::try_parse(after).is_ok_and(|id| id.hyphenated().to_string() == after);
     if canonical {
@@ -272,6 +284,8 @@ impl ChatService {
         let sync_archive = (cfg.mode == ChatMode::SyncArchive)
             .then(|| stores.archive.clone())
             .flatten();
+        let cfg_streams = (cfg.stream_max_per_user, cfg.stream_max_connections);
+        let metrics_for_streams = metrics.clone();
         let committer = Committer::new(
             stores.commit_path.clone(),
             Arc::clone(&clock),
@@ -290,6 +304,11 @@ impl ChatService {
             health: CommitHealth::default(),
             store_health: StoreHealth::default(),
             hot_store_prepared: Arc::default(),
+            streams: Arc::new(StreamHub::new(
+                cfg_streams.0,
+                cfg_streams.1,
+                metrics_for_streams,
+            )),
         }
     }
 
@@ -375,8 +394,13 @@ impl ChatService {
     }
 
     /// Checks that `sender` is a member, from the cache or the store (errors: unknown
-    /// conversation, not a member).
-    async fn check_member(&self, tenant: &str, conversation_id: &str, sender: &str) -> Result<()> {
+    /// conversation, not a member); the members.
+    async fn check_member(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+        sender: &str,
+    ) -> Result<Arc<[String]>> {
         let key = (tenant.to_owned(), conversation_id.to_owned());
         let cached = self.members.lock().ok().and_then(|m| m.get(&key).cloned());
         let members = match cached {
@@ -393,7 +417,23 @@ impl ChatService {
                 m
             }
         };
-        require_member(&members, sender, conversation_id)
+        require_member(&members, sender, conversation_id)?;
+        Ok(members)
+    }
+
+    /// The node's open live streams ([`crate::stream`]).
+    pub fn streams(&self) -> &Arc<StreamHub> {
+        &self.streams
+    }
+
+    /// Chat's metrics.
+    pub fn metrics(&self) -> &ChatMetrics {
+        &self.metrics
+    }
+
+    /// Now, by the service's hybrid logical clock (Unix ms).
+    pub fn now_ms(&self) -> i64 {
+        self.clock.now_ms()
     }
 
     /// The configuration in force.
@@ -475,7 +515,12 @@ impl ChatService {
         let conversation_id = match &new.client_conversation_id {
             Some(key) => {
                 check_new_id("client_conversation_id", key)?;
-                conversation_id_for_key(tenant, key)
+                match &new.key_owner {
+                    // No key or user id holds a NUL (check_new_id), so an owned key never
+                    // spells the tenant's.
+                    Some(owner) => conversation_id_for_key(tenant, &format!("\0{owner}\0{key}")),
+                    None => conversation_id_for_key(tenant, key),
+                }
             }
             None => uuid::Uuid::now_v7().to_string(),
         };
@@ -539,7 +584,8 @@ impl ChatService {
     /// in `sync-archive` mode [`ChatError::NotArchived`] for a message committed but not archived.
     pub async fn send(&self, cmd: SendCommand) -> Result<SendOutcome> {
         check_send(&cmd, self.cfg.max_body_bytes)?;
-        self.check_member(&cmd.tenant, &cmd.conversation_id, &cmd.sender)
+        let members = self
+            .check_member(&cmd.tenant, &cmd.conversation_id, &cmd.sender)
             .await?;
         self.prepare_hot_store().await?;
         let timer = self.metrics.send_seconds.start_timer();
@@ -572,11 +618,14 @@ impl ChatService {
                 .await
                 .inspect_err(|e| self.note_failure(e))?;
         }
-        if matches!(outcome, SendOutcome::Committed(_)) {
+        if let SendOutcome::Committed(record) = &outcome {
             // A retry answered from the dedup entries committed nothing: it says nothing of
             // whether commits work.
             self.health.succeeded();
             self.store_health.wrote(HOT_STORE);
+            // Acknowledged (and in sync-archive mode archived): now the members' streams read it.
+            self.streams
+                .committed(&record.tenant, &record.conversation_id, &members);
         }
         timer.observe_duration();
         Ok(outcome)
@@ -640,7 +689,9 @@ impl ChatService {
         self.stores
             .hot
             .set_read(tenant, conversation_id, user, seq)
-            .await
+            .await?;
+        self.streams.read_moved(tenant, conversation_id, user);
+        Ok(())
     }
 
     /// Unread count of `user` in one conversation, across both tiers.
@@ -673,7 +724,7 @@ impl ChatService {
         user: &str,
     ) -> Result<Vec<ConversationSummary>> {
         Ok(self
-            .user_conversations_page(tenant, user, None, usize::MAX)
+            .user_conversations_page(tenant, user, None, usize::MAX, None)
             .await?
             .conversations)
     }
@@ -682,14 +733,17 @@ impl ChatService {
     /// least 1) whose id sorts after `after`, each with its latest seq and unread count (fails
     /// whole if any count cannot be computed). Only the page's counts are read: a user in
     /// thousands of conversations costs one membership read, not thousands of counts, per
-    /// page. Errors: [`ChatError::Invalid`] for a bad `user` or an
-    /// `after` that cannot be a conversation id (not a UUID in lowercase hex with hyphens).
+    /// page. `only` limits the list to those conversations (a user token's `conversations`),
+    /// before paging, so no page names another. Errors: [`ChatError::Invalid`] for a bad
+    /// `user` or an `after` that cannot be a conversation id (not a UUID in lowercase hex with
+    /// hyphens).
     pub async fn user_conversations_page(
         &self,
         tenant: &str,
         user: &str,
         after: Option<&str>,
         limit: usize,
+        only: Option<&std::collections::BTreeSet<String>>,
     ) -> Result<ConversationsPage> {
         check_id("user", user)?;
         if let Some(after) = after {
@@ -697,7 +751,10 @@ impl ChatService {
         }
         let limit = limit.max(1);
         let mut memberships = self.stores.hot.memberships(tenant, user).await?;
-        memberships.retain(|m| after.is_none_or(|a| m.conversation_id.as_str() > a));
+        memberships.retain(|m| {
+            after.is_none_or(|a| m.conversation_id.as_str() > a)
+                && only.is_none_or(|o| o.contains(&m.conversation_id))
+        });
         memberships.sort_unstable_by(|a, b| a.conversation_id.cmp(&b.conversation_id));
         let more = memberships.len() > limit;
         memberships.truncate(limit);

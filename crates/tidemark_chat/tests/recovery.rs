@@ -89,6 +89,7 @@ async fn harness(
                 members: vec!["a".into(), "b".into()],
                 listing_id: None,
                 client_conversation_id: None,
+                key_owner: None,
             },
         )
         .await

@@ -44,6 +44,7 @@ async fn kill_9_of_redis_under_load_loses_no_acknowledged_message_and_reuses_no_
                 members: members.clone(),
                 listing_id: None,
                 client_conversation_id: None,
+                key_owner: None,
             },
         )
         .await

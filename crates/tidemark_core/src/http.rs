@@ -405,6 +405,14 @@ impl Caller {
         }
     }
 
+    /// The user of a user token; `None` for the tenant key.
+    pub fn user(&self) -> Option<&UserIdentity> {
+        match self {
+            Caller::User(u) => Some(u),
+            Caller::Tenant(_) => None,
+        }
+    }
+
     /// Checks the user a request names (a `sender`, a `user`; `field` names it in the error)
     /// against the caller: the tenant key may name any user, a user token only its own.
     /// Errors: 403 `forbidden` naming both users.

@@ -5,7 +5,8 @@
 //! - is signed with HS256 (a shared secret) or EdDSA (Ed25519; Tidemark holds only the public
 //!   key) — the algorithm is the key's, never the token header's choice;
 //! - names its tenant in `aud`, its user in `sub`, and expires at `exp` (Unix seconds; all
-//!   three required; 60 s of leeway for clocks that differ);
+//!   three required); it is refused before `nbf` if it has one; 60 s of leeway on both for
+//!   clocks that differ;
 //! - may limit itself to some conversations (`conversations`: an array of conversation ids).
 //!
 //! [`UserTokens::verify`] checks all of it and yields the [`UserIdentity`] the request then
@@ -56,6 +57,11 @@ pub enum UserTokenKeyError {
     /// Not 32 bytes of base64url, or not a point of the curve.
     #[error("an ed25519 user_token_key is a 32-byte public key in unpadded base64url (a JWK's x)")]
     BadPublicKey,
+    /// A point of small order, for which anyone can make signatures that verify.
+    #[error(
+        "this ed25519 user_token_key is a weak (small-order) point that accepts forged signatures; use a real public key"
+    )]
+    WeakPublicKey,
 }
 
 impl UserTokenKey {
@@ -73,13 +79,16 @@ impl UserTokenKey {
         if let Some(x) = spec.strip_prefix("ed25519:") {
             let key =
                 DecodingKey::from_ed_components(x).map_err(|_| UserTokenKeyError::BadPublicKey)?;
-            if key.as_bytes().len() != 32 {
-                return Err(UserTokenKeyError::BadPublicKey);
-            }
-            // A verification of a dummy signature builds the curve point: a key that is not
-            // one fails here, at start, instead of on every token.
-            if jsonwebtoken::crypto::verify("AA", b"", &key, Algorithm::EdDSA).is_err() {
-                return Err(UserTokenKeyError::BadPublicKey);
+            let bytes: &[u8; 32] = key
+                .as_bytes()
+                .try_into()
+                .map_err(|_| UserTokenKeyError::BadPublicKey)?;
+            let point = ed25519_dalek::VerifyingKey::from_bytes(bytes)
+                .map_err(|_| UserTokenKeyError::BadPublicKey)?;
+            // A small-order point (the identity, all zeros …) verifies signatures anyone can
+            // make: such a key would accept forged tokens.
+            if point.is_weak() {
+                return Err(UserTokenKeyError::WeakPublicKey);
             }
             return Ok(Self {
                 algorithm: Algorithm::EdDSA,
@@ -140,6 +149,9 @@ pub enum TokenError {
     /// `exp` is past (beyond the leeway).
     #[error("the user token has expired")]
     Expired,
+    /// `nbf` is ahead (beyond the leeway).
+    #[error("the user token is not valid yet (`nbf`)")]
+    NotYetValid,
     /// A required claim is missing or of the wrong type.
     #[error("the user token's claims are invalid: {0}")]
     BadClaims(String),
@@ -204,6 +216,7 @@ impl UserTokens {
         };
         let mut validation = Validation::new(key.algorithm);
         validation.leeway = LEEWAY_S;
+        validation.validate_nbf = true;
         validation.set_audience(&[&tenant]);
         validation.set_required_spec_claims(&["exp", "sub", "aud"]);
         let data = jsonwebtoken::decode::<Claims>(token, &key.key, &validation).map_err(|e| {
@@ -213,6 +226,7 @@ impl UserTokens {
                 },
                 JwtErrorKind::InvalidSignature => TokenError::BadSignature(tenant.clone()),
                 JwtErrorKind::ExpiredSignature => TokenError::Expired,
+                JwtErrorKind::ImmatureSignature => TokenError::NotYetValid,
                 JwtErrorKind::MissingRequiredClaim(c) => {
                     TokenError::BadClaims(format!("`{c}` is required"))
                 }
@@ -234,9 +248,14 @@ impl UserTokens {
         let (Some(sub), Some(exp)) = (sub, exp) else {
             return Err(TokenError::BadClaims("`sub` and `exp` are required".into()));
         };
-        if sub.trim().is_empty() || sub.trim() != sub || sub.len() > 128 {
+        if sub.trim().is_empty()
+            || sub.trim() != sub
+            || sub.len() > 128
+            || sub.chars().any(char::is_control)
+        {
             return Err(TokenError::BadClaims(
-                "`sub` must be a user id: not blank, at most 128 bytes, no whitespace at either end"
+                "`sub` must be a user id: not blank, at most 128 bytes, no control characters, \
+                 no whitespace at either end"
                     .into(),
             ));
         }

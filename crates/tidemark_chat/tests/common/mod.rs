@@ -443,6 +443,7 @@ impl Harness {
                     members: members.iter().map(|m| (*m).to_owned()).collect(),
                     listing_id: Some(42),
                     client_conversation_id: None,
+                    key_owner: None,
                 },
             )
             .await

@@ -113,7 +113,7 @@ fn malformed_tokens_and_claims_are_refused() {
         t.verify(&no_sub),
         Err(TokenError::BadClaims("`sub` is required".into()))
     );
-    for sub in ["", " alice", &"x".repeat(129)] {
+    for sub in ["", " alice", &"x".repeat(129), "al\u{0}ice", "al\tice"] {
         let mut c = claims("shop", "alice", 600);
         c["sub"] = serde_json::json!(sub);
         assert!(
@@ -124,6 +124,12 @@ fn malformed_tokens_and_claims_are_refused() {
             "{sub:?}"
         );
     }
+    let mut early = claims("shop", "alice", 600);
+    early["nbf"] = serde_json::json!(jsonwebtoken::get_current_timestamp() + 600);
+    assert_eq!(
+        t.verify(&sign_hs256(&early, HS256_SECRET)),
+        Err(TokenError::NotYetValid)
+    );
     let mut c = claims("shop", "alice", 600);
     c["conversations"] = serde_json::json!("c1");
     assert!(matches!(
@@ -142,7 +148,24 @@ fn keys_are_checked_when_parsed() {
         UserTokenKey::parse("hs256:short").unwrap_err(),
         UserTokenKeyError::ShortSecret(5)
     );
-    for bad in ["ed25519:", "ed25519:!!!", "ed25519:AAAA"] {
+    // The identity point and all zeros are small-order points: weak.
+    for weak in [
+        "ed25519:AQAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+        "ed25519:AAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ] {
+        assert_eq!(
+            UserTokenKey::parse(weak).unwrap_err(),
+            UserTokenKeyError::WeakPublicKey,
+            "{weak}"
+        );
+    }
+    // y = 2 is not on the curve.
+    for bad in [
+        "ed25519:",
+        "ed25519:!!!",
+        "ed25519:AAAA",
+        "ed25519:AgAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAAA",
+    ] {
         assert_eq!(
             UserTokenKey::parse(bad).unwrap_err(),
             UserTokenKeyError::BadPublicKey,

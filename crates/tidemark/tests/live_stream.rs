@@ -1,0 +1,219 @@
+//! The live stream's contract, end to end: who may open it, its bounds, its errors, resuming
+//! by `Last-Event-ID`, a lagging client dropped without holding up sends, and a graceful stop
+//! that ends open streams.
+
+mod common;
+
+use std::time::{Duration, Instant};
+
+use common::{KEY, TestServer, client, create_conversation, metric, send};
+use serde_json::Value;
+use tidemark_core::user_token::testing::{HS256_SECRET, claims, hs256_key_spec, sign_hs256};
+
+/// Reads a stream until `until` events named `name` arrived (or 10 s passed); the events as
+/// `(name, id, data)`.
+async fn events(resp: reqwest::Response, name: &str, until: usize) -> Vec<(String, String, Value)> {
+    let mut resp = resp;
+    let mut out = Vec::new();
+    let mut buf = String::new();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while out.iter().filter(|(n, _, _)| n == name).count() < until {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let Ok(Ok(Some(chunk))) = tokio::time::timeout(left, resp.chunk()).await else {
+            break;
+        };
+        buf.push_str(&String::from_utf8_lossy(&chunk));
+        while let Some(end) = buf.find("\n\n") {
+            let block: String = buf.drain(..end + 2).collect();
+            let field = |k: &str| {
+                block
+                    .lines()
+                    .find_map(|l| l.strip_prefix(k))
+                    .unwrap_or_default()
+                    .to_owned()
+            };
+            let (n, id, data) = (field("event: "), field("id: "), field("data: "));
+            if !n.is_empty() {
+                out.push((n, id, serde_json::from_str(&data).unwrap_or(Value::Null)));
+            }
+        }
+    }
+    out
+}
+
+fn seqs(evs: &[(String, String, Value)]) -> Vec<u64> {
+    evs.iter()
+        .filter(|(n, _, _)| n == "message")
+        .map(|(_, _, d)| d["conversation_seq"].as_u64().unwrap())
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn resume_bounds_tokens_and_errors() {
+    let tenants = format!(
+        r#"[{{name="demo",key="{KEY}",user_token_key="{}"}}]"#,
+        hs256_key_spec()
+    );
+    let s = TestServer::start(&[
+        ("TIDEMARK_TENANTS", &tenants),
+        ("TIDEMARK_CHAT__STREAM_MAX_PER_USER", "2"),
+    ])
+    .await;
+    let c = client();
+    let ab = create_conversation(&c, &s, &["alice", "bob"]).await;
+    let other = create_conversation(&c, &s, &["bob", "carol"]).await;
+    for i in 1..=3 {
+        send(&c, &s, &ab, "alice", &format!("m{i}"), "hi").await;
+    }
+    let url = s.url("/v1/users/bob/stream");
+
+    // From the read pointers (v1): the three, then ready.
+    let resp = c
+        .get(&url)
+        .query(&[("since", "v1")])
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    assert_eq!(resp.headers()["content-type"], "text/event-stream");
+    let evs = events(resp, "ready", 1).await;
+    assert_eq!(seqs(&evs), [1, 2, 3]);
+    let position = evs[1].1.clone();
+    assert_eq!(position, format!("v1;{ab}:2"), "{evs:?}");
+    // Resumed after seq 2 by Last-Event-ID (which wins over since): seq 3 again, then ready.
+    let resp = c
+        .get(&url)
+        .query(&[("since", "v1")])
+        .header("last-event-id", &position)
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    let evs = events(resp, "ready", 1).await;
+    assert_eq!(seqs(&evs), [3]);
+    // Without a position: live only.
+    let resp = c.get(&url).bearer_auth(KEY).send().await.unwrap();
+    let live = tokio::spawn(events(resp, "message", 2));
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send(&c, &s, &other, "carol", "c1", "hello").await;
+    send(&c, &s, &ab, "alice", "m4", "hi").await;
+    let evs = live.await.unwrap();
+    let got: Vec<(String, u64)> = evs
+        .iter()
+        .filter(|(n, _, _)| n == "message")
+        .map(|(_, _, d)| {
+            (
+                d["conversation_id"].as_str().unwrap().to_owned(),
+                d["conversation_seq"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got, [(other.clone(), 1), (ab.clone(), 4)]);
+
+    // Bounds: two streams of bob's open, a third is refused with 429.
+    let one = c.get(&url).bearer_auth(KEY).send().await.unwrap();
+    let two = c.get(&url).bearer_auth(KEY).send().await.unwrap();
+    let third = c.get(&url).bearer_auth(KEY).send().await.unwrap();
+    assert_eq!(third.status(), 429);
+    let v: Value = third.json().await.unwrap();
+    assert_eq!(v["error"]["code"], "too_many_streams", "{v}");
+    drop((one, two));
+
+    // Bad positions are 400 with a JSON body.
+    for bad in ["x", "v1;nope:1", &format!("v1;{ab}:0")] {
+        let resp = c
+            .get(&url)
+            .query(&[("since", bad)])
+            .bearer_auth(KEY)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 400, "{bad}");
+        let v: Value = resp.json().await.unwrap();
+        assert_eq!(v["error"]["code"], "bad_request", "{bad}: {v}");
+    }
+
+    // A user token streams its own user only, and only its conversations.
+    let mut limited = claims("demo", "bob", 600);
+    limited["conversations"] = serde_json::json!([other]);
+    let limited = sign_hs256(&limited, HS256_SECRET);
+    let resp = c
+        .get(s.url("/v1/users/alice/stream"))
+        .bearer_auth(&limited)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 403);
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let resp = c
+        .get(&url)
+        .query(&[("since", "v1")])
+        .bearer_auth(&limited)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let evs = events(resp, "ready", 1).await;
+    let convs: Vec<&str> = evs
+        .iter()
+        .filter(|(n, _, _)| n == "message")
+        .map(|(_, _, d)| d["conversation_id"].as_str().unwrap())
+        .collect();
+    assert_eq!(convs, [other.as_str()]);
+    assert!(metric(&c, &s, "tidemark_chat_stream_replays_total").await >= 3);
+    s.cleanup().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_takes_nothing_is_dropped_and_sends_go_on() {
+    let mut s = TestServer::start(&[("TIDEMARK_CHAT__STREAM_LAG_TIMEOUT", "200ms")]).await;
+    let c = client();
+    let ab = create_conversation(&c, &s, &["alice", "bob"]).await;
+    let body = "x".repeat(60_000);
+    for i in 0..300 {
+        let (st, v) = send(&c, &s, &ab, "alice", &format!("m{i}"), &body).await;
+        assert_eq!(st, 201, "{v}");
+    }
+    // Asks for all 300 (18 MB) and reads none of it.
+    let stalled = c
+        .get(s.url("/v1/users/bob/stream"))
+        .query(&[("since", "v1")])
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(stalled.status(), 200);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    while metric(&c, &s, "tidemark_chat_stream_dropped_total").await == 0 {
+        assert!(
+            Instant::now() < deadline,
+            "the stalled client was never dropped"
+        );
+        // Sends are not held up meanwhile.
+        let started = Instant::now();
+        let (st, _) = send(&c, &s, &ab, "alice", &format!("late-{:?}", started), "hi").await;
+        assert_eq!(st, 201);
+        assert!(started.elapsed() < Duration::from_secs(2));
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(metric(&c, &s, "tidemark_chat_stream_clients").await, 0);
+    drop(stalled);
+
+    // A graceful stop ends an open stream instead of waiting on it.
+    let open = c
+        .get(s.url("/v1/users/bob/stream"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(open.status(), 200);
+    let started = Instant::now();
+    let status = s.terminate();
+    assert!(status.success(), "{status:?}");
+    assert!(
+        started.elapsed() < Duration::from_secs(5),
+        "the stop waited {:?} on the stream",
+        started.elapsed()
+    );
+}

@@ -1,0 +1,162 @@
+//! `GET /v1/users/{user}/stream`: the user's live stream as Server-Sent Events
+//! ([`crate::stream`] holds the rules).
+//!
+//! Events (`event:` name, `data:` JSON, and an `id:` holding the client's position after it):
+//! - `message`: `{"conversation_id","conversation_seq","message_id","sender","body","class","committed_at"}`;
+//! - `read`: `{"conversation_id","read_seq"}`, the user's own read pointer moved;
+//! - `reload`: `{"conversation_id","earliest_available_seq"}`, messages deleted before the
+//!   client got them: reload that conversation's history;
+//! - `ready`: `{}`, the replay asked for is done and what follows is live.
+
+use std::collections::BTreeSet;
+use std::convert::Infallible;
+use std::sync::Arc;
+
+use axum::extract::{Path, State};
+use axum::http::HeaderMap;
+use axum::response::sse::{Event, KeepAlive, Sse};
+use futures::Stream;
+use serde::{Deserialize, Serialize};
+use tidemark_core::http::{ApiError, ApiQuery, Caller, ErrorBody};
+use utoipa::{IntoParams, ToSchema};
+
+use super::MessageBody;
+use crate::service::ChatService;
+use crate::stream::{Position, StreamEvent, StreamRequest};
+
+/// Where a stream starts.
+#[derive(Debug, Deserialize, IntoParams)]
+#[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
+pub(super) struct StreamParams {
+    /// Resume after this position: the `id` of the last event received (`Last-Event-ID`, which
+    /// browsers send on reconnect, takes precedence). `v1` alone resumes every conversation
+    /// after the user's read pointer. Without either, the stream starts at the latest seqs.
+    #[param(max_length = 500_000)]
+    since: Option<String>,
+}
+
+/// A message event's data.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct StreamMessage {
+    /// The conversation.
+    conversation_id: String,
+    /// The message, as a history page holds it.
+    #[serde(flatten)]
+    message: MessageBody,
+}
+
+/// A read event's data.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct StreamRead {
+    /// The conversation.
+    conversation_id: String,
+    /// The user's read pointer there now.
+    read_seq: u64,
+}
+
+/// A reload event's data.
+#[derive(Debug, Serialize, ToSchema)]
+pub(super) struct StreamReload {
+    /// The conversation to reload.
+    conversation_id: String,
+    /// Its earliest readable seq; the stream goes on from there.
+    earliest_available_seq: u64,
+}
+
+fn sse_event(event: StreamEvent) -> Event {
+    let (name, id, data) = match event {
+        StreamEvent::Message { position, record } => (
+            "message",
+            position,
+            serde_json::to_string(&StreamMessage {
+                conversation_id: record.conversation_id.clone(),
+                message: MessageBody::from(record),
+            }),
+        ),
+        StreamEvent::Read {
+            position,
+            conversation_id,
+            read_seq,
+        } => (
+            "read",
+            position,
+            serde_json::to_string(&StreamRead {
+                conversation_id,
+                read_seq,
+            }),
+        ),
+        StreamEvent::Reload {
+            position,
+            conversation_id,
+            earliest_available_seq,
+        } => (
+            "reload",
+            position,
+            serde_json::to_string(&StreamReload {
+                conversation_id,
+                earliest_available_seq,
+            }),
+        ),
+        StreamEvent::Ready { position } => ("ready", position, Ok("{}".to_owned())),
+    };
+    Event::default()
+        .event(name)
+        .id(id)
+        .data(data.unwrap_or_else(|_| "{}".to_owned()))
+}
+
+/// Streams a user's conversations live: every message committed to them after the position, in
+/// seq order per conversation, and the user's read-pointer moves (Server-Sent Events).
+#[utoipa::path(
+    get,
+    path = "/v1/users/{user}/stream",
+    tag = "chat",
+    params(
+        ("user" = String, Path, description = "User id"),
+        ("Last-Event-ID" = Option<String>, Header, description = "The `id` of the last event received; takes precedence over `since`"),
+        StreamParams
+    ),
+    responses(
+        (status = 200, description = "An endless `text/event-stream` of `message`, `read`, `reload` and `ready` events (see the data schemas `StreamMessage`, `StreamRead`, `StreamReload`); each `id` is the client's position", content_type = "text/event-stream", body = String),
+        (status = 400, description = "A bad position or user id (`bad_request`)", body = ErrorBody),
+        (status = 403, description = "A user token for another user (`forbidden`)", body = ErrorBody),
+        (status = 429, description = "The user has `chat.stream_max_per_user` streams open on this node (`too_many_streams`)", body = ErrorBody),
+    )
+)]
+pub(super) async fn user_stream(
+    State(svc): State<Arc<ChatService>>,
+    caller: Caller,
+    Path(user): Path<String>,
+    headers: HeaderMap,
+    ApiQuery(q): ApiQuery<StreamParams>,
+) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+    caller.may_act_as(&user, "user")?;
+    let since = match headers.get("last-event-id") {
+        Some(v) => Some(
+            v.to_str()
+                .map_err(|_| ApiError::bad_request("Last-Event-ID is not visible ASCII"))?
+                .to_owned(),
+        ),
+        None => q.since,
+    };
+    let since = since.as_deref().map(Position::parse).transpose()?;
+    let conversations: Option<BTreeSet<String>> = match &caller {
+        Caller::User(u) => u.conversations.clone(),
+        Caller::Tenant(_) => None,
+    };
+    let rx = crate::stream::open(
+        &svc,
+        StreamRequest {
+            tenant: caller.tenant().to_owned(),
+            user,
+            conversations,
+            since,
+        },
+    )
+    .await?;
+    let events = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|e| (Ok(sse_event(e)), rx))
+    });
+    Ok(Sse::new(events).keep_alive(KeepAlive::default()))
+}

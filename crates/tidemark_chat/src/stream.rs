@@ -1,0 +1,650 @@
+//! Live delivery (`GET /v1/users/{user}/stream`, Server-Sent Events): every message committed
+//! to one user's conversations, in seq order per conversation, and the user's own read-pointer
+//! moves, each with a position the client resumes from without a gap.
+//!
+//! Data flow:
+//! 1. A SEND the commit path acknowledged, or a mark-read, tells the node's [`StreamHub`] which
+//!    conversation changed ([`StreamHub::committed`], [`StreamHub::read_moved`]). The hub only
+//!    marks the conversation in the open streams of its members and wakes them; it never
+//!    waits, so no client holds up a commit.
+//! 2. Each stream reads what changed through the tiered history reads
+//!    ([`ChatService::history`]), from the seq after the last one it delivered. What it sends is
+//!    what a history page holds, so only committed, durable messages, in seq order.
+//! 3. Each event carries the client's [`Position`] as its SSE `id`. A client that reconnects
+//!    with it (`Last-Event-ID`, or `?since=`) first gets everything committed since, from the
+//!    hot tier or the archive, then `ready`, then what comes live. Without a position the stream
+//!    starts at the conversations' latest seqs.
+//!
+//! **Gaps.** On the staged commit path (a Redis hot tier) seq n may still be RESERVED while
+//! n + 1 is committed, and a page then leaves n out. A stream delivers up to such a gap and
+//! waits: n's own commit wakes it, or, after a crash, the recovery worker re-publishes n within
+//! `outbox_recovery_window` (the stream looks again every second). A gap still open after
+//! [`gap_patience`] is a message that will never be readable: an expired ephemeral one (passed
+//! over), or history deleted before the client got it, which the stream says with a `reload`
+//! event instead of skipping it silently.
+//!
+//! **Bounds.** A stream buffers [`STREAM_BUFFER`] events; a client that does not take them for
+//! `chat.stream_lag_timeout` is disconnected and resumes from the last event it got. Streams
+//! per user and per node are bounded (`chat.stream_max_per_user`, `chat.stream_max_connections`).
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use tokio::sync::{Notify, mpsc};
+use tokio_util::sync::CancellationToken;
+
+use crate::error::{ChatError, Result};
+use crate::metrics::ChatMetrics;
+use crate::model::MessageRecord;
+use crate::reads::Anchor;
+use crate::service::{ChatService, MAX_PAGE};
+
+/// Events a stream buffers for its client.
+pub const STREAM_BUFFER: usize = 64;
+
+/// Most conversations a [`Position`] may name.
+pub const MAX_POSITION_ENTRIES: usize = 10_000;
+
+/// How often a stream waiting at a gap looks again.
+const GAP_RETRY: Duration = Duration::from_secs(1);
+
+/// How long a gap in a conversation may stay open before the stream stops waiting for it:
+/// twice the recovery window, in which a RESERVED record is committed or re-published.
+pub fn gap_patience(outbox_recovery_window: Duration) -> Duration {
+    outbox_recovery_window * 2
+}
+
+/// Where a client is: per conversation, the last seq delivered to it, kept only where that
+/// differs from the user's read pointer (any other conversation resumes after its read
+/// pointer).
+/// Text form (an SSE `id`): `v1`, then `;<conversation_id>:<seq>` per conversation.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Position {
+    seqs: BTreeMap<String, u64>,
+}
+
+impl Position {
+    /// Parses the text form. Errors: [`ChatError::Invalid`] saying what is wrong.
+    pub fn parse(text: &str) -> Result<Self> {
+        let bad = |why: &str| {
+            ChatError::Invalid(format!(
+                "position {:?} {why}: give the id of an event of this stream",
+                tidemark_core::http::quoted(text, 64)
+            ))
+        };
+        let mut parts = text.split(';');
+        if parts.next() != Some("v1") {
+            return Err(bad("does not start with v1"));
+        }
+        let mut seqs = BTreeMap::new();
+        for part in parts {
+            let (cid, seq) = part.split_once(':').ok_or_else(|| bad("is malformed"))?;
+            crate::service::check_conversation_id(cid).map_err(|_| bad("names no conversation"))?;
+            let seq: u64 = seq.parse().map_err(|_| bad("has a bad seq"))?;
+            if seq == 0 || i64::try_from(seq).is_err() {
+                return Err(bad("has a seq out of range"));
+            }
+            if seqs.insert(cid.to_owned(), seq).is_some() {
+                return Err(bad("names a conversation twice"));
+            }
+            if seqs.len() > MAX_POSITION_ENTRIES {
+                return Err(bad("names too many conversations"));
+            }
+        }
+        Ok(Self { seqs })
+    }
+
+    /// The text form.
+    pub fn encode(&self) -> String {
+        let mut out = String::from("v1");
+        for (cid, seq) in &self.seqs {
+            out.push(';');
+            out.push_str(cid);
+            out.push(':');
+            out.push_str(&seq.to_string());
+        }
+        out
+    }
+
+    /// The last seq delivered in `cid`, if the position names it.
+    pub fn get(&self, cid: &str) -> Option<u64> {
+        self.seqs.get(cid).copied()
+    }
+}
+
+/// One event of a stream. Each carries the client's position after it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StreamEvent {
+    /// A committed message.
+    Message {
+        /// The position after it.
+        position: String,
+        /// The message.
+        record: MessageRecord,
+    },
+    /// The user's read pointer in a conversation moved (on any device).
+    Read {
+        /// The position after it.
+        position: String,
+        /// The conversation.
+        conversation_id: String,
+        /// The new read pointer.
+        read_seq: u64,
+    },
+    /// Messages of a conversation can no longer be replayed (deleted before the client got
+    /// them): reload the conversation's history; the stream goes on from the earliest seq.
+    Reload {
+        /// The position after it.
+        position: String,
+        /// The conversation.
+        conversation_id: String,
+        /// Its earliest readable seq.
+        earliest_available_seq: u64,
+    },
+    /// Everything committed before the stream opened that the position asked for was sent;
+    /// what follows is live.
+    Ready {
+        /// The position.
+        position: String,
+    },
+}
+
+/// What changed for one open stream since it last looked.
+#[derive(Debug, Default)]
+struct Dirty {
+    messages: BTreeSet<String>,
+    reads: BTreeSet<String>,
+}
+
+/// One open stream, as the hub sees it.
+#[derive(Debug, Default)]
+struct Subscription {
+    dirty: Mutex<Dirty>,
+    wake: Notify,
+}
+
+impl Subscription {
+    fn mark(&self, cid: &str, read: bool) {
+        if let Ok(mut d) = self.dirty.lock() {
+            let set = if read { &mut d.reads } else { &mut d.messages };
+            set.insert(cid.to_owned());
+        }
+        self.wake.notify_one();
+    }
+
+    fn take(&self) -> Dirty {
+        self.dirty
+            .lock()
+            .map(|mut d| std::mem::take(&mut *d))
+            .unwrap_or_default()
+    }
+}
+
+type Key = (String, String);
+
+/// The node's open streams by `(tenant, user)`.
+#[derive(Debug)]
+pub struct StreamHub {
+    open: Mutex<HashMap<Key, Vec<Arc<Subscription>>>>,
+    count: AtomicUsize,
+    max_per_user: usize,
+    max_connections: usize,
+    closed: CancellationToken,
+    metrics: ChatMetrics,
+}
+
+impl StreamHub {
+    /// A hub with the bounds of `chat.stream_max_per_user` and `chat.stream_max_connections`.
+    pub fn new(max_per_user: usize, max_connections: usize, metrics: ChatMetrics) -> Self {
+        Self {
+            open: Mutex::default(),
+            count: AtomicUsize::new(0),
+            max_per_user,
+            max_connections,
+            closed: CancellationToken::new(),
+            metrics,
+        }
+    }
+
+    /// A message of `cid` was committed (its SEND acknowledged): wakes the streams of its
+    /// `members`. Never waits.
+    pub fn committed(&self, tenant: &str, cid: &str, members: &[String]) {
+        let Ok(open) = self.open.lock() else { return };
+        for m in members {
+            // The lookup key borrows nothing: a map keyed by owned pairs needs an owned probe.
+            if let Some(subs) = open.get(&(tenant.to_owned(), m.clone())) {
+                subs.iter().for_each(|s| s.mark(cid, false));
+            }
+        }
+    }
+
+    /// `user`'s read pointer in `cid` moved: wakes that user's streams. Never waits.
+    pub fn read_moved(&self, tenant: &str, cid: &str, user: &str) {
+        let Ok(open) = self.open.lock() else { return };
+        if let Some(subs) = open.get(&(tenant.to_owned(), user.to_owned())) {
+            subs.iter().for_each(|s| s.mark(cid, true));
+        }
+    }
+
+    /// Ends every open stream (a graceful stop); clients resume elsewhere or after the restart.
+    pub fn close(&self) {
+        self.closed.cancel();
+    }
+
+    fn subscribe(self: &Arc<Self>, tenant: &str, user: &str) -> Result<Registration> {
+        let key = (tenant.to_owned(), user.to_owned());
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| ChatError::Invalid("stream registry unusable".into()))?;
+        if self.count.load(Ordering::Relaxed) >= self.max_connections {
+            return Err(ChatError::TooManyStreams {
+                message: format!(
+                    "this node holds its most live streams ({}); retry, or connect to another node",
+                    self.max_connections
+                ),
+                node: true,
+            });
+        }
+        let subs = open.entry(key.clone()).or_default();
+        if subs.len() >= self.max_per_user {
+            return Err(ChatError::TooManyStreams {
+                message: format!(
+                    "user {user:?} already has {} live streams open on this node, the most allowed",
+                    subs.len()
+                ),
+                node: false,
+            });
+        }
+        let sub = Arc::new(Subscription::default());
+        subs.push(Arc::clone(&sub));
+        self.count.fetch_add(1, Ordering::Relaxed);
+        self.metrics.stream_clients.inc();
+        Ok(Registration {
+            hub: Arc::clone(self),
+            key,
+            sub,
+        })
+    }
+}
+
+/// A stream's place in the hub, given back when the stream ends.
+#[derive(Debug)]
+struct Registration {
+    hub: Arc<StreamHub>,
+    key: Key,
+    sub: Arc<Subscription>,
+}
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        if let Ok(mut open) = self.hub.open.lock()
+            && let Some(subs) = open.get_mut(&self.key)
+        {
+            subs.retain(|s| !Arc::ptr_eq(s, &self.sub));
+            if subs.is_empty() {
+                open.remove(&self.key);
+            }
+        }
+        self.hub.count.fetch_sub(1, Ordering::Relaxed);
+        self.hub.metrics.stream_clients.dec();
+    }
+}
+
+/// What a client asks to stream.
+#[derive(Debug, Clone)]
+pub struct StreamRequest {
+    /// The tenant.
+    pub tenant: String,
+    /// The user whose conversations are streamed.
+    pub user: String,
+    /// Only these conversations (a user token's `conversations`); `None`: all of the user's.
+    pub conversations: Option<BTreeSet<String>>,
+    /// Where to resume; `None`: from now.
+    pub since: Option<Position>,
+}
+
+/// Opens a stream: registers it (errors: [`ChatError::TooManyStreams`]), reads where each of
+/// the user's conversations starts (errors: a bad user id, a store down), and spawns the task
+/// that replays and then follows commits. Events arrive on the receiver; dropping it ends the
+/// stream.
+pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<mpsc::Receiver<StreamEvent>> {
+    crate::service::check_id("user", &req.user)?;
+    // Registered first: a commit from here on wakes the stream, so none falls between the
+    // start positions read below and the live part.
+    let registration = svc.streams().subscribe(&req.tenant, &req.user)?;
+    let memberships = svc.stores().hot.memberships(&req.tenant, &req.user).await?;
+    let mut convs = HashMap::new();
+    for m in memberships {
+        if !req
+            .conversations
+            .as_ref()
+            .is_none_or(|c| c.contains(&m.conversation_id))
+        {
+            continue;
+        }
+        let delivered = match &req.since {
+            Some(p) => p.get(&m.conversation_id).unwrap_or(m.read_seq),
+            None => {
+                svc.conversation(&req.tenant, &m.conversation_id)
+                    .await?
+                    .latest_seq
+            }
+        };
+        let state = Conv {
+            delivered,
+            read: m.read_seq,
+            gap_since: None,
+        };
+        convs.insert(m.conversation_id, state);
+    }
+    if req.since.is_some() {
+        svc.metrics().stream_replays.inc();
+    }
+    let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    let replay: Vec<String> = if req.since.is_some() {
+        convs.keys().cloned().collect()
+    } else {
+        Vec::new()
+    };
+    let stream = Stream {
+        svc: svc.clone(),
+        req,
+        convs,
+        tx,
+        patience: gap_patience(svc.config().outbox_recovery_window),
+        lag_timeout: svc.config().stream_lag_timeout,
+    };
+    tokio::spawn(stream.run(registration, replay));
+    Ok(rx)
+}
+
+/// One conversation of a stream.
+#[derive(Debug)]
+struct Conv {
+    /// The last seq delivered (or passed over).
+    delivered: u64,
+    /// The user's read pointer as last sent.
+    read: u64,
+    /// When the stream first found the conversation waiting at a gap.
+    gap_since: Option<Instant>,
+}
+
+/// Why a stream ended.
+#[derive(Debug)]
+enum End {
+    /// The client went away.
+    Gone,
+    /// The client did not take its events within the lag timeout.
+    Lagged,
+}
+
+struct Stream {
+    svc: ChatService,
+    req: StreamRequest,
+    convs: HashMap<String, Conv>,
+    tx: mpsc::Sender<StreamEvent>,
+    patience: Duration,
+    lag_timeout: Duration,
+}
+
+impl Stream {
+    async fn run(mut self, registration: Registration, replay: Vec<String>) {
+        let hub = Arc::clone(&registration.hub);
+        let sub = Arc::clone(&registration.sub);
+        let ended = async {
+            let mut waiting: BTreeSet<String> = BTreeSet::new();
+            for cid in replay {
+                if self.catch_up(&cid).await? {
+                    waiting.insert(cid);
+                }
+            }
+            self.emit(StreamEvent::Ready {
+                position: self.position(),
+            })
+            .await?;
+            loop {
+                let retry = async {
+                    if waiting.is_empty() {
+                        std::future::pending::<()>().await;
+                    }
+                    tokio::time::sleep(GAP_RETRY).await;
+                };
+                tokio::select! {
+                    () = sub.wake.notified() => {}
+                    () = retry => {}
+                    () = hub.closed.cancelled() => return Ok(()),
+                    () = self.tx.closed() => return Err(End::Gone),
+                }
+                let dirty = sub.take();
+                for cid in &dirty.reads {
+                    self.read_moved(cid).await?;
+                }
+                let due: BTreeSet<String> = dirty.messages.into_iter().chain(waiting).collect();
+                waiting = BTreeSet::new();
+                for cid in due {
+                    if !self.convs.contains_key(&cid) && !self.joined(&cid).await {
+                        continue;
+                    }
+                    if self.catch_up(&cid).await? {
+                        waiting.insert(cid);
+                    }
+                }
+            }
+        };
+        if let Err(End::Lagged) = ended.await {
+            self.svc.metrics().stream_dropped.inc();
+        }
+        drop(registration);
+    }
+
+    /// A conversation the stream did not know: one created after it opened, if the user is a
+    /// member and may open it. Delivered from its first message.
+    async fn joined(&mut self, cid: &str) -> bool {
+        if !self
+            .req
+            .conversations
+            .as_ref()
+            .is_none_or(|c| c.contains(cid))
+        {
+            return false;
+        }
+        let Ok(conv) = self.svc.conversation(&self.req.tenant, cid).await else {
+            return false;
+        };
+        if !conv.members.contains(&self.req.user) {
+            return false;
+        }
+        self.convs.insert(
+            cid.to_owned(),
+            Conv {
+                delivered: 0,
+                read: 0,
+                gap_since: None,
+            },
+        );
+        true
+    }
+
+    /// Delivers `cid`'s messages after the last one delivered, page by page, up to its latest
+    /// seq or a gap. `Ok(true)`: waiting at a gap (or after a failed read), to look again.
+    async fn catch_up(&mut self, cid: &str) -> Result<bool, End> {
+        loop {
+            let Some(delivered) = self.convs.get(cid).map(|c| c.delivered) else {
+                return Ok(false);
+            };
+            let page = match self
+                .svc
+                .history(
+                    &self.req.tenant,
+                    cid,
+                    &self.req.user,
+                    Anchor::After(delivered),
+                    MAX_PAGE,
+                )
+                .await
+            {
+                Ok(page) => page,
+                Err(error) => {
+                    tracing::debug!(%error, conversation_id = cid, "stream read failed; retrying");
+                    return Ok(true);
+                }
+            };
+            let now = self.svc.now_ms();
+            let mut next = delivered;
+            for m in page.messages {
+                if m.conversation_seq <= next {
+                    continue;
+                }
+                if m.conversation_seq > next + 1 {
+                    let old = now.saturating_sub(m.committed_at_ms)
+                        > i64::try_from(self.patience.as_millis()).unwrap_or(i64::MAX);
+                    if !old && !self.gap_outwaited(cid) {
+                        self.set_delivered(cid, next, true);
+                        return Ok(true);
+                    }
+                    if next + 1 < page.earliest_available_seq {
+                        self.set_delivered(cid, page.earliest_available_seq - 1, false);
+                        self.emit(StreamEvent::Reload {
+                            position: self.position(),
+                            conversation_id: cid.to_owned(),
+                            earliest_available_seq: page.earliest_available_seq,
+                        })
+                        .await?;
+                    }
+                }
+                next = m.conversation_seq;
+                self.set_delivered(cid, next, false);
+                self.emit(StreamEvent::Message {
+                    position: self.position(),
+                    record: m,
+                })
+                .await?;
+                self.svc.metrics().stream_events.inc();
+            }
+            if next >= page.latest_seq {
+                return Ok(false);
+            }
+            if next == delivered {
+                // Nothing readable in the page's window: seqs RESERVED, or gone for good.
+                if !self.gap_outwaited(cid) {
+                    self.set_delivered(cid, next, true);
+                    return Ok(true);
+                }
+                let skip_to = (delivered + MAX_PAGE).min(page.latest_seq);
+                self.set_delivered(cid, skip_to, false);
+            }
+        }
+    }
+
+    /// Whether `cid` has waited at a gap longer than the patience.
+    fn gap_outwaited(&self, cid: &str) -> bool {
+        self.convs
+            .get(cid)
+            .and_then(|c| c.gap_since)
+            .is_some_and(|t| t.elapsed() > self.patience)
+    }
+
+    fn set_delivered(&mut self, cid: &str, seq: u64, at_gap: bool) {
+        if let Some(c) = self.convs.get_mut(cid) {
+            c.delivered = seq;
+            c.gap_since = if at_gap {
+                c.gap_since.or(Some(Instant::now()))
+            } else {
+                None
+            };
+        }
+    }
+
+    async fn read_moved(&mut self, cid: &str) -> Result<(), End> {
+        if !self.convs.contains_key(cid) {
+            return Ok(());
+        }
+        let read = match self
+            .svc
+            .stores()
+            .hot
+            .read_seq(&self.req.tenant, cid, &self.req.user)
+            .await
+        {
+            Ok(r) => r,
+            Err(error) => {
+                tracing::debug!(%error, conversation_id = cid, "stream read pointer not read");
+                return Ok(());
+            }
+        };
+        let Some(c) = self.convs.get_mut(cid) else {
+            return Ok(());
+        };
+        if read <= c.read {
+            return Ok(());
+        }
+        c.read = read;
+        self.emit(StreamEvent::Read {
+            position: self.position(),
+            conversation_id: cid.to_owned(),
+            read_seq: read,
+        })
+        .await
+    }
+
+    /// The client's position now.
+    fn position(&self) -> String {
+        let seqs = self
+            .convs
+            .iter()
+            .filter(|(_, c)| c.delivered != c.read)
+            .map(|(cid, c)| (cid.clone(), c.delivered))
+            .collect();
+        Position { seqs }.encode()
+    }
+
+    async fn emit(&self, event: StreamEvent) -> Result<(), End> {
+        match tokio::time::timeout(self.lag_timeout, self.tx.send(event)).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => Err(End::Gone),
+            Err(_) => Err(End::Lagged),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_position_round_trips_and_bad_ones_are_refused() {
+        let a = "0190f5a4-1c2b-7d3e-8f90-123456789abc";
+        let b = "0190f5a4-1c2b-7d3e-8f90-123456789abd";
+        let text = format!("v1;{b}:7;{a}:12");
+        let p = Position::parse(&text).unwrap();
+        assert_eq!((p.get(a), p.get(b), p.get("x")), (Some(12), Some(7), None));
+        assert_eq!(p.encode(), format!("v1;{a}:12;{b}:7"));
+        assert_eq!(Position::parse("v1").unwrap(), Position::default());
+        for bad in [
+            String::new(),
+            "v2".into(),
+            format!("v1;{a}"),
+            format!("v1;{a}:0"),
+            format!("v1;{a}:-1"),
+            format!("v1;{a}:x"),
+            format!("v1;{a}:1;{a}:2"),
+            "v1;not-a-conversation:1".into(),
+            format!("v1;{}:1", a.to_uppercase()),
+            format!("v1;{a}:{}", u64::MAX),
+        ] {
+            let e = Position::parse(&bad).unwrap_err();
+            assert!(matches!(e, ChatError::Invalid(_)), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_gap_patience_is_twice_the_recovery_window() {
+        assert_eq!(
+            gap_patience(Duration::from_secs(30)),
+            Duration::from_secs(60)
+        );
+    }
+}
