@@ -238,6 +238,9 @@ pub async fn run(
     if config.role.runs_workers() {
         background.spawn(&chat, &mut workers, &cancel).await?;
     }
+    if config.role.serves_api() {
+        chat.spawn_stream_follower(&mut workers, &cancel);
+    }
     // Every node notes the event kinds it stores and reads; the figures reach the summary
     // store every few seconds and at a graceful stop.
     if let Some(usage) = analytics.usage.clone() {

@@ -217,3 +217,61 @@ async fn a_client_that_takes_nothing_is_dropped_and_sends_go_on() {
         started.elapsed()
     );
 }
+
+/// Two nodes sharing Redis, a Kafka-protocol outbox and MariaDB: a stream on one node gets the
+/// SENDs made on the other, woken by the outbox, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stream_on_one_node_gets_sends_made_on_another() {
+    use tidemark_chat::testing::{KafkaBroker, RedisServer};
+    use tidemark_core::mysql::{drop_database, scratch_database, test_server_url};
+    let redis = RedisServer::start().unwrap();
+    let broker = KafkaBroker::start().unwrap();
+    let mysql = scratch_database(&test_server_url(), "tm_e2e_stream_nodes")
+        .await
+        .unwrap();
+    let outbox = broker.url("tidemark.chat.outbox");
+    let env = [
+        ("TIDEMARK_CHAT__HOT", redis.url()),
+        ("TIDEMARK_CHAT__ARCHIVE", mysql.clone()),
+        ("TIDEMARK_CHAT__OUTBOX", outbox),
+        ("TIDEMARK_CHAT__OUTBOX_PARTITIONS", "2".to_owned()),
+    ];
+    let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (*k, v.as_str())).collect();
+    let a = TestServer::start(&env).await;
+    let b = TestServer::start(&env).await;
+    let c = client();
+    let ab = create_conversation(&c, &a, &["alice", "bob"]).await;
+    let cb = create_conversation(&c, &a, &["carol", "bob"]).await;
+    let resp = c
+        .get(b.url("/v1/users/bob/stream"))
+        .bearer_auth(KEY)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(resp.status(), 200);
+    let stream = tokio::spawn(events(resp, "message", 12));
+    // The follower starts at the log's end: give it a look before sending.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    for i in 1..=5 {
+        send(&c, &a, &ab, "alice", &format!("a{i}"), "from node a").await;
+        send(&c, &a, &cb, "carol", &format!("c{i}"), "from node a").await;
+    }
+    send(&c, &b, &ab, "alice", "b1", "from node b").await;
+    send(&c, &a, &ab, "alice", "a6", "from node a").await;
+    let evs = stream.await.unwrap();
+    let mut got: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+    for (n, _, d) in &evs {
+        if n == "message" {
+            got.entry(d["conversation_id"].as_str().unwrap().to_owned())
+                .or_default()
+                .push(d["conversation_seq"].as_u64().unwrap());
+        }
+    }
+    assert_eq!(
+        got.get(&ab).cloned().unwrap_or_default(),
+        [1, 2, 3, 4, 5, 6, 7]
+    );
+    assert_eq!(got.get(&cb).cloned().unwrap_or_default(), [1, 2, 3, 4, 5]);
+    drop((a, b));
+    drop_database(&mysql).await.unwrap();
+}

@@ -401,24 +401,30 @@ impl ChatService {
         conversation_id: &str,
         sender: &str,
     ) -> Result<Arc<[String]>> {
-        let key = (tenant.to_owned(), conversation_id.to_owned());
-        let cached = self.members.lock().ok().and_then(|m| m.get(&key).cloned());
-        let members = match cached {
-            Some(m) => m,
-            None => {
-                let conv = self.conversation(tenant, conversation_id).await?;
-                let m: Arc<[String]> = conv.members.into();
-                if let Ok(mut cache) = self.members.lock() {
-                    if cache.len() >= MEMBERS_CACHE_MAX {
-                        cache.clear();
-                    }
-                    cache.insert(key, Arc::clone(&m));
-                }
-                m
-            }
-        };
+        let members = self.members(tenant, conversation_id).await?;
         require_member(&members, sender, conversation_id)?;
         Ok(members)
+    }
+
+    /// A conversation's members, from the cache or the store (errors: unknown conversation).
+    pub(crate) async fn members(
+        &self,
+        tenant: &str,
+        conversation_id: &str,
+    ) -> Result<Arc<[String]>> {
+        let key = (tenant.to_owned(), conversation_id.to_owned());
+        if let Some(m) = self.members.lock().ok().and_then(|m| m.get(&key).cloned()) {
+            return Ok(m);
+        }
+        let conv = self.conversation(tenant, conversation_id).await?;
+        let m: Arc<[String]> = conv.members.into();
+        if let Ok(mut cache) = self.members.lock() {
+            if cache.len() >= MEMBERS_CACHE_MAX {
+                cache.clear();
+            }
+            cache.insert(key, Arc::clone(&m));
+        }
+        Ok(m)
     }
 
     /// The node's open live streams ([`crate::stream`]).
@@ -785,6 +791,32 @@ impl ChatService {
             conversations,
             next_after,
         })
+    }
+
+    /// On a node that serves the API with a shared outbox (`chat.outbox = "kafka://…"`): starts
+    /// into `tasks` the follower that wakes this node's live streams for SENDs committed on
+    /// other nodes ([`crate::stream::follow_outbox`]), on its own broker client, connecting
+    /// (again every second until it can) in the background. Nothing for an embedded outbox,
+    /// which one node owns, or in `hot-only` mode.
+    pub fn spawn_stream_follower(&self, tasks: &mut JoinSet<()>, cancel: &CancellationToken) {
+        if self.cfg.mode == ChatMode::HotOnly || !self.cfg.outbox.starts_with("kafka://") {
+            return;
+        }
+        let (svc, cancel) = (self.clone(), cancel.clone());
+        let (url, partitions) = (self.cfg.outbox.clone(), self.cfg.outbox_partitions);
+        tasks.spawn(async move {
+            let outbox = loop {
+                match crate::kafka::KafkaOutbox::connect(&url, partitions).await {
+                    Ok(o) => break o,
+                    Err(error) => tracing::warn!(%error, "stream follower: outbox not reached"),
+                }
+                tokio::select! {
+                    () = tokio::time::sleep(std::time::Duration::from_secs(1)) => {}
+                    () = cancel.cancelled() => return,
+                }
+            };
+            crate::stream::follow_outbox(svc, Arc::new(outbox), cancel).await;
+        });
     }
 
     /// Starts the background workers of the configured mode (archiver, trimmer, recovery) into

@@ -23,23 +23,30 @@
 //! over), or history deleted before the client got it, which the stream says with a `reload`
 //! event instead of skipping it silently.
 //!
+//! **Across nodes** ([`follow_outbox`]): where the outbox is a shared broker, each API node
+//! follows it and wakes its streams for SENDs committed on other nodes.
+//!
 //! **Bounds.** A stream buffers [`STREAM_BUFFER`] events; a client that does not take them for
 //! `chat.stream_lag_timeout` is disconnected and resumes from the last event it got. Streams
 //! per user and per node are bounded (`chat.stream_max_per_user`, `chat.stream_max_connections`).
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use tokio::sync::{Notify, mpsc};
-use tokio_util::sync::CancellationToken;
+use tokio::sync::mpsc;
 
 use crate::error::{ChatError, Result};
-use crate::metrics::ChatMetrics;
 use crate::model::MessageRecord;
 use crate::reads::Anchor;
 use crate::service::{ChatService, MAX_PAGE};
+
+mod follow;
+mod hub;
+
+pub use follow::{FOLLOW_INTERVAL, follow_outbox};
+use hub::Registration;
+pub use hub::StreamHub;
 
 /// Events a stream buffers for its client.
 pub const STREAM_BUFFER: usize = 64;
@@ -149,148 +156,6 @@ pub enum StreamEvent {
         /// The position.
         position: String,
     },
-}
-
-/// What changed for one open stream since it last looked.
-#[derive(Debug, Default)]
-struct Dirty {
-    messages: BTreeSet<String>,
-    reads: BTreeSet<String>,
-}
-
-/// One open stream, as the hub sees it.
-#[derive(Debug, Default)]
-struct Subscription {
-    dirty: Mutex<Dirty>,
-    wake: Notify,
-}
-
-impl Subscription {
-    fn mark(&self, cid: &str, read: bool) {
-        if let Ok(mut d) = self.dirty.lock() {
-            let set = if read { &mut d.reads } else { &mut d.messages };
-            set.insert(cid.to_owned());
-        }
-        self.wake.notify_one();
-    }
-
-    fn take(&self) -> Dirty {
-        self.dirty
-            .lock()
-            .map(|mut d| std::mem::take(&mut *d))
-            .unwrap_or_default()
-    }
-}
-
-type Key = (String, String);
-
-/// The node's open streams by `(tenant, user)`.
-#[derive(Debug)]
-pub struct StreamHub {
-    open: Mutex<HashMap<Key, Vec<Arc<Subscription>>>>,
-    count: AtomicUsize,
-    max_per_user: usize,
-    max_connections: usize,
-    closed: CancellationToken,
-    metrics: ChatMetrics,
-}
-
-impl StreamHub {
-    /// A hub with the bounds of `chat.stream_max_per_user` and `chat.stream_max_connections`.
-    pub fn new(max_per_user: usize, max_connections: usize, metrics: ChatMetrics) -> Self {
-        Self {
-            open: Mutex::default(),
-            count: AtomicUsize::new(0),
-            max_per_user,
-            max_connections,
-            closed: CancellationToken::new(),
-            metrics,
-        }
-    }
-
-    /// A message of `cid` was committed (its SEND acknowledged): wakes the streams of its
-    /// `members`. Never waits.
-    pub fn committed(&self, tenant: &str, cid: &str, members: &[String]) {
-        let Ok(open) = self.open.lock() else { return };
-        for m in members {
-            // The lookup key borrows nothing: a map keyed by owned pairs needs an owned probe.
-            if let Some(subs) = open.get(&(tenant.to_owned(), m.clone())) {
-                subs.iter().for_each(|s| s.mark(cid, false));
-            }
-        }
-    }
-
-    /// `user`'s read pointer in `cid` moved: wakes that user's streams. Never waits.
-    pub fn read_moved(&self, tenant: &str, cid: &str, user: &str) {
-        let Ok(open) = self.open.lock() else { return };
-        if let Some(subs) = open.get(&(tenant.to_owned(), user.to_owned())) {
-            subs.iter().for_each(|s| s.mark(cid, true));
-        }
-    }
-
-    /// Ends every open stream (a graceful stop); clients resume elsewhere or after the restart.
-    pub fn close(&self) {
-        self.closed.cancel();
-    }
-
-    fn subscribe(self: &Arc<Self>, tenant: &str, user: &str) -> Result<Registration> {
-        let key = (tenant.to_owned(), user.to_owned());
-        let mut open = self
-            .open
-            .lock()
-            .map_err(|_| ChatError::Invalid("stream registry unusable".into()))?;
-        if self.count.load(Ordering::Relaxed) >= self.max_connections {
-            return Err(ChatError::TooManyStreams {
-                message: format!(
-                    "this node holds its most live streams ({}); retry, or connect to another node",
-                    self.max_connections
-                ),
-                node: true,
-            });
-        }
-        let subs = open.entry(key.clone()).or_default();
-        if subs.len() >= self.max_per_user {
-            return Err(ChatError::TooManyStreams {
-                message: format!(
-                    "user {user:?} already has {} live streams open on this node, the most allowed",
-                    subs.len()
-                ),
-                node: false,
-            });
-        }
-        let sub = Arc::new(Subscription::default());
-        subs.push(Arc::clone(&sub));
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.metrics.stream_clients.inc();
-        Ok(Registration {
-            hub: Arc::clone(self),
-            key,
-            sub,
-        })
-    }
-}
-
-/// A stream's place in the hub, given back when the stream ends.
-#[derive(Debug)]
-struct Registration {
-    hub: Arc<StreamHub>,
-    key: Key,
-    sub: Arc<Subscription>,
-}
-
-impl Drop for Registration {
-    fn drop(&mut self) {
-        if let Ok(mut open) = self.hub.open.lock()
-            && let Some(subs) = open.get_mut(&self.key)
-        {
-            subs.retain(|s| !Arc::ptr_eq(s, &self.sub));
-            if subs.is_empty() {
-                open.remove(&self.key);
-            }
-        }
-        self.hub.count.fetch_sub(1, Ordering::Relaxed);
-        self.hub.metrics.stream_clients.dec();
-    }
 }
 
 /// What a client asks to stream.
@@ -611,40 +476,4 @@ impl Stream {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_position_round_trips_and_bad_ones_are_refused() {
-        let a = "0190f5a4-1c2b-7d3e-8f90-123456789abc";
-        let b = "0190f5a4-1c2b-7d3e-8f90-123456789abd";
-        let text = format!("v1;{b}:7;{a}:12");
-        let p = Position::parse(&text).unwrap();
-        assert_eq!((p.get(a), p.get(b), p.get("x")), (Some(12), Some(7), None));
-        assert_eq!(p.encode(), format!("v1;{a}:12;{b}:7"));
-        assert_eq!(Position::parse("v1").unwrap(), Position::default());
-        for bad in [
-            String::new(),
-            "v2".into(),
-            format!("v1;{a}"),
-            format!("v1;{a}:0"),
-            format!("v1;{a}:-1"),
-            format!("v1;{a}:x"),
-            format!("v1;{a}:1;{a}:2"),
-            "v1;not-a-conversation:1".into(),
-            format!("v1;{}:1", a.to_uppercase()),
-            format!("v1;{a}:{}", u64::MAX),
-        ] {
-            let e = Position::parse(&bad).unwrap_err();
-            assert!(matches!(e, ChatError::Invalid(_)), "{bad}: {e}");
-        }
-    }
-
-    #[test]
-    fn the_gap_patience_is_twice_the_recovery_window() {
-        assert_eq!(
-            gap_patience(Duration::from_secs(30)),
-            Duration::from_secs(60)
-        );
-    }
-}
+mod tests;
