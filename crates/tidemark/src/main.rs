@@ -51,6 +51,9 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [chat] archive               TIDEMARK_CHAT__ARCHIVE          sqlite | mysql://user@host/db
   [chat] redis_pool            TIDEMARK_CHAT__REDIS_POOL       default 8
   [chat] mysql_pool            TIDEMARK_CHAT__MYSQL_POOL       default 8
+  [chat] stream_max_per_user   TIDEMARK_CHAT__STREAM_MAX_PER_USER  default 8 (live streams)
+  [chat] stream_max_connections TIDEMARK_CHAT__STREAM_MAX_CONNECTIONS  default 10000
+  [chat] stream_lag_timeout    TIDEMARK_CHAT__STREAM_LAG_TIMEOUT  default 10s
   [links] store                TIDEMARK_LINKS__STORE           sqlite | mysql://user@host/db
   [links] track_base           TIDEMARK_LINKS__TRACK_BASE      default http://<listen>
   [links] retention_days       TIDEMARK_LINKS__RETENTION_DAYS  default 180

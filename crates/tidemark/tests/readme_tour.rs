@@ -89,6 +89,10 @@ async fn every_tour_command_works_as_written() {
         r#""conversation_seq":2"#,
         r#""earliest_available_seq":1"#,
         r#""unread":"#,
+        // seller7's stream from the read pointers: the message after it, then live.
+        "event: message",
+        r#""conversation_seq":2"#,
+        "event: ready",
         r#""code":"forbidden""#,
         "ok",
         "tidemark_chat_sends_total 2",
