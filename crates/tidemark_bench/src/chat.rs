@@ -12,6 +12,7 @@
 mod cluster;
 mod engines;
 mod fsync;
+mod stream;
 mod zipf;
 
 use std::fmt::Write as _;
@@ -156,6 +157,17 @@ pub struct ChatBenchArgs {
     /// instead of `warn`, to lay beside `--timeline`.
     #[arg(long)]
     pub server_logs: Option<PathBuf>,
+    /// Measure live delivery instead (`GET /v1/users/{user}/stream`, embedded engine): at each
+    /// of `--rates`, with `--clients` streams open and without, `--pairs` times in turn.
+    #[arg(long)]
+    pub stream: bool,
+    /// Streams to open (`--stream`), each count on a fresh server with half as many
+    /// two-member conversations.
+    #[arg(long, value_delimiter = ',', default_value = "1000,10000")]
+    pub clients: Vec<usize>,
+    /// Interleaved pairs of runs without and with the streams (`--stream`).
+    #[arg(long, default_value_t = 5)]
+    pub pairs: usize,
     /// The server executable.
     #[command(flatten)]
     pub server: ServerBin,
@@ -241,6 +253,11 @@ async fn run_here(args: ChatBenchArgs) -> anyhow::Result<()> {
     };
 
     let body_tail = body_tail(args.body_bytes);
+    if args.stream {
+        stream::run(&args, &server_bin, root.path(), &body_tail).await?;
+        drop(root);
+        return Ok(());
+    }
     let mut out = String::new();
     writeln!(
         out,

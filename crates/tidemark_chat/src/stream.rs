@@ -19,9 +19,10 @@
 //! n + 1 is committed, and a page then leaves n out. A stream delivers up to such a gap and
 //! waits: n's own commit wakes it, or, after a crash, the recovery worker re-publishes n within
 //! `outbox_recovery_window` (the stream looks again every second). A gap still open after
-//! [`gap_patience`] is a message that will never be readable: an expired ephemeral one (passed
-//! over), or history deleted before the client got it, which the stream says with a `reload`
-//! event instead of skipping it silently.
+//! [`gap_patience`] (or after a message committed longer ago than that) is one that will never
+//! be readable: an expired ephemeral message, or history deleted before the client got it. The
+//! stream passes over it and says so with a `reload` event naming the seqs missed, never
+//! silently.
 //!
 //! **Across nodes** ([`follow_outbox`]): where the outbox is a shared broker, each API node
 //! follows it and wakes its streams for SENDs committed on other nodes.
@@ -140,15 +141,18 @@ pub enum StreamEvent {
         /// The new read pointer.
         read_seq: u64,
     },
-    /// Messages of a conversation can no longer be replayed (deleted before the client got
-    /// them): reload the conversation's history; the stream goes on from the earliest seq.
+    /// Seqs of a conversation the client never got and never will (expired ephemeral
+    /// messages, history deleted meanwhile): reload the conversation's history if it matters;
+    /// the stream goes on after them.
     Reload {
         /// The position after it.
         position: String,
         /// The conversation.
         conversation_id: String,
-        /// Its earliest readable seq.
-        earliest_available_seq: u64,
+        /// The first seq missed.
+        missed_from: u64,
+        /// The last seq missed.
+        missed_to: u64,
     },
     /// Everything committed before the stream opened that the position asked for was sent;
     /// what follows is live.
@@ -370,15 +374,7 @@ impl Stream {
                         self.set_delivered(cid, next, true);
                         return Ok(true);
                     }
-                    if next + 1 < page.earliest_available_seq {
-                        self.set_delivered(cid, page.earliest_available_seq - 1, false);
-                        self.emit(StreamEvent::Reload {
-                            position: self.position(),
-                            conversation_id: cid.to_owned(),
-                            earliest_available_seq: page.earliest_available_seq,
-                        })
-                        .await?;
-                    }
+                    self.missed(cid, next + 1, m.conversation_seq - 1).await?;
                 }
                 next = m.conversation_seq;
                 self.set_delivered(cid, next, false);
@@ -399,9 +395,21 @@ impl Stream {
                     return Ok(true);
                 }
                 let skip_to = (delivered + MAX_PAGE).min(page.latest_seq);
-                self.set_delivered(cid, skip_to, false);
+                self.missed(cid, delivered + 1, skip_to).await?;
             }
         }
+    }
+
+    /// Seqs `from..=to` of `cid` will never be readable: passed over, and the client told.
+    async fn missed(&mut self, cid: &str, from: u64, to: u64) -> Result<(), End> {
+        self.set_delivered(cid, to, false);
+        self.emit(StreamEvent::Reload {
+            position: self.position(),
+            conversation_id: cid.to_owned(),
+            missed_from: from,
+            missed_to: to,
+        })
+        .await
     }
 
     /// Whether `cid` has waited at a gap longer than the patience.

@@ -4,8 +4,9 @@
 //! Events (`event:` name, `data:` JSON, and an `id:` holding the client's position after it):
 //! - `message`: `{"conversation_id","conversation_seq","message_id","sender","body","class","committed_at"}`;
 //! - `read`: `{"conversation_id","read_seq"}`, the user's own read pointer moved;
-//! - `reload`: `{"conversation_id","earliest_available_seq"}`, messages deleted before the
-//!   client got them: reload that conversation's history;
+//! - `reload`: `{"conversation_id","missed_from","missed_to"}`, seqs the client never got and
+//!   never will (expired ephemeral messages, deleted history): reload that conversation's
+//!   history if it matters;
 //! - `ready`: `{}`, the replay asked for is done and what follows is live.
 
 use std::collections::BTreeSet;
@@ -55,13 +56,15 @@ pub(super) struct StreamRead {
     read_seq: u64,
 }
 
-/// A reload event's data.
+/// A reload event's data: seqs passed over, never to be delivered.
 #[derive(Debug, Serialize, ToSchema)]
 pub(super) struct StreamReload {
-    /// The conversation to reload.
+    /// The conversation.
     conversation_id: String,
-    /// Its earliest readable seq; the stream goes on from there.
-    earliest_available_seq: u64,
+    /// The first seq missed.
+    missed_from: u64,
+    /// The last seq missed; the stream goes on after it.
+    missed_to: u64,
 }
 
 fn sse_event(event: StreamEvent) -> Event {
@@ -89,13 +92,15 @@ fn sse_event(event: StreamEvent) -> Event {
         StreamEvent::Reload {
             position,
             conversation_id,
-            earliest_available_seq,
+            missed_from,
+            missed_to,
         } => (
             "reload",
             position,
             serde_json::to_string(&StreamReload {
                 conversation_id,
-                earliest_available_seq,
+                missed_from,
+                missed_to,
             }),
         ),
         StreamEvent::Ready { position } => ("ready", position, Ok("{}".to_owned())),

@@ -1,0 +1,108 @@
+//! Live streams at seqs that will never be readable: a client that resumes after ephemeral
+//! messages expired is told which seqs it missed (`reload`), then gets the rest in order, on
+//! every backend; and a stream opened with a position names the conversations it delivered.
+
+#[macro_use]
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use tidemark_chat::model::MessageClass;
+use tidemark_chat::stream::{Position, StreamEvent, StreamRequest, open};
+
+/// The events of a stream up to and including `ready`.
+async fn until_ready(rx: &mut tokio::sync::mpsc::Receiver<StreamEvent>) -> Vec<StreamEvent> {
+    let mut out = Vec::new();
+    loop {
+        let e = tokio::time::timeout(Duration::from_secs(10), rx.recv())
+            .await
+            .expect("an event within 10 s")
+            .expect("the stream is open");
+        let ready = matches!(e, StreamEvent::Ready { .. });
+        out.push(e);
+        if ready {
+            return out;
+        }
+    }
+}
+
+/// Seqs 2 and 3 are ephemeral and expire; a client that got seq 1 resumes a day later.
+async fn expired_messages_are_named_not_skipped(h: Harness) {
+    let cid = h.conversation(&["ann", "bob"]).await;
+    h.send(&cid, "ann", "m1", "standard").await;
+    h.send_class(&cid, "ann", "m2", "gone", MessageClass::Ephemeral24h)
+        .await;
+    h.send_class(&cid, "bob", "m3", "gone", MessageClass::Ephemeral24h)
+        .await;
+    h.send(&cid, "bob", "m4", "standard").await;
+    h.archive_all().await;
+    h.advance(25 * 3_600_000);
+    let since = Position::parse(&format!("v1;{cid}:1")).unwrap();
+    let mut rx = open(
+        &h.service,
+        StreamRequest {
+            tenant: TENANT.into(),
+            user: "bob".into(),
+            conversations: None,
+            since: Some(since),
+        },
+    )
+    .await
+    .unwrap();
+    let events = until_ready(&mut rx).await;
+    match &events[..] {
+        [
+            StreamEvent::Reload {
+                conversation_id,
+                missed_from: 2,
+                missed_to: 3,
+                ..
+            },
+            StreamEvent::Message { record, position },
+            StreamEvent::Ready { .. },
+        ] => {
+            assert_eq!(conversation_id, &cid);
+            assert_eq!(
+                (record.conversation_seq, record.body.as_str()),
+                (4, "standard")
+            );
+            assert_eq!(position, &format!("v1;{cid}:4"));
+        }
+        other => panic!("{other:#?}"),
+    }
+    // From the read pointer (nothing read): seq 1, the missed seqs named, seq 4.
+    let mut rx = open(
+        &h.service,
+        StreamRequest {
+            tenant: TENANT.into(),
+            user: "bob".into(),
+            conversations: None,
+            since: Some(Position::default()),
+        },
+    )
+    .await
+    .unwrap();
+    let events = until_ready(&mut rx).await;
+    let kinds: Vec<String> = events
+        .iter()
+        .map(|e| match e {
+            StreamEvent::Message { record, .. } => format!("m{}", record.conversation_seq),
+            StreamEvent::Reload {
+                missed_from,
+                missed_to,
+                ..
+            } => format!("r{missed_from}-{missed_to}"),
+            StreamEvent::Read { read_seq, .. } => format!("read{read_seq}"),
+            StreamEvent::Ready { .. } => "ready".into(),
+        })
+        .collect();
+    assert_eq!(kinds, ["m1", "r2-3", "m4", "ready"]);
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    expired_messages_are_named,
+    small_windows(),
+    expired_messages_are_named_not_skipped
+);
