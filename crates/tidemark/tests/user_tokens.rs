@@ -377,6 +377,12 @@ async fn bad_tokens_get_401_with_a_json_body() {
         ("unknown key", "no-such-key".to_owned(), "unknown API key"),
     ];
     for (what, token, says) in cases {
+        let resp = c.get(&url).bearer_auth(&token).send().await.unwrap();
+        assert_eq!(
+            resp.headers()["www-authenticate"],
+            r#"Bearer realm="tidemark""#,
+            "{what}"
+        );
         let (st, v) = as_user(&c, &token, Method::GET, &url, None).await;
         assert_eq!(st, 401, "{what}: {v}");
         assert_eq!(v["error"]["code"], "unauthorized", "{what}: {v}");

@@ -203,9 +203,20 @@ impl IntoResponse for ApiError {
                 axum::http::HeaderValue::from_static(after),
             );
         }
+        if self.status == StatusCode::UNAUTHORIZED {
+            // RFC 6750 §3: a 401 names the scheme the client must use.
+            response.headers_mut().insert(
+                axum::http::header::WWW_AUTHENTICATE,
+                axum::http::HeaderValue::from_static(WWW_AUTHENTICATE_BEARER),
+            );
+        }
         response
     }
 }
+
+/// `WWW-Authenticate` of every 401 answer: a bearer credential (an API key, or on the chat
+/// routes a user token) is needed.
+pub const WWW_AUTHENTICATE_BEARER: &str = "Bearer realm=\"tidemark\"";
 
 /// `Retry-After` (seconds) of every 503 `unavailable` answer: a store or broker is down for a
 /// moment, and the request may be repeated as it was (sends with the same `client_msg_id`,

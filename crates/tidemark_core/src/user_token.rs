@@ -162,7 +162,8 @@ pub enum TokenError {
 struct Claims {
     // Optional here so that a missing claim is named (the library checks presence apart).
     sub: Option<String>,
-    exp: Option<u64>,
+    // A NumericDate may have a fraction (RFC 7519 §2).
+    exp: Option<f64>,
     #[serde(default)]
     conversations: Option<Vec<String>>,
 }
@@ -263,7 +264,8 @@ impl UserTokens {
             tenant,
             user: sub,
             conversations: conversations.map(|c| c.into_iter().collect()),
-            expires_at_s: exp,
+            // Whole seconds; `as` saturates (a negative or NaN time is long expired anyway).
+            expires_at_s: exp as u64,
         })
     }
 }

@@ -124,6 +124,11 @@ fn malformed_tokens_and_claims_are_refused() {
             "{sub:?}"
         );
     }
+    // A NumericDate with a fraction is a time like any other.
+    let mut fractional = claims("shop", "alice", 600);
+    fractional["exp"] = serde_json::json!(fractional["exp"].as_f64().unwrap() + 0.5);
+    let id = t.verify(&sign_hs256(&fractional, HS256_SECRET)).unwrap();
+    assert_eq!(id.expires_at_s, fractional["exp"].as_f64().unwrap() as u64);
     let mut early = claims("shop", "alice", 600);
     early["nbf"] = serde_json::json!(jsonwebtoken::get_current_timestamp() + 600);
     assert_eq!(
