@@ -36,6 +36,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
 
 use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
@@ -218,10 +219,19 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<mpsc::Receive
     } else {
         Vec::new()
     };
+    let position = Position {
+        seqs: convs
+            .iter()
+            .filter(|(_, c)| c.delivered != c.read)
+            .map(|(cid, c)| (cid.clone(), c.delivered))
+            .collect(),
+    };
     let stream = Stream {
         svc: svc.clone(),
         req,
         convs,
+        position,
+        closed: svc.streams().closing(),
         tx,
         patience: gap_patience(svc.config().outbox_recovery_window),
         lag_timeout: svc.config().stream_lag_timeout,
@@ -254,6 +264,11 @@ struct Stream {
     svc: ChatService,
     req: StreamRequest,
     convs: HashMap<String, Conv>,
+    /// The client's position, kept as `convs` change: the conversations whose last delivered
+    /// seq differs from the read pointer (a user in thousands of conversations has few).
+    position: Position,
+    /// The node's graceful stop.
+    closed: CancellationToken,
     tx: mpsc::Sender<StreamEvent>,
     patience: Duration,
     lag_timeout: Duration,
@@ -429,6 +444,19 @@ impl Stream {
                 None
             };
         }
+        self.sync_position(cid);
+    }
+
+    /// Brings `cid`'s entry of the position in line with its delivered seq and read pointer.
+    fn sync_position(&mut self, cid: &str) {
+        match self.convs.get(cid) {
+            Some(c) if c.delivered != c.read => {
+                self.position.seqs.insert(cid.to_owned(), c.delivered);
+            }
+            _ => {
+                self.position.seqs.remove(cid);
+            }
+        }
     }
 
     async fn read_moved(&mut self, cid: &str) -> Result<(), End> {
@@ -455,6 +483,7 @@ impl Stream {
             return Ok(());
         }
         c.read = read;
+        self.sync_position(cid);
         self.emit(StreamEvent::Read {
             position: self.position(),
             conversation_id: cid.to_owned(),
@@ -465,17 +494,18 @@ impl Stream {
 
     /// The client's position now.
     fn position(&self) -> String {
-        let seqs = self
-            .convs
-            .iter()
-            .filter(|(_, c)| c.delivered != c.read)
-            .map(|(cid, c)| (cid.clone(), c.delivered))
-            .collect();
-        Position { seqs }.encode()
+        self.position.encode()
     }
 
+    /// Hands `event` to the client. Errors: the client went away or the node is stopping
+    /// (`Gone`), or it took nothing for the lag timeout (`Lagged`).
     async fn emit(&self, event: StreamEvent) -> Result<(), End> {
-        match tokio::time::timeout(self.lag_timeout, self.tx.send(event)).await {
+        let send = tokio::time::timeout(self.lag_timeout, self.tx.send(event));
+        let sent = tokio::select! {
+            sent = send => sent,
+            () = self.closed.cancelled() => return Err(End::Gone),
+        };
+        match sent {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(End::Gone),
             Err(_) => Err(End::Lagged),

@@ -93,6 +93,11 @@ impl StreamHub {
         self.closed.cancel();
     }
 
+    /// Fires when [`StreamHub::close`] is called.
+    pub(super) fn closing(&self) -> CancellationToken {
+        self.closed.clone()
+    }
+
     pub(super) fn subscribe(self: &Arc<Self>, tenant: &str, user: &str) -> Result<Registration> {
         let key = (tenant.to_owned(), user.to_owned());
         let mut open = self
