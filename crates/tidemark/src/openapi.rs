@@ -82,35 +82,18 @@ fn add_user_token_scheme(api: &mut utoipa::openapi::OpenApi) {
                     .build(),
             ),
         );
-    for (path, item) in api.paths.paths.iter_mut() {
+    for (path, op) in operations_mut(api) {
         if path == OPENAPI_PATH {
             continue;
         }
-        for op in [
-            &mut item.get,
-            &mut item.put,
-            &mut item.post,
-            &mut item.delete,
-        ]
-        .into_iter()
-        .flatten()
-        {
-            let chat = op
-                .tags
-                .as_ref()
-                .is_some_and(|t| t.iter().any(|t| t == "chat"));
-            if chat && let Some(security) = op.security.as_mut() {
-                security.push(SecurityRequirement::new::<_, _, &str>(USER_TOKEN, []));
-            } else if !chat {
-                op.responses
-                    .responses
-                    .entry("403".into())
-                    .or_insert_with(|| {
-                        utoipa::openapi::RefOr::T(tidemark_core::openapi::error_response(
-                            "A user token: this route needs the tenant's API key (`forbidden`)",
-                        ))
-                    });
-            }
+        let chat = op
+            .tags
+            .as_ref()
+            .is_some_and(|t| t.iter().any(|t| t == "chat"));
+        if chat && let Some(security) = op.security.as_mut() {
+            security.push(SecurityRequirement::new::<_, _, &str>(USER_TOKEN, []));
+        } else if !chat {
+            document_forbidden(op, "a user token: this route needs the tenant's API key");
         }
     }
 }
@@ -124,11 +107,19 @@ fn add_analytics_owner_answer(api: &mut utoipa::openapi::OpenApi) {
         "/v1/accounts/",
         "/v1/rollups/",
     ];
-    for (path, item) in api.paths.paths.iter_mut() {
-        if !ANALYTICS.iter().any(|p| path.starts_with(p)) {
-            continue;
+    for (path, op) in operations_mut(api) {
+        if ANALYTICS.iter().any(|p| path.starts_with(p)) {
+            document_forbidden(op, "the key's tenant does not own this server's analytics");
         }
-        for op in [
+    }
+}
+
+/// Every operation of the document, with its path.
+fn operations_mut(
+    api: &mut utoipa::openapi::OpenApi,
+) -> impl Iterator<Item = (&str, &mut utoipa::openapi::path::Operation)> {
+    api.paths.paths.iter_mut().flat_map(|(path, item)| {
+        [
             &mut item.get,
             &mut item.put,
             &mut item.post,
@@ -136,15 +127,24 @@ fn add_analytics_owner_answer(api: &mut utoipa::openapi::OpenApi) {
         ]
         .into_iter()
         .flatten()
-        {
-            op.responses
-                .responses
-                .entry("403".into())
-                .or_insert_with(|| {
-                    utoipa::openapi::RefOr::T(tidemark_core::openapi::error_response(
-                        "The key's tenant does not own this server's analytics (`forbidden`)",
-                    ))
-                });
+        .map(move |op| (path.as_str(), op))
+    })
+}
+
+/// Documents a 403 `forbidden` answer of `op` for `why`: a new answer, or one more reason of
+/// the one it has.
+fn document_forbidden(op: &mut utoipa::openapi::path::Operation, why: &str) {
+    use std::collections::btree_map::Entry;
+    use utoipa::openapi::RefOr;
+    match op.responses.responses.entry("403".into()) {
+        Entry::Vacant(v) => {
+            let text = format!("Forbidden (`forbidden`): {why}");
+            v.insert(RefOr::T(tidemark_core::openapi::error_response(&text)));
+        }
+        Entry::Occupied(mut o) => {
+            if let RefOr::T(r) = o.get_mut() {
+                r.description = format!("{}; or {why}", r.description);
+            }
         }
     }
 }
@@ -236,7 +236,15 @@ mod tests {
         let ingest = &v["paths"]["/v1/events"]["post"];
         assert_eq!(ingest["security"], serde_json::json!([{ "bearer": [] }]));
         let mailing = &v["paths"]["/v1/mailings"]["post"];
-        assert!(mailing["responses"]["403"].is_object(), "{mailing}");
+        assert_eq!(
+            mailing["responses"]["403"]["description"],
+            "Forbidden (`forbidden`): a user token: this route needs the tenant's API key"
+        );
+        let forbidden = ingest["responses"]["403"]["description"].as_str().unwrap();
+        assert!(
+            forbidden.contains("user token") && forbidden.contains("does not own"),
+            "{forbidden}"
+        );
         let own = &v["paths"]["/v1/openapi.json"]["get"];
         assert_eq!(own["security"], serde_json::json!([{}]));
         assert!(own["responses"].get("401").is_none());

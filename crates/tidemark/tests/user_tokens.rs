@@ -3,29 +3,12 @@
 
 mod common;
 
-use common::{KEY, TestServer, call, client, create_conversation};
+use common::{KEY, TestServer, call, call_as, client, create_conversation};
 use reqwest::Method;
 use serde_json::{Value, json};
 use tidemark_core::user_token::testing::{
     HS256_SECRET, claims, ed25519_key_spec, hs256_key_spec, sign_ed25519, sign_hs256,
 };
-
-/// `(status, body)` of a request made with `token` instead of the tenant key.
-async fn as_user(
-    c: &reqwest::Client,
-    token: &str,
-    method: Method,
-    url: &str,
-    body: Option<Value>,
-) -> (u16, Value) {
-    let mut req = c.request(method, url).bearer_auth(token);
-    if let Some(b) = body {
-        req = req.json(&b);
-    }
-    let resp = req.send().await.unwrap();
-    let status = resp.status().as_u16();
-    (status, resp.json().await.unwrap_or(Value::Null))
-}
 
 fn message(v: &Value) -> &str {
     v["error"]["message"].as_str().unwrap_or_default()
@@ -56,7 +39,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     let msg = |sender: &str, id: &str| json!({"client_msg_id": id, "sender": sender, "body": "hi"});
 
     // As herself: send, read, mark read, list, create.
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &alice,
         Method::POST,
@@ -65,11 +48,11 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     )
     .await;
     assert_eq!((st, v["conversation_seq"].as_u64()), (201, Some(1)), "{v}");
-    let (st, v) = as_user(&c, &alice, Method::GET, &messages(&ab, "alice"), None).await;
+    let (st, v) = call_as(&c, &alice, Method::GET, &messages(&ab, "alice"), None).await;
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["messages"][0]["body"], "hi");
     let read = s.url(&format!("/v1/conversations/{ab}/read"));
-    let (st, _) = as_user(
+    let (st, _) = call_as(
         &c,
         &alice,
         Method::PUT,
@@ -78,7 +61,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     )
     .await;
     assert_eq!(st, 204);
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &alice,
         Method::GET,
@@ -89,7 +72,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     assert_eq!(st, 200, "{v}");
     assert_eq!(v["conversations"][0]["conversation_id"], ab.as_str());
     assert_eq!(v["conversations"][0]["unread"], 0);
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &alice,
         Method::POST,
@@ -100,12 +83,12 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     assert_eq!(st, 201, "{v}");
 
     // As anyone else: 403, and nothing is written.
-    let (st, v) = as_user(&c, &alice, Method::POST, &post(&ab), Some(msg("bob", "m2"))).await;
+    let (st, v) = call_as(&c, &alice, Method::POST, &post(&ab), Some(msg("bob", "m2"))).await;
     assert_eq!(st, 403, "{v}");
     assert!(message(&v).contains("acts for user \"alice\""), "{v}");
-    let (st, _) = as_user(&c, &alice, Method::GET, &messages(&ab, "bob"), None).await;
+    let (st, _) = call_as(&c, &alice, Method::GET, &messages(&ab, "bob"), None).await;
     assert_eq!(st, 403);
-    let (st, _) = as_user(
+    let (st, _) = call_as(
         &c,
         &alice,
         Method::PUT,
@@ -114,7 +97,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     )
     .await;
     assert_eq!(st, 403);
-    let (st, _) = as_user(
+    let (st, _) = call_as(
         &c,
         &alice,
         Method::GET,
@@ -123,7 +106,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     )
     .await;
     assert_eq!(st, 403);
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &alice,
         Method::POST,
@@ -133,9 +116,9 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     .await;
     assert_eq!(st, 403, "{v}");
     // Herself, in a conversation she is not a member of: membership refuses it.
-    let (st, v) = as_user(&c, &alice, Method::GET, &messages(&cd, "alice"), None).await;
+    let (st, v) = call_as(&c, &alice, Method::GET, &messages(&cd, "alice"), None).await;
     assert_eq!(st, 403, "{v}");
-    let (st, _) = as_user(
+    let (st, _) = call_as(
         &c,
         &alice,
         Method::POST,
@@ -155,9 +138,9 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     let mut limited = claims("demo", "alice", 600);
     limited["conversations"] = json!([ab]);
     let limited = sign_hs256(&limited, HS256_SECRET);
-    let (st, _) = as_user(&c, &limited, Method::GET, &messages(&ab, "alice"), None).await;
+    let (st, _) = call_as(&c, &limited, Method::GET, &messages(&ab, "alice"), None).await;
     assert_eq!(st, 200);
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &limited,
         Method::GET,
@@ -168,13 +151,13 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     assert_eq!(st, 200);
     assert_eq!(v["conversations"].as_array().unwrap().len(), 1, "{v}");
     let other = create_conversation(&c, &s, &["alice", "frank"]).await;
-    let (st, v) = as_user(&c, &limited, Method::GET, &messages(&other, "alice"), None).await;
+    let (st, v) = call_as(&c, &limited, Method::GET, &messages(&other, "alice"), None).await;
     assert_eq!(st, 403, "{v}");
     assert!(
         message(&v).contains("limited to its `conversations`"),
         "{v}"
     );
-    let (st, _) = as_user(
+    let (st, _) = call_as(
         &c,
         &limited,
         Method::POST,
@@ -185,7 +168,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     assert_eq!(st, 403);
 
     // A limited token's list names no other conversation, not even as a page cursor.
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &limited,
         Method::GET,
@@ -198,7 +181,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     assert_eq!(v["next_after"], Value::Null, "{v}");
 
     // No conversation about a listing: its first message would count as a contact.
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &alice,
         Method::POST,
@@ -219,7 +202,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     .await;
     assert_eq!(st, 201, "{v}");
     let tenants_conversation = v["conversation_id"].clone();
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &alice,
         Method::POST,
@@ -230,7 +213,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     assert_eq!(st, 201, "{v}");
     assert_ne!(v["conversation_id"], tenants_conversation);
     let alices = v["conversation_id"].clone();
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &alice,
         Method::POST,
@@ -244,7 +227,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
         "a retry finds it"
     );
     let bob = hs256("bob", 600);
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &bob,
         Method::POST,
@@ -267,7 +250,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
             None,
         ),
     ] {
-        let (st, v) = as_user(&c, &alice, method, &s.url(path), body).await;
+        let (st, v) = call_as(&c, &alice, method, &s.url(path), body).await;
         assert_eq!(st, 403, "{path}: {v}");
         assert!(
             message(&v).contains("reaches only the chat routes"),
@@ -295,7 +278,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
         .unwrap()
         .to_owned();
     let bazaar_alice = sign_ed25519(&claims("bazaar", "alice", 600));
-    let (st, v) = as_user(
+    let (st, v) = call_as(
         &c,
         &bazaar_alice,
         Method::POST,
@@ -305,7 +288,7 @@ async fn a_user_token_acts_only_as_its_user_on_chat_routes() {
     .await;
     assert_eq!(st, 201, "{v}");
     // demo's conversation is not bazaar's: not found for it.
-    let (st, _) = as_user(
+    let (st, _) = call_as(
         &c,
         &bazaar_alice,
         Method::GET,
@@ -383,7 +366,7 @@ async fn bad_tokens_get_401_with_a_json_body() {
             r#"Bearer realm="tidemark""#,
             "{what}"
         );
-        let (st, v) = as_user(&c, &token, Method::GET, &url, None).await;
+        let (st, v) = call_as(&c, &token, Method::GET, &url, None).await;
         assert_eq!(st, 401, "{what}: {v}");
         assert_eq!(v["error"]["code"], "unauthorized", "{what}: {v}");
         assert!(message(&v).contains(says), "{what}: {v}");

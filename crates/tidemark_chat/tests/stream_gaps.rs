@@ -11,6 +11,17 @@ use common::*;
 use tidemark_chat::model::MessageClass;
 use tidemark_chat::stream::{Position, StreamEvent, StreamRequest, open};
 
+/// bob's stream in `h`, from `since`.
+async fn bobs_stream(h: &Harness, since: Position) -> tokio::sync::mpsc::Receiver<StreamEvent> {
+    let req = StreamRequest {
+        tenant: TENANT.into(),
+        user: "bob".into(),
+        conversations: None,
+        since: Some(since),
+    };
+    open(&h.service, req).await.unwrap()
+}
+
 /// The events of a stream up to and including `ready`.
 async fn until_ready(rx: &mut tokio::sync::mpsc::Receiver<StreamEvent>) -> Vec<StreamEvent> {
     let mut out = Vec::new();
@@ -39,17 +50,7 @@ async fn expired_messages_are_named_not_skipped(h: Harness) {
     h.archive_all().await;
     h.advance(25 * 3_600_000);
     let since = Position::parse(&format!("v1;{cid}:1")).unwrap();
-    let mut rx = open(
-        &h.service,
-        StreamRequest {
-            tenant: TENANT.into(),
-            user: "bob".into(),
-            conversations: None,
-            since: Some(since),
-        },
-    )
-    .await
-    .unwrap();
+    let mut rx = bobs_stream(&h, since).await;
     let events = until_ready(&mut rx).await;
     match &events[..] {
         [
@@ -72,17 +73,7 @@ async fn expired_messages_are_named_not_skipped(h: Harness) {
         other => panic!("{other:#?}"),
     }
     // From the read pointer (nothing read): seq 1, the missed seqs named, seq 4.
-    let mut rx = open(
-        &h.service,
-        StreamRequest {
-            tenant: TENANT.into(),
-            user: "bob".into(),
-            conversations: None,
-            since: Some(Position::default()),
-        },
-    )
-    .await
-    .unwrap();
+    let mut rx = bobs_stream(&h, Position::default()).await;
     let events = until_ready(&mut rx).await;
     let kinds: Vec<String> = events
         .iter()

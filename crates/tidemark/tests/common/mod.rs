@@ -325,7 +325,19 @@ pub async fn call(
     url: &str,
     body: Option<Value>,
 ) -> (u16, Value) {
-    let mut req = c.request(method, url).bearer_auth(KEY);
+    call_as(c, KEY, method, url, body).await
+}
+
+/// Sends a request with `credential` (an API key or a user token) as its bearer; returns
+/// (status, JSON body or Null).
+pub async fn call_as(
+    c: &reqwest::Client,
+    credential: &str,
+    method: reqwest::Method,
+    url: &str,
+    body: Option<Value>,
+) -> (u16, Value) {
+    let mut req = c.request(method, url).bearer_auth(credential);
     if let Some(b) = body {
         req = req.json(&b);
     }
