@@ -67,7 +67,7 @@ async fn resume_bounds_tokens_and_errors() {
     }
     let url = s.url("/v1/users/bob/stream");
 
-    // From the read pointers (v1): the three, then ready.
+    // From the start (v1): the three, then ready.
     let resp = c
         .get(&url)
         .query(&[("since", "v1")])

@@ -89,7 +89,7 @@ async fn every_tour_command_works_as_written() {
         r#""conversation_seq":2"#,
         r#""earliest_available_seq":1"#,
         r#""unread":"#,
-        // seller7's stream from the read pointers: the message after it, then live.
+        // seller7's stream from the start: the conversation's messages, then live.
         "event: message",
         r#""conversation_seq":2"#,
         "event: ready",

@@ -65,9 +65,10 @@ pub fn gap_patience(outbox_recovery_window: Duration) -> Duration {
     outbox_recovery_window * 2
 }
 
-/// Where a client is: per conversation, the last seq delivered to it, kept only where that
-/// differs from the user's read pointer (any other conversation resumes after its read
-/// pointer).
+/// Where a client is: per conversation, the last seq delivered to it (or passed over); a
+/// conversation it does not name resumes from its first message. The read pointer plays no
+/// part: it moves on other devices while this client is away, and what those devices read
+/// this client has still to get.
 /// Text form (an SSE `id`): `v1`, then `;<conversation_id>:<seq>` per conversation.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Position {
@@ -196,7 +197,7 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<mpsc::Receive
             continue;
         }
         let delivered = match &req.since {
-            Some(p) => p.get(&m.conversation_id).unwrap_or(m.read_seq),
+            Some(p) => p.get(&m.conversation_id).unwrap_or(0),
             None => {
                 svc.conversation(&req.tenant, &m.conversation_id)
                     .await?
@@ -222,7 +223,7 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<mpsc::Receive
     let position = Position {
         seqs: convs
             .iter()
-            .filter(|(_, c)| c.delivered != c.read)
+            .filter(|(_, c)| c.delivered > 0)
             .map(|(cid, c)| (cid.clone(), c.delivered))
             .collect(),
     };
@@ -264,8 +265,7 @@ struct Stream {
     svc: ChatService,
     req: StreamRequest,
     convs: HashMap<String, Conv>,
-    /// The client's position, kept as `convs` change: the conversations whose last delivered
-    /// seq differs from the read pointer (a user in thousands of conversations has few).
+    /// The client's position, kept as `convs` change rather than rebuilt per event.
     position: Position,
     /// The node's graceful stop.
     closed: CancellationToken,
@@ -447,10 +447,10 @@ impl Stream {
         self.sync_position(cid);
     }
 
-    /// Brings `cid`'s entry of the position in line with its delivered seq and read pointer.
+    /// Brings `cid`'s entry of the position in line with its delivered seq.
     fn sync_position(&mut self, cid: &str) {
         match self.convs.get(cid) {
-            Some(c) if c.delivered != c.read => {
+            Some(c) if c.delivered > 0 => {
                 self.position.seqs.insert(cid.to_owned(), c.delivered);
             }
             _ => {
@@ -483,7 +483,6 @@ impl Stream {
             return Ok(());
         }
         c.read = read;
-        self.sync_position(cid);
         self.emit(StreamEvent::Read {
             position: self.position(),
             conversation_id: cid.to_owned(),

@@ -1,6 +1,6 @@
-//! Live streams at seqs that will never be readable: a client that resumes after ephemeral
-//! messages expired is told which seqs it missed (`reload`), then gets the rest in order, on
-//! every backend; and a stream opened with a position names the conversations it delivered.
+//! Live streams resumed from a position, on every backend: a client that resumes after
+//! ephemeral messages expired is told which seqs it missed (`reload`), then gets the rest in
+//! order; and what the user read on another device meanwhile still reaches this client.
 
 #[macro_use]
 mod common;
@@ -72,7 +72,7 @@ async fn expired_messages_are_named_not_skipped(h: Harness) {
         }
         other => panic!("{other:#?}"),
     }
-    // From the read pointer (nothing read): seq 1, the missed seqs named, seq 4.
+    // From the start: seq 1, the missed seqs named, seq 4.
     let mut rx = bobs_stream(&h, Position::default()).await;
     let events = until_ready(&mut rx).await;
     let kinds: Vec<String> = events
@@ -96,4 +96,44 @@ on_every_backend!(
     expired_messages_are_named,
     small_windows(),
     expired_messages_are_named_not_skipped
+);
+
+/// bob reads on another device while this client is away: the client still gets what it
+/// missed (a position that leant on the read pointer lost seqs 2 and 3 here).
+async fn reads_elsewhere_take_nothing_from_this_client(h: Harness) {
+    let cid = h.conversation(&["ann", "bob"]).await;
+    h.send(&cid, "ann", "m1", "one").await;
+    let mut rx = bobs_stream(&h, Position::default()).await;
+    until_ready(&mut rx).await;
+    h.service.mark_read(TENANT, &cid, "bob", 1).await.unwrap();
+    let position = match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+        Ok(Some(StreamEvent::Read {
+            position, read_seq, ..
+        })) => {
+            assert_eq!(read_seq, 1);
+            position
+        }
+        other => panic!("{other:?}"),
+    };
+    drop(rx);
+    h.send(&cid, "ann", "m2", "two").await;
+    h.send(&cid, "ann", "m3", "three").await;
+    h.service.mark_read(TENANT, &cid, "bob", 3).await.unwrap();
+    let mut rx = bobs_stream(&h, Position::parse(&position).unwrap()).await;
+    let seqs: Vec<u64> = until_ready(&mut rx)
+        .await
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Message { record, .. } => Some(record.conversation_seq),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(seqs, [2, 3], "after {position}");
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    reads_elsewhere,
+    small_windows(),
+    reads_elsewhere_take_nothing_from_this_client
 );

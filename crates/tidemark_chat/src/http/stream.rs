@@ -31,8 +31,8 @@ use crate::stream::{Position, StreamEvent, StreamRequest};
 #[into_params(parameter_in = Query)]
 pub(super) struct StreamParams {
     /// Resume after this position: the `id` of the last event received (`Last-Event-ID`, which
-    /// browsers send on reconnect, takes precedence). `v1` alone resumes every conversation
-    /// after the user's read pointer. Without either, the stream starts at the latest seqs.
+    /// browsers send on reconnect, takes precedence). `v1` alone replays every conversation from
+    /// its first message. Without either, the stream starts at the latest seqs.
     #[param(max_length = 500_000)]
     since: Option<String>,
 }
