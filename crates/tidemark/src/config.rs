@@ -151,6 +151,11 @@ pub struct Config {
     /// later, 408 `request_timeout` and the connection is closed.
     #[serde(with = "humantime_serde")]
     pub body_read_timeout: std::time::Duration,
+    /// A connection whose client takes none of an answer's bytes for this long is closed
+    /// (default 30 s): a client that stopped reading (a stalled live stream, a slow-read
+    /// attack) does not hold a connection, its memory or a graceful stop.
+    #[serde(with = "humantime_serde")]
+    pub send_timeout: std::time::Duration,
     /// Most connections open at once (default 4,096): beyond it, new connections wait in the
     /// listen backlog until one closes, so a flood of idle or slow clients cannot take every
     /// file descriptor. At least 1.
@@ -188,6 +193,7 @@ impl Default for Config {
             }],
             header_read_timeout: std::time::Duration::from_secs(30),
             body_read_timeout: std::time::Duration::from_secs(30),
+            send_timeout: std::time::Duration::from_secs(30),
             max_connections: 4096,
             metrics_key: None,
             min_free_disk_mb: 64,
@@ -294,6 +300,16 @@ impl Config {
         Ok(cfg)
     }
 
+    /// The chat settings in force: `[chat]` with the live streams bounded to three quarters of
+    /// `max_connections` whatever `chat.stream_max_connections` says, so that streams cannot
+    /// take every connection and leave nothing to answer other requests.
+    pub fn chat(&self) -> ChatConfig {
+        let mut chat = self.chat.clone();
+        let bound = (self.max_connections / 4 * 3).max(1);
+        chat.stream_max_connections = chat.stream_max_connections.min(bound);
+        chat
+    }
+
     /// The tenants' user-token keys, for the tenants that have one. Errors: as
     /// [`TenantConfig::user_token_key`].
     pub fn user_tokens(&self) -> Result<UserTokens, ConfigError> {
@@ -356,6 +372,11 @@ impl Config {
         {
             return Err(ConfigError::Value(
                 "metrics_key must not be empty (leave it unset for an open /metrics)".into(),
+            ));
+        }
+        if self.send_timeout.is_zero() {
+            return Err(ConfigError::Value(
+                "send_timeout must be at least 1ms".into(),
             ));
         }
         if self.max_connections == 0 {

@@ -24,6 +24,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   data_dir                     TIDEMARK_DATA_DIR               default ./data
   header_read_timeout          TIDEMARK_HEADER_READ_TIMEOUT    default 30s
   body_read_timeout            TIDEMARK_BODY_READ_TIMEOUT      default 30s
+  send_timeout                 TIDEMARK_SEND_TIMEOUT           default 30s (a client that stops reading)
   max_connections              TIDEMARK_MAX_CONNECTIONS        default 4096
   metrics_key                  TIDEMARK_METRICS_KEY            default none: /metrics open
   min_free_disk_mb             TIDEMARK_MIN_FREE_DISK_MB       default 64 (/readyz 503 below)
@@ -52,7 +53,7 @@ Every key of the file can be set by env: TIDEMARK_<KEY>, nested keys joined by _
   [chat] redis_pool            TIDEMARK_CHAT__REDIS_POOL       default 8
   [chat] mysql_pool            TIDEMARK_CHAT__MYSQL_POOL       default 8
   [chat] stream_max_per_user   TIDEMARK_CHAT__STREAM_MAX_PER_USER  default 8 (live streams)
-  [chat] stream_max_connections TIDEMARK_CHAT__STREAM_MAX_CONNECTIONS  default 10000
+  [chat] stream_max_connections TIDEMARK_CHAT__STREAM_MAX_CONNECTIONS  default 3072 (≤ 3/4 of max_connections)
   [chat] stream_lag_timeout    TIDEMARK_CHAT__STREAM_LAG_TIMEOUT  default 10s
   [links] store                TIDEMARK_LINKS__STORE           sqlite | mysql://user@host/db
   [links] track_base           TIDEMARK_LINKS__TRACK_BASE      default http://<listen>

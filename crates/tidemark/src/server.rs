@@ -92,13 +92,8 @@ impl Node {
         let health = StoreHealth::default();
         let chat_metrics = ChatMetrics::register(&registry)?;
         let stores = ChatStores::open(&config.data_dir, &config.chat).await?;
-        let chat = ChatService::new(
-            stores,
-            Arc::clone(&clock),
-            config.chat.clone(),
-            chat_metrics,
-        )
-        .with_store_health(health.clone());
+        let chat = ChatService::new(stores, Arc::clone(&clock), config.chat(), chat_metrics)
+            .with_store_health(health.clone());
 
         let events_dir = config.data_dir.join("events");
         std::fs::create_dir_all(&events_dir)?;
@@ -292,6 +287,7 @@ pub async fn run(
     tracing::info!(role = %config.role, listen = %listener.local_addr()?, mode = ?config.chat.mode, data_dir = %config.data_dir.display(), "tidemark serving");
     let limits = ConnectionLimits {
         header_read_timeout: config.header_read_timeout,
+        send_timeout: config.send_timeout,
         max_connections: config.max_connections,
     };
     // Live streams never end by themselves: they are closed as the drain starts (clients
@@ -441,6 +437,8 @@ async fn watch_free_space(
 struct ConnectionLimits {
     /// A connection must send its request headers within this time.
     header_read_timeout: Duration,
+    /// A write to a connection must make progress within this time.
+    send_timeout: Duration,
     /// Most connections open at once; further ones wait in the listen backlog.
     max_connections: usize,
 }
@@ -481,6 +479,9 @@ async fn serve_http(
             () = &mut shutdown => break,
         };
         let _ = stream.set_nodelay(true);
+        let mut stream = tokio_io_timeout::TimeoutStream::new(stream);
+        stream.set_write_timeout(Some(limits.send_timeout));
+        let stream = Box::pin(stream);
         let service = hyper_util::service::TowerToHyperService::new(app.clone());
         let conn = hyper::server::conn::http1::Builder::new()
             .timer(hyper_util::rt::TokioTimer::new())

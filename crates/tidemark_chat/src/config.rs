@@ -121,8 +121,10 @@ pub struct ChatConfig {
     /// Most live streams (`GET /v1/users/{user}/stream`) one user may hold open on a node
     /// (default 8); past it a new one is refused with 429.
     pub stream_max_per_user: usize,
-    /// Most live streams open on a node (default 10,000); past it a new one is refused with
-    /// 503.
+    /// Most live streams open on a node (default 3,072); past it a new one is refused with
+    /// 503. Each also holds one of the node's `max_connections` (4,096 by default): the server
+    /// keeps this at most three quarters of those, so that streams cannot take every
+    /// connection.
     pub stream_max_connections: usize,
     /// A stream whose client has not taken its buffered events (64) for this long is closed
     /// (default 10 s); the client resumes from the last event it got. Commits never wait.
@@ -155,7 +157,7 @@ impl Default for ChatConfig {
             shard_lease: DEFAULT_SHARD_LEASE,
             mysql_pool: 8,
             stream_max_per_user: 8,
-            stream_max_connections: 10_000,
+            stream_max_connections: 3_072,
             stream_lag_timeout: Duration::from_secs(10),
         }
     }

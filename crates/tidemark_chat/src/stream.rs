@@ -92,6 +92,10 @@ impl Position {
         for part in parts {
             let (cid, seq) = part.split_once(':').ok_or_else(|| bad("is malformed"))?;
             crate::service::check_conversation_id(cid).map_err(|_| bad("names no conversation"))?;
+            // Digits only, as the stream writes them: no sign, no leading zero.
+            if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) || seq.starts_with('0') {
+                return Err(bad("has a bad seq"));
+            }
             let seq: u64 = seq.parse().map_err(|_| bad("has a bad seq"))?;
             if seq == 0 || i64::try_from(seq).is_err() {
                 return Err(bad("has a seq out of range"));
@@ -175,13 +179,28 @@ pub struct StreamRequest {
     pub conversations: Option<BTreeSet<String>>,
     /// Where to resume; `None`: from now.
     pub since: Option<Position>,
+    /// When the stream must end (a user token's expiry, Unix seconds, leeway included); the
+    /// client then reconnects with a fresh token. `None`: never.
+    pub until_s: Option<u64>,
+}
+
+/// An open stream: its events, and `cut`, which fires when the stream ended for a reason the
+/// client must see as a broken connection rather than a finished answer (it lagged, the node
+/// is stopping, the token expired): the HTTP layer then drops the connection at once instead
+/// of flushing what a stalled client would never read.
+#[derive(Debug)]
+pub struct OpenStream {
+    /// The events, in order.
+    pub events: mpsc::Receiver<StreamEvent>,
+    /// Fires when the connection must be cut.
+    pub cut: CancellationToken,
 }
 
 /// Opens a stream: registers it (errors: [`ChatError::TooManyStreams`]), reads where each of
 /// the user's conversations starts (errors: a bad user id, a store down), and spawns the task
-/// that replays and then follows commits. Events arrive on the receiver; dropping it ends the
-/// stream.
-pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<mpsc::Receiver<StreamEvent>> {
+/// that replays and then follows commits. Events arrive on [`OpenStream::events`]; dropping it
+/// ends the stream.
+pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
     crate::service::check_id("user", &req.user)?;
     // Registered first: a commit from here on wakes the stream, so none falls between the
     // start positions read below and the live part.
@@ -237,8 +256,9 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<mpsc::Receive
         patience: gap_patience(svc.config().outbox_recovery_window),
         lag_timeout: svc.config().stream_lag_timeout,
     };
-    tokio::spawn(stream.run(registration, replay));
-    Ok(rx)
+    let cut = CancellationToken::new();
+    tokio::spawn(stream.run(registration, replay, cut.clone()));
+    Ok(OpenStream { events: rx, cut })
 }
 
 /// One conversation of a stream.
@@ -259,6 +279,10 @@ enum End {
     Gone,
     /// The client did not take its events within the lag timeout.
     Lagged,
+    /// The node is stopping.
+    Closed,
+    /// The user token it was opened with expired.
+    Expired,
 }
 
 struct Stream {
@@ -275,9 +299,28 @@ struct Stream {
 }
 
 impl Stream {
-    async fn run(mut self, registration: Registration, replay: Vec<String>) {
+    async fn run(
+        mut self,
+        registration: Registration,
+        replay: Vec<String>,
+        cut: CancellationToken,
+    ) {
         let hub = Arc::clone(&registration.hub);
         let sub = Arc::clone(&registration.sub);
+        let closed = self.closed.clone();
+        let until_s = self.req.until_s;
+        let expiry = async move {
+            match until_s {
+                Some(s) => {
+                    let left = std::time::UNIX_EPOCH + Duration::from_secs(s);
+                    let left = left
+                        .duration_since(std::time::SystemTime::now())
+                        .unwrap_or_default();
+                    tokio::time::sleep(left).await;
+                }
+                None => std::future::pending::<()>().await,
+            }
+        };
         let ended = async {
             let mut waiting: BTreeSet<String> = BTreeSet::new();
             for cid in replay {
@@ -299,28 +342,44 @@ impl Stream {
                 tokio::select! {
                     () = sub.wake.notified() => {}
                     () = retry => {}
-                    () = hub.closed.cancelled() => return Ok(()),
                     () = self.tx.closed() => return Err(End::Gone),
                 }
                 let dirty = sub.take();
-                for cid in &dirty.reads {
-                    self.read_moved(cid).await?;
-                }
+                let mut reads = dirty.reads;
                 let due: BTreeSet<String> = dirty.messages.into_iter().chain(waiting).collect();
                 waiting = BTreeSet::new();
                 for cid in due {
-                    if !self.convs.contains_key(&cid) && !self.joined(&cid).await {
-                        continue;
+                    if !self.convs.contains_key(&cid) {
+                        if !self.joined(&cid).await {
+                            continue;
+                        }
+                        // Its read pointer may have moved before the stream knew it.
+                        reads.insert(cid.clone());
                     }
                     if self.catch_up(&cid).await? {
                         waiting.insert(cid);
                     }
                 }
+                for cid in &reads {
+                    self.read_moved(cid).await?;
+                }
             }
         };
-        if let Err(End::Lagged) = ended.await {
-            self.svc.metrics().stream_dropped.inc();
+        // Replay included: a stop or an expiry does not wait for a slow client.
+        let end = tokio::select! {
+            end = ended => end,
+            () = closed.cancelled() => Err(End::Closed),
+            () = expiry => Err(End::Expired),
+        };
+        match end {
+            Err(End::Lagged) => {
+                self.svc.metrics().stream_dropped.inc();
+                cut.cancel();
+            }
+            Err(End::Closed | End::Expired) => cut.cancel(),
+            Ok(()) | Err(End::Gone) => {}
         }
+        drop(hub);
         drop(registration);
     }
 
@@ -376,6 +435,19 @@ impl Stream {
                     return Ok(true);
                 }
             };
+            if delivered > page.latest_seq {
+                // A position ahead of the conversation (kept from before its store was reset or
+                // restored): the client is told, and the stream goes on from the latest seq.
+                self.set_delivered(cid, page.latest_seq, false);
+                self.emit(StreamEvent::Reload {
+                    position: self.position(),
+                    conversation_id: cid.to_owned(),
+                    missed_from: page.latest_seq + 1,
+                    missed_to: delivered,
+                })
+                .await?;
+                return Ok(false);
+            }
             let now = self.svc.now_ms();
             let mut next = delivered;
             for m in page.messages {
@@ -496,15 +568,10 @@ impl Stream {
         self.position.encode()
     }
 
-    /// Hands `event` to the client. Errors: the client went away or the node is stopping
-    /// (`Gone`), or it took nothing for the lag timeout (`Lagged`).
+    /// Hands `event` to the client. Errors: the client went away (`Gone`), or it took nothing
+    /// for the lag timeout (`Lagged`).
     async fn emit(&self, event: StreamEvent) -> Result<(), End> {
-        let send = tokio::time::timeout(self.lag_timeout, self.tx.send(event));
-        let sent = tokio::select! {
-            sent = send => sent,
-            () = self.closed.cancelled() => return Err(End::Gone),
-        };
-        match sent {
+        match tokio::time::timeout(self.lag_timeout, self.tx.send(event)).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => Err(End::Gone),
             Err(_) => Err(End::Lagged),

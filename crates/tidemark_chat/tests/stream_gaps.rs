@@ -18,8 +18,9 @@ async fn bobs_stream(h: &Harness, since: Position) -> tokio::sync::mpsc::Receive
         user: "bob".into(),
         conversations: None,
         since: Some(since),
+        until_s: None,
     };
-    open(&h.service, req).await.unwrap()
+    open(&h.service, req).await.unwrap().events
 }
 
 /// The events of a stream up to and including `ready`.
@@ -136,4 +137,54 @@ on_every_backend!(
     reads_elsewhere,
     small_windows(),
     reads_elsewhere_take_nothing_from_this_client
+);
+
+/// A position ahead of the conversation (kept from before a reset) is named and clamped: the
+/// next message is delivered; a stream whose token expires is cut.
+async fn positions_ahead_are_clamped_and_streams_end_at_expiry(h: Harness) {
+    let cid = h.conversation(&["ann", "bob"]).await;
+    h.send(&cid, "ann", "m1", "one").await;
+    h.send(&cid, "ann", "m2", "two").await;
+    let mut rx = bobs_stream(&h, Position::parse(&format!("v1;{cid}:100")).unwrap()).await;
+    match &until_ready(&mut rx).await[..] {
+        [
+            StreamEvent::Reload {
+                missed_from: 3,
+                missed_to: 100,
+                position,
+                ..
+            },
+            StreamEvent::Ready { .. },
+        ] => assert_eq!(position, &format!("v1;{cid}:2")),
+        other => panic!("{other:#?}"),
+    }
+    h.send(&cid, "ann", "m3", "three").await;
+    match tokio::time::timeout(Duration::from_secs(10), rx.recv()).await {
+        Ok(Some(StreamEvent::Message { record, .. })) => assert_eq!(record.conversation_seq, 3),
+        other => panic!("{other:?}"),
+    }
+
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    let req = StreamRequest {
+        tenant: TENANT.into(),
+        user: "bob".into(),
+        conversations: None,
+        since: None,
+        until_s: Some(now_s + 1),
+    };
+    let mut opened = open(&h.service, req).await.unwrap();
+    until_ready(&mut opened.events).await;
+    tokio::time::timeout(Duration::from_secs(5), opened.cut.cancelled())
+        .await
+        .expect("cut at its expiry");
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    ahead_and_expiry,
+    small_windows(),
+    positions_ahead_are_clamped_and_streams_end_at_expiry
 );

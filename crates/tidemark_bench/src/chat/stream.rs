@@ -64,10 +64,13 @@ pub(super) async fn run(
         let client = load::http_client(args.max_in_flight);
         let data_dir = root.join(format!("stream-{clients}"));
         let log = root.join(format!("stream-{clients}-server.log"));
-        let max = (clients + 1024).to_string();
+        let (max, streams) = ((clients + 1024).to_string(), (clients + 16).to_string());
         let env = [
             ("TIDEMARK_MAX_CONNECTIONS", Some(max.as_str())),
-            ("TIDEMARK_CHAT__STREAM_MAX_CONNECTIONS", Some(max.as_str())),
+            (
+                "TIDEMARK_CHAT__STREAM_MAX_CONNECTIONS",
+                Some(streams.as_str()),
+            ),
         ];
         let server = ServerProcess::start(server_bin, &client, &data_dir, &log, &env).await?;
         let uris = create_conversations(&client, server.addr, conversations).await?;

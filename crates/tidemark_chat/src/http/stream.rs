@@ -10,7 +10,6 @@
 //! - `ready`: `{}`, the replay asked for is done and what follows is live.
 
 use std::collections::BTreeSet;
-use std::convert::Infallible;
 use std::sync::Arc;
 
 use axum::extract::{Path, State};
@@ -19,6 +18,7 @@ use axum::response::sse::{Event, KeepAlive, Sse};
 use futures::Stream;
 use serde::{Deserialize, Serialize};
 use tidemark_core::http::{ApiError, ApiQuery, Caller, ErrorBody};
+use tidemark_core::user_token::LEEWAY_S;
 use utoipa::{IntoParams, ToSchema};
 
 use super::MessageBody;
@@ -33,7 +33,8 @@ pub(super) struct StreamParams {
     /// Resume after this position: the `id` of the last event received (`Last-Event-ID`, which
     /// browsers send on reconnect, takes precedence). `v1` alone replays every conversation from
     /// its first message. Without either, the stream starts at the latest seqs.
-    #[param(max_length = 500_000)]
+    /// A URL holds about 190 conversations' positions; `Last-Event-ID` holds more.
+    #[param(max_length = 8_000)]
     since: Option<String>,
 }
 
@@ -127,6 +128,7 @@ fn sse_event(event: StreamEvent) -> Event {
         (status = 400, description = "A bad position or user id (`bad_request`)", body = ErrorBody),
         (status = 403, description = "A user token for another user (`forbidden`)", body = ErrorBody),
         (status = 429, description = "The user has `chat.stream_max_per_user` streams open on this node (`too_many_streams`)", body = ErrorBody),
+        (status = 503, description = "The node holds its most live streams (`chat.stream_max_connections`), or a store could not be reached (`unavailable`)", body = ErrorBody),
     )
 )]
 pub(super) async fn user_stream(
@@ -135,7 +137,7 @@ pub(super) async fn user_stream(
     Path(user): Path<String>,
     headers: HeaderMap,
     ApiQuery(q): ApiQuery<StreamParams>,
-) -> Result<Sse<impl Stream<Item = Result<Event, Infallible>>>, ApiError> {
+) -> Result<Sse<impl Stream<Item = Result<Event, std::io::Error>>>, ApiError> {
     caller.may_act_as(&user, "user")?;
     let since = match headers.get("last-event-id") {
         Some(v) => Some(
@@ -146,22 +148,33 @@ pub(super) async fn user_stream(
         None => q.since,
     };
     let since = since.as_deref().map(Position::parse).transpose()?;
-    let conversations: Option<BTreeSet<String>> = match &caller {
-        Caller::User(u) => u.conversations.clone(),
-        Caller::Tenant(_) => None,
+    let (conversations, until_s): (Option<BTreeSet<String>>, _) = match &caller {
+        Caller::User(u) => (
+            u.conversations.clone(),
+            Some(u.expires_at_s.saturating_add(LEEWAY_S)),
+        ),
+        Caller::Tenant(_) => (None, None),
     };
-    let rx = crate::stream::open(
+    let open = crate::stream::open(
         &svc,
         StreamRequest {
             tenant: caller.tenant().to_owned(),
             user,
             conversations,
             since,
+            until_s,
         },
     )
     .await?;
-    let events = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|e| (Ok(sse_event(e)), rx))
+    // A cut stream ends with an error, which makes hyper drop the connection instead of
+    // flushing to a client that may never read again.
+    let events = futures::stream::unfold(Some(open), |state| async move {
+        let mut open = state?;
+        tokio::select! {
+            biased;
+            () = open.cut.cancelled() => Some((Err(std::io::Error::other("stream cut")), None)),
+            event = open.events.recv() => event.map(|e| (Ok(sse_event(e)), Some(open))),
+        }
     });
     Ok(Sse::new(events).keep_alive(KeepAlive::default()))
 }
