@@ -305,7 +305,6 @@ impl Stream {
         replay: Vec<String>,
         cut: CancellationToken,
     ) {
-        let hub = Arc::clone(&registration.hub);
         let sub = Arc::clone(&registration.sub);
         let closed = self.closed.clone();
         let until_s = self.req.until_s;
@@ -379,7 +378,6 @@ impl Stream {
             Err(End::Closed | End::Expired) => cut.cancel(),
             Ok(()) | Err(End::Gone) => {}
         }
-        drop(hub);
         drop(registration);
     }
 
