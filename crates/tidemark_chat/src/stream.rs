@@ -31,7 +31,7 @@
 //! `chat.stream_lag_timeout` is disconnected and resumes from the last event it got. Streams
 //! per user and per node are bounded (`chat.stream_max_per_user`, `chat.stream_max_connections`).
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -112,8 +112,13 @@ impl Position {
 
     /// The text form.
     pub fn encode(&self) -> String {
+        Self::encode_entries(self.seqs.iter().map(|(cid, seq)| (cid.as_str(), *seq)))
+    }
+
+    /// The text form of `(conversation_id, seq)` entries, in conversation id order.
+    fn encode_entries<'a>(entries: impl Iterator<Item = (&'a str, u64)>) -> String {
         let mut out = String::from("v1");
-        for (cid, seq) in &self.seqs {
+        for (cid, seq) in entries {
             out.push(';');
             out.push_str(cid);
             out.push(':');
@@ -184,6 +189,13 @@ pub struct StreamRequest {
     pub until_s: Option<u64>,
 }
 
+impl StreamRequest {
+    /// Whether the stream may carry conversation `cid` (a user token's `conversations`).
+    fn may_open(&self, cid: &str) -> bool {
+        self.conversations.as_ref().is_none_or(|c| c.contains(cid))
+    }
+}
+
 /// An open stream: its events, and `cut`, which fires when the stream ended for a reason the
 /// client must see as a broken connection rather than a finished answer (it lagged, the node
 /// is stopping, the token expired): the HTTP layer then drops the connection at once instead
@@ -206,13 +218,9 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
     // start positions read below and the live part.
     let registration = svc.streams().subscribe(&req.tenant, &req.user)?;
     let memberships = svc.stores().hot.memberships(&req.tenant, &req.user).await?;
-    let mut convs = HashMap::new();
+    let mut convs = BTreeMap::new();
     for m in memberships {
-        if !req
-            .conversations
-            .as_ref()
-            .is_none_or(|c| c.contains(&m.conversation_id))
-        {
+        if !req.may_open(&m.conversation_id) {
             continue;
         }
         let delivered = match &req.since {
@@ -239,19 +247,10 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
     } else {
         Vec::new()
     };
-    let position = Position {
-        seqs: convs
-            .iter()
-            .filter(|(_, c)| c.delivered > 0)
-            .map(|(cid, c)| (cid.clone(), c.delivered))
-            .collect(),
-    };
     let stream = Stream {
         svc: svc.clone(),
         req,
         convs,
-        position,
-        closed: svc.streams().closing(),
         tx,
         patience: gap_patience(svc.config().outbox_recovery_window),
         lag_timeout: svc.config().stream_lag_timeout,
@@ -288,11 +287,8 @@ enum End {
 struct Stream {
     svc: ChatService,
     req: StreamRequest,
-    convs: HashMap<String, Conv>,
-    /// The client's position, kept as `convs` change rather than rebuilt per event.
-    position: Position,
-    /// The node's graceful stop.
-    closed: CancellationToken,
+    /// By conversation id, the order a position lists them in.
+    convs: BTreeMap<String, Conv>,
     tx: mpsc::Sender<StreamEvent>,
     patience: Duration,
     lag_timeout: Duration,
@@ -306,7 +302,7 @@ impl Stream {
         cut: CancellationToken,
     ) {
         let sub = Arc::clone(&registration.sub);
-        let closed = self.closed.clone();
+        let closed = registration.hub.closing();
         let until_s = self.req.until_s;
         let expiry = async move {
             match until_s {
@@ -384,12 +380,7 @@ impl Stream {
     /// A conversation the stream did not know: one created after it opened, if the user is a
     /// member and may open it. Delivered from its first message.
     async fn joined(&mut self, cid: &str) -> bool {
-        if !self
-            .req
-            .conversations
-            .as_ref()
-            .is_none_or(|c| c.contains(cid))
-        {
+        if !self.req.may_open(cid) {
             return false;
         }
         let Ok(conv) = self.svc.conversation(&self.req.tenant, cid).await else {
@@ -514,19 +505,6 @@ impl Stream {
                 None
             };
         }
-        self.sync_position(cid);
-    }
-
-    /// Brings `cid`'s entry of the position in line with its delivered seq.
-    fn sync_position(&mut self, cid: &str) {
-        match self.convs.get(cid) {
-            Some(c) if c.delivered > 0 => {
-                self.position.seqs.insert(cid.to_owned(), c.delivered);
-            }
-            _ => {
-                self.position.seqs.remove(cid);
-            }
-        }
     }
 
     async fn read_moved(&mut self, cid: &str) -> Result<(), End> {
@@ -561,9 +539,14 @@ impl Stream {
         .await
     }
 
-    /// The client's position now.
+    /// The client's position now: every conversation delivered from.
     fn position(&self) -> String {
-        self.position.encode()
+        Position::encode_entries(
+            self.convs
+                .iter()
+                .filter(|(_, c)| c.delivered > 0)
+                .map(|(cid, c)| (cid.as_str(), c.delivered)),
+        )
     }
 
     /// Hands `event` to the client. Errors: the client went away (`Gone`), or it took nothing
