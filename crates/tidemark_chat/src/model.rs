@@ -254,6 +254,11 @@ pub struct ConversationMeta {
     pub listing_id: Option<u64>,
     /// Highest allocated seq (0 when empty).
     pub latest_seq: u64,
+    /// Commit time (Unix ms) of the highest allocated seq, RESERVED or committed, while the hot
+    /// tier holds it; `None` when the conversation is empty or its hot records were all
+    /// trimmed (then every seq is archived and older than the archive watermark). Along a
+    /// conversation's seqs commit times never decrease.
+    pub latest_at_ms: Option<i64>,
     /// Floor F: seq ≤ F lives in the archive, seq > F in the hot tier. Only grows.
     pub floor: u64,
 }

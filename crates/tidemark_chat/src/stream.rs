@@ -10,10 +10,13 @@
 //! 2. Each stream reads what changed through the tiered history reads
 //!    ([`ChatService::history`]), from the seq after the last one it delivered. What it sends is
 //!    what a history page holds, so only committed, durable messages, in seq order.
-//! 3. Each event carries the client's [`Position`] as its SSE `id`. A client that reconnects
-//!    with it (`Last-Event-ID`, or `?since=`) first gets everything committed since, from the
-//!    hot tier or the archive, then `ready`, then what comes live. Without a position the stream
-//!    starts at the conversations' latest seqs.
+//! 3. Each event carries the client's [`Position`] as its SSE `id`: a watermark one gap
+//!    patience ago, and the last seq delivered in each conversation active since (so its
+//!    length follows the user's recent activity, not how many conversations the user has). A
+//!    client that reconnects with it (`Last-Event-ID`, or `?since=`) first gets everything
+//!    committed since, from the hot tier or the archive, then `ready`, then what comes live.
+//!    Without a position the stream starts at the conversations' latest seqs, or below a seq
+//!    still RESERVED there, so that it arrives when it commits.
 //!
 //! **Gaps.** On the staged commit path (a Redis hot tier) seq n may still be RESERVED while
 //! n + 1 is committed, and a page then leaves n out. A stream delivers up to such a gap and
@@ -38,23 +41,24 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::{ChatError, Result};
+use crate::error::Result;
 use crate::model::MessageRecord;
 use crate::reads::Anchor;
 use crate::service::{ChatService, MAX_PAGE};
 
 mod follow;
 mod hub;
+mod position;
+mod start;
 
 pub use follow::{FOLLOW_INTERVAL, follow_outbox};
 use hub::Registration;
 pub use hub::StreamHub;
+pub use position::{MAX_POSITION_ENTRIES, Position};
+use start::Start;
 
 /// Events a stream buffers for its client.
 pub const STREAM_BUFFER: usize = 64;
-
-/// Most conversations a [`Position`] may name.
-pub const MAX_POSITION_ENTRIES: usize = 10_000;
 
 /// How often a stream waiting at a gap looks again.
 const GAP_RETRY: Duration = Duration::from_secs(1);
@@ -63,74 +67,6 @@ const GAP_RETRY: Duration = Duration::from_secs(1);
 /// twice the recovery window, in which a RESERVED record is committed or re-published.
 pub fn gap_patience(outbox_recovery_window: Duration) -> Duration {
     outbox_recovery_window * 2
-}
-
-/// Where a client is: per conversation, the last seq delivered to it (or passed over); a
-/// conversation it does not name resumes from its first message. The read pointer plays no
-/// part: it moves on other devices while this client is away, and what those devices read
-/// this client has still to get.
-/// Text form (an SSE `id`): `v1`, then `;<conversation_id>:<seq>` per conversation.
-#[derive(Debug, Clone, Default, PartialEq, Eq)]
-pub struct Position {
-    seqs: BTreeMap<String, u64>,
-}
-
-impl Position {
-    /// Parses the text form. Errors: [`ChatError::Invalid`] saying what is wrong.
-    pub fn parse(text: &str) -> Result<Self> {
-        let bad = |why: &str| {
-            ChatError::Invalid(format!(
-                "position {:?} {why}: give the id of an event of this stream",
-                tidemark_core::http::quoted(text, 64)
-            ))
-        };
-        let mut parts = text.split(';');
-        if parts.next() != Some("v1") {
-            return Err(bad("does not start with v1"));
-        }
-        let mut seqs = BTreeMap::new();
-        for part in parts {
-            let (cid, seq) = part.split_once(':').ok_or_else(|| bad("is malformed"))?;
-            crate::service::check_conversation_id(cid).map_err(|_| bad("names no conversation"))?;
-            // Digits only, as the stream writes them: no sign, no leading zero.
-            if seq.is_empty() || !seq.bytes().all(|b| b.is_ascii_digit()) || seq.starts_with('0') {
-                return Err(bad("has a bad seq"));
-            }
-            let seq: u64 = seq.parse().map_err(|_| bad("has a bad seq"))?;
-            if seq == 0 || i64::try_from(seq).is_err() {
-                return Err(bad("has a seq out of range"));
-            }
-            if seqs.insert(cid.to_owned(), seq).is_some() {
-                return Err(bad("names a conversation twice"));
-            }
-            if seqs.len() > MAX_POSITION_ENTRIES {
-                return Err(bad("names too many conversations"));
-            }
-        }
-        Ok(Self { seqs })
-    }
-
-    /// The text form.
-    pub fn encode(&self) -> String {
-        Self::encode_entries(self.seqs.iter().map(|(cid, seq)| (cid.as_str(), *seq)))
-    }
-
-    /// The text form of `(conversation_id, seq)` entries, in conversation id order.
-    fn encode_entries<'a>(entries: impl Iterator<Item = (&'a str, u64)>) -> String {
-        let mut out = String::from("v1");
-        for (cid, seq) in entries {
-            out.push(';');
-            out.push_str(cid);
-            out.push(':');
-            out.push_str(&seq.to_string());
-        }
-        out
-    }
-
-    /// The last seq delivered in `cid`, if the position names it.
-    pub fn get(&self, cid: &str) -> Option<u64> {
-        self.seqs.get(cid).copied()
-    }
 }
 
 /// One event of a stream. Each carries the client's position after it.
@@ -218,41 +154,55 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
     // start positions read below and the live part.
     let registration = svc.streams().subscribe(&req.tenant, &req.user)?;
     let memberships = svc.stores().hot.memberships(&req.tenant, &req.user).await?;
+    let patience = gap_patience(svc.config().outbox_recovery_window);
+    let patience_ms = i64::try_from(patience.as_millis()).unwrap_or(i64::MAX);
+    let now_ms = svc.now_ms();
     let mut convs = BTreeMap::new();
+    let mut replay = Vec::new();
     for m in memberships {
-        if !req.may_open(&m.conversation_id) {
+        let cid = m.conversation_id;
+        if !req.may_open(&cid) {
             continue;
         }
-        let delivered = match &req.since {
-            Some(p) => p.get(&m.conversation_id).unwrap_or(0),
-            None => {
-                svc.conversation(&req.tenant, &m.conversation_id)
-                    .await?
-                    .latest_seq
-            }
+        let (tenant, user) = (&req.tenant, &req.user);
+        let start = match &req.since {
+            Some(p) => match (p.get(&cid), p.watermark_ms()) {
+                (Some(seq), _) => Start {
+                    seq,
+                    at_ms: None,
+                    latest: seq,
+                },
+                (None, Some(w)) => start::at_watermark(svc, tenant, &cid, user, w).await?,
+                (None, None) => Start {
+                    seq: 0,
+                    at_ms: None,
+                    latest: 0,
+                },
+            },
+            None => start::from_now(svc, tenant, &cid, user, now_ms, patience_ms).await?,
         };
+        if req.since.is_some() || start.seq < start.latest {
+            replay.push(cid.clone());
+        }
         let state = Conv {
-            delivered,
+            delivered: start.seq,
+            delivered_at_ms: start.at_ms,
+            latest: start.latest,
             read: m.read_seq,
             gap_since: None,
         };
-        convs.insert(m.conversation_id, state);
+        convs.insert(cid, state);
     }
     if req.since.is_some() {
         svc.metrics().stream_replays.inc();
     }
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
-    let replay: Vec<String> = if req.since.is_some() {
-        convs.keys().cloned().collect()
-    } else {
-        Vec::new()
-    };
     let stream = Stream {
         svc: svc.clone(),
         req,
         convs,
         tx,
-        patience: gap_patience(svc.config().outbox_recovery_window),
+        patience,
         lag_timeout: svc.config().stream_lag_timeout,
     };
     let cut = CancellationToken::new();
@@ -265,10 +215,25 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
 struct Conv {
     /// The last seq delivered (or passed over).
     delivered: u64,
+    /// The commit time (Unix ms) of seq `delivered`, when the stream has read it.
+    delivered_at_ms: Option<i64>,
+    /// The latest seq at the stream's last read.
+    latest: u64,
     /// The user's read pointer as last sent.
     read: u64,
     /// When the stream first found the conversation waiting at a gap.
     gap_since: Option<Instant>,
+}
+
+impl Conv {
+    /// Whether a position under `watermark_ms` may leave the conversation out: the client has
+    /// every seq up to the latest read, the last one committed by the watermark, and the
+    /// stream waits at no gap.
+    fn settled_by(&self, watermark_ms: i64) -> bool {
+        self.gap_since.is_none()
+            && self.delivered >= self.latest
+            && (self.delivered == 0 || self.delivered_at_ms.is_some_and(|t| t <= watermark_ms))
+    }
 }
 
 /// Why a stream ended.
@@ -393,6 +358,8 @@ impl Stream {
             cid.to_owned(),
             Conv {
                 delivered: 0,
+                delivered_at_ms: None,
+                latest: 0,
                 read: 0,
                 gap_since: None,
             },
@@ -424,10 +391,13 @@ impl Stream {
                     return Ok(true);
                 }
             };
+            if let Some(c) = self.convs.get_mut(cid) {
+                c.latest = page.latest_seq;
+            }
             if delivered > page.latest_seq {
                 // A position ahead of the conversation (kept from before its store was reset or
                 // restored): the client is told, and the stream goes on from the latest seq.
-                self.set_delivered(cid, page.latest_seq, false);
+                self.set_delivered(cid, page.latest_seq, None);
                 self.emit(StreamEvent::Reload {
                     position: self.position(),
                     conversation_id: cid.to_owned(),
@@ -447,13 +417,13 @@ impl Stream {
                     let old = now.saturating_sub(m.committed_at_ms)
                         > i64::try_from(self.patience.as_millis()).unwrap_or(i64::MAX);
                     if !old && !self.gap_outwaited(cid) {
-                        self.set_delivered(cid, next, true);
+                        self.wait_at_gap(cid);
                         return Ok(true);
                     }
                     self.missed(cid, next + 1, m.conversation_seq - 1).await?;
                 }
                 next = m.conversation_seq;
-                self.set_delivered(cid, next, false);
+                self.set_delivered(cid, next, Some(m.committed_at_ms));
                 self.emit(StreamEvent::Message {
                     position: self.position(),
                     record: m,
@@ -462,12 +432,13 @@ impl Stream {
                 self.svc.metrics().stream_events.inc();
             }
             if next >= page.latest_seq {
+                self.learn_delivered_at(cid).await;
                 return Ok(false);
             }
             if next == delivered {
                 // Nothing readable in the page's window: seqs RESERVED, or gone for good.
                 if !self.gap_outwaited(cid) {
-                    self.set_delivered(cid, next, true);
+                    self.wait_at_gap(cid);
                     return Ok(true);
                 }
                 let skip_to = (delivered + MAX_PAGE).min(page.latest_seq);
@@ -478,7 +449,7 @@ impl Stream {
 
     /// Seqs `from..=to` of `cid` will never be readable: passed over, and the client told.
     async fn missed(&mut self, cid: &str, from: u64, to: u64) -> Result<(), End> {
-        self.set_delivered(cid, to, false);
+        self.set_delivered(cid, to, None);
         self.emit(StreamEvent::Reload {
             position: self.position(),
             conversation_id: cid.to_owned(),
@@ -496,14 +467,44 @@ impl Stream {
             .is_some_and(|t| t.elapsed() > self.patience)
     }
 
-    fn set_delivered(&mut self, cid: &str, seq: u64, at_gap: bool) {
+    /// Seq `seq` of `cid`, committed at `at_ms` if it was read, was delivered or passed over.
+    fn set_delivered(&mut self, cid: &str, seq: u64, at_ms: Option<i64>) {
         if let Some(c) = self.convs.get_mut(cid) {
             c.delivered = seq;
-            c.gap_since = if at_gap {
-                c.gap_since.or(Some(Instant::now()))
-            } else {
-                None
-            };
+            c.delivered_at_ms = at_ms;
+            c.gap_since = None;
+        }
+    }
+
+    /// `cid` waits at a gap after its delivered seq.
+    fn wait_at_gap(&mut self, cid: &str) {
+        if let Some(c) = self.convs.get_mut(cid) {
+            c.gap_since.get_or_insert_with(Instant::now);
+        }
+    }
+
+    /// Reads the commit time of `cid`'s delivered seq where the stream took the seq from a
+    /// position, so that the conversation can leave the position once the watermark passes
+    /// it. Best effort: unread (a read failed, the message expired), it stays named.
+    async fn learn_delivered_at(&mut self, cid: &str) {
+        let Some(delivered) = self
+            .convs
+            .get(cid)
+            .filter(|c| c.delivered > 0 && c.delivered_at_ms.is_none())
+            .map(|c| c.delivered)
+        else {
+            return;
+        };
+        let (tenant, user) = (&self.req.tenant, &self.req.user);
+        let anchor = Anchor::Before(delivered + 1);
+        if let Ok(page) = self.svc.history(tenant, cid, user, anchor, 1).await
+            && let Some(m) = page
+                .messages
+                .first()
+                .filter(|m| m.conversation_seq == delivered)
+            && let Some(c) = self.convs.get_mut(cid)
+        {
+            c.delivered_at_ms = Some(m.committed_at_ms);
         }
     }
 
@@ -539,12 +540,17 @@ impl Stream {
         .await
     }
 
-    /// The client's position now: every conversation delivered from.
+    /// The client's position now, under a watermark one gap patience ago: by then what was
+    /// committed has reached the stream or never will (the gap rule), so only conversations
+    /// active since, behind, or waiting at a gap are named.
     fn position(&self) -> String {
+        let patience_ms = i64::try_from(self.patience.as_millis()).unwrap_or(i64::MAX);
+        let watermark_ms = self.svc.now_ms().saturating_sub(patience_ms);
         Position::encode_entries(
+            watermark_ms,
             self.convs
                 .iter()
-                .filter(|(_, c)| c.delivered > 0)
+                .filter(|(_, c)| !c.settled_by(watermark_ms))
                 .map(|(cid, c)| (cid.as_str(), c.delivered)),
         )
     }

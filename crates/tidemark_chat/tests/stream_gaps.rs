@@ -8,19 +8,62 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use tidemark_chat::model::MessageClass;
+use tidemark_chat::commit::publish_and_commit;
+use tidemark_chat::model::{MessageClass, Reservation};
 use tidemark_chat::stream::{Position, StreamEvent, StreamRequest, open};
+
+/// The gap patience of [`small_windows`]: twice its 1 s recovery window.
+const PATIENCE_MS: i64 = 2_000;
 
 /// bob's stream in `h`, from `since`.
 async fn bobs_stream(h: &Harness, since: Position) -> tokio::sync::mpsc::Receiver<StreamEvent> {
+    bobs_stream_from(h, Some(since)).await
+}
+
+/// bob's stream in `h`, from `since` or (`None`) from now.
+async fn bobs_stream_from(
+    h: &Harness,
+    since: Option<Position>,
+) -> tokio::sync::mpsc::Receiver<StreamEvent> {
     let req = StreamRequest {
         tenant: TENANT.into(),
         user: "bob".into(),
         conversations: None,
-        since: Some(since),
+        since,
         until_s: None,
     };
     open(&h.service, req).await.unwrap().events
+}
+
+/// The next event within 10 s.
+async fn next_event(rx: &mut tokio::sync::mpsc::Receiver<StreamEvent>) -> StreamEvent {
+    tokio::time::timeout(Duration::from_secs(10), rx.recv())
+        .await
+        .expect("an event within 10 s")
+        .expect("the stream is open")
+}
+
+/// `(conversation_id, seq)` of the message events among `events`.
+fn delivered(events: &[StreamEvent]) -> Vec<(String, u64)> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            StreamEvent::Message { record, .. } => {
+                Some((record.conversation_id.clone(), record.conversation_seq))
+            }
+            _ => None,
+        })
+        .collect()
+}
+
+/// An event's position.
+fn position_of(e: &StreamEvent) -> &str {
+    match e {
+        StreamEvent::Message { position, .. }
+        | StreamEvent::Read { position, .. }
+        | StreamEvent::Reload { position, .. }
+        | StreamEvent::Ready { position } => position,
+    }
 }
 
 /// The events of a stream up to and including `ready`.
@@ -69,7 +112,8 @@ async fn expired_messages_are_named_not_skipped(h: Harness) {
                 (record.conversation_seq, record.body.as_str()),
                 (4, "standard")
             );
-            assert_eq!(position, &format!("v1;{cid}:4"));
+            // Seq 4 was committed a day ago, under the watermark: the position need not name it.
+            assert_eq!(position, &format!("v2;{}", h.now() - PATIENCE_MS));
         }
         other => panic!("{other:#?}"),
     }
@@ -155,7 +199,7 @@ async fn positions_ahead_are_clamped_and_streams_end_at_expiry(h: Harness) {
                 ..
             },
             StreamEvent::Ready { .. },
-        ] => assert_eq!(position, &format!("v1;{cid}:2")),
+        ] => assert_eq!(position, &format!("v2;{};{cid}:2", h.now() - PATIENCE_MS)),
         other => panic!("{other:#?}"),
     }
     h.send(&cid, "ann", "m3", "three").await;
@@ -187,4 +231,105 @@ on_every_backend!(
     ahead_and_expiry,
     small_windows(),
     positions_ahead_are_clamped_and_streams_end_at_expiry
+);
+
+/// bob has 30 conversations. Once the watermark passes their messages, a position names only
+/// the conversation active since; resuming from it gets exactly what was sent meanwhile in the
+/// conversations it leaves out, and nothing twice.
+async fn positions_name_only_recently_active_conversations(h: Harness) {
+    let mut cids = Vec::new();
+    for i in 0..30 {
+        let cid = h.conversation(&["ann", "bob"]).await;
+        h.send(&cid, "ann", &format!("first-{i}"), "hello").await;
+        cids.push(cid);
+    }
+    let mut rx = bobs_stream(&h, Position::parse("v1").unwrap()).await;
+    let replay = until_ready(&mut rx).await;
+    assert_eq!(delivered(&replay).len(), 30);
+    let ready = Position::parse(position_of(replay.last().unwrap())).unwrap();
+    assert_eq!(ready.len(), 30, "all delivered after the watermark");
+
+    h.advance(PATIENCE_MS + 1);
+    h.send(&cids[0], "ann", "second-0", "again").await;
+    let live = next_event(&mut rx).await;
+    assert_eq!(
+        delivered(std::slice::from_ref(&live)),
+        [(cids[0].clone(), 2)]
+    );
+    let compact = position_of(&live).to_owned();
+    assert_eq!(
+        compact,
+        format!("v2;{};{}:2", h.now() - PATIENCE_MS, cids[0]),
+        "only the conversation active since the watermark"
+    );
+    drop(rx);
+
+    h.advance(10);
+    h.send(&cids[7], "ann", "second-7", "while away").await;
+    h.send(&cids[0], "bob", "third-0", "from another device")
+        .await;
+    h.send(&cids[7], "ann", "third-7", "while away").await;
+    let mut rx = bobs_stream(&h, Position::parse(&compact).unwrap()).await;
+    let mut got = delivered(&until_ready(&mut rx).await);
+    got.sort();
+    let mut want = vec![
+        (cids[0].clone(), 3),
+        (cids[7].clone(), 2),
+        (cids[7].clone(), 3),
+    ];
+    want.sort();
+    assert_eq!(got, want, "from {compact}");
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    compact_positions,
+    small_windows(),
+    positions_name_only_recently_active_conversations
+);
+
+/// A seq still RESERVED when the client connects (its SEND in flight, or awaiting recovery)
+/// reaches the client once it commits, even with a later seq committed before the connect.
+async fn a_seq_reserved_at_connect_is_delivered_when_it_commits(h: Harness) {
+    let cid = h.conversation(&["ann", "bob"]).await;
+    h.send(&cid, "ann", "m1", "one").await;
+    let params = h.service.config().commit_params();
+    let reserved = match h
+        .hot()
+        .reserve(
+            command(&cid, "ann", "m2", "two", MessageClass::Standard),
+            h.now(),
+            params,
+        )
+        .await
+        .unwrap()
+    {
+        Reservation::Reserved { record, .. } => record,
+        other => panic!("{other:?}"),
+    };
+    h.send(&cid, "ann", "m3", "three").await;
+    let mut rx = bobs_stream_from(&h, None).await;
+    let replay = until_ready(&mut rx).await;
+    assert!(delivered(&replay).is_empty(), "{replay:?}");
+    publish_and_commit(
+        h.hot().as_ref(),
+        h.outbox().as_ref(),
+        std::slice::from_ref(&reserved),
+        &h.shared_clock(),
+        params,
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        got.extend(delivered(&[next_event(&mut rx).await]));
+    }
+    assert_eq!(got, [(cid.clone(), 2), (cid.clone(), 3)]);
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    reserved_at_connect,
+    small_windows(),
+    a_seq_reserved_at_connect_is_delivered_when_it_commits
 );

@@ -33,7 +33,8 @@ pub(super) struct StreamParams {
     /// Resume after this position: the `id` of the last event received (`Last-Event-ID`, which
     /// browsers send on reconnect, takes precedence). `v1` alone replays every conversation from
     /// its first message. Without either, the stream starts at the latest seqs.
-    /// A URL holds about 190 conversations' positions; `Last-Event-ID` holds more.
+    /// A position names only conversations active in the last two `outbox_recovery_window`s; a
+    /// URL holds about 190 of them, `Last-Event-ID` up to 10,000.
     #[param(max_length = 8_000)]
     since: Option<String>,
 }

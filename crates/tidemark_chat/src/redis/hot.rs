@@ -340,17 +340,19 @@ impl HotStore for RedisHot {
         conversation_id: &str,
     ) -> Result<Option<ConversationMeta>> {
         let k = ConvKeys::new(tenant, conversation_id);
-        let (members, listing, latest, floor): (
+        let (members, listing, latest, floor, at): (
             Option<String>,
             Option<u64>,
             Option<u64>,
             Option<u64>,
+            Option<i64>,
         ) = redis::cmd("HMGET")
             .arg(k.conv())
             .arg("members")
             .arg("listing")
             .arg("latest")
             .arg("floor")
+            .arg("at")
             .query_async(&mut self.conn())
             .await?;
         let Some(members) = members else {
@@ -363,6 +365,7 @@ impl HotStore for RedisHot {
             members,
             listing_id: listing,
             latest_seq: latest.unwrap_or(0),
+            latest_at_ms: at,
             floor: floor.unwrap_or(0),
         }))
     }

@@ -41,6 +41,12 @@ use crate::trimmer::first_recorded_window;
 const LATEST_SEQ: &str = "max(c.latest_seq, coalesce((SELECT max(m.conversation_seq) FROM message m
      WHERE m.tenant = c.tenant AND m.conversation_id = c.conversation_id), 0))";
 
+/// SQL for the commit time of a conversation's latest message still in the hot tier (NULL if
+/// none): a seek on the same index as [`LATEST_SEQ`].
+const LATEST_AT: &str = "(SELECT m.committed_at FROM message m
+     WHERE m.tenant = c.tenant AND m.conversation_id = c.conversation_id
+     ORDER BY m.conversation_seq DESC LIMIT 1)";
+
 const STATE_RESERVED: i64 = 0;
 const STATE_COMMITTED: i64 = 1;
 const WATERMARK_KEY: &str = "archive_watermark";
@@ -128,19 +134,15 @@ impl SqliteHot {
 }
 
 /// Allocates the next seq: [`LATEST_SEQ`] + 1. Runs on the writer, so no other allocation
-/// comes between it and the insert of the message row that records it.
-/// The next seq of a conversation, and the commit time of its latest message still in the
+/// comes between it and the insert of the message row that records it. Returns the next seq of
+/// a conversation, and the commit time of its latest message still in the
 /// hot tier (0 if none): a new message is dated no earlier ([`HotStore::reserve`]). Both come
 /// from seeks on the `(tenant, conversation_id, conversation_seq)` index. A conversation whose
 /// hot messages were all trimmed has nothing later than the watermark, which the clock
 /// observed at start ([`HotStore::clock_high_water`]).
 fn allocate_seq(conn: &Connection, tenant: &str, conversation_id: &str) -> Result<(u64, i64)> {
     let mut stmt = conn.prepare_cached(&format!(
-        "SELECT {LATEST_SEQ} + 1,
-             coalesce((SELECT m.committed_at FROM message m
-                       WHERE m.tenant = c.tenant AND m.conversation_id = c.conversation_id
-                       ORDER BY m.conversation_seq DESC LIMIT 1), 0)
-         FROM conversation c
+        "SELECT {LATEST_SEQ} + 1, coalesce({LATEST_AT}, 0) FROM conversation c
          WHERE c.tenant = ?1 AND c.conversation_id = ?2"
     ))?;
     stmt.query_row(params![tenant, conversation_id], |r| {
@@ -292,8 +294,8 @@ impl HotStore for SqliteHot {
             .read(move |conn| {
                 let row = conn
                     .prepare_cached(&format!(
-                        "SELECT c.members, c.listing_id, {LATEST_SEQ}, c.floor FROM conversation c
-                         WHERE c.tenant = ?1 AND c.conversation_id = ?2"
+                        "SELECT c.members, c.listing_id, {LATEST_SEQ}, c.floor, {LATEST_AT}
+                         FROM conversation c WHERE c.tenant = ?1 AND c.conversation_id = ?2"
                     ))?
                     .query_row(params![tenant, cid], |r| {
                         Ok((
@@ -301,10 +303,11 @@ impl HotStore for SqliteHot {
                             r.get::<_, Option<i64>>(1)?,
                             r.get::<_, i64>(2)?,
                             r.get::<_, i64>(3)?,
+                            r.get::<_, Option<i64>>(4)?,
                         ))
                     })
                     .optional()?;
-                let Some((members, listing_id, latest, floor)) = row else {
+                let Some((members, listing_id, latest, floor, latest_at)) = row else {
                     return Ok(None);
                 };
                 let members: Vec<String> = serde_json::from_str(&members)
@@ -314,6 +317,7 @@ impl HotStore for SqliteHot {
                     members,
                     listing_id: listing_id.map(|l| l as u64),
                     latest_seq: latest as u64,
+                    latest_at_ms: latest_at,
                     floor: floor as u64,
                 }))
             })
