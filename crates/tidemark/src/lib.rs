@@ -26,6 +26,7 @@
 //! Modules:
 //! - `body_deadline`: a request body must arrive whole within `body_read_timeout`.
 //! - `chat_cmd`: `tidemark chat backfill`, seed 000's backfill tool, offline.
+//! - `events_cmd`: `tidemark events move-zone`, re-cutting the events stores' days, offline.
 //! - `config`: the configuration, its env overrides and its checks.
 //! - `demo`: `tidemark demo`, one marketplace day through the public API, with a summary.
 //! - `http_metrics`: `tidemark_http_responses_total` by method, route template and status.
@@ -40,6 +41,7 @@ pub mod body_deadline;
 pub mod chat_cmd;
 pub mod config;
 pub mod demo;
+pub mod events_cmd;
 pub mod http_metrics;
 pub mod mail;
 pub mod openapi;

@@ -1,7 +1,7 @@
 //! The `tidemark` binary: `serve` (HTTP API + every background worker, or one of them with
 //! `--role`), the offline mail builder, the demo and the rollup command. The load generators are `tidemark-bench`.
 
-use tidemark::{chat_cmd, config, demo, mail, rollup_cmd, server};
+use tidemark::{chat_cmd, config, demo, events_cmd, mail, rollup_cmd, server};
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -111,6 +111,10 @@ enum Command {
     /// longer covers, so that a refused archiver can start).
     #[command(subcommand)]
     Chat(chat_cmd::ChatCommand),
+    /// Events maintenance (`tidemark events move-zone --to Europe/Sarajevo`: re-cut the
+    /// store's days in another time zone).
+    #[command(subcommand)]
+    Events(events_cmd::EventsCommand),
 }
 
 /// Runs the command; on an error prints it once, with its causes on the same line (`Error:
@@ -182,6 +186,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             Command::Mail(m) => mail::run(m).await,
             Command::Rollup(r) => rollup_cmd::run(r).await,
             Command::Chat(c) => chat_cmd::run(c).await,
+            Command::Events(c) => events_cmd::run(c).await,
             Command::Demo(d) => demo::run(d).await.map(|_| ()),
         }
     })

@@ -89,3 +89,64 @@ async fn an_unknown_time_zone_is_refused_at_start() {
         "{stderr}"
     );
 }
+
+/// `tidemark events move-zone` re-cuts a stopped store's days in another zone: the server then
+/// starts in that zone (and no longer in the old one), and its days hold what the new zone
+/// says; a second run has nothing to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_store_moves_to_another_zone_offline() {
+    let mut server = TestServer::start(&[]).await;
+    let c = client();
+    let zone = Calendar::named(ZONE).unwrap();
+    let now = SystemClock.now_ms();
+    let yesterday = zone.day_of(now).plus(-1);
+    // Local yesterday's first and last instants are on two UTC days.
+    let events = json!([
+        ev(zone.start_ms(yesterday), 4, "a"),
+        ev(zone.end_ms(yesterday) - 1, 4, "b"),
+        ev(zone.end_ms(yesterday), 9, "c")
+    ]);
+    let (st, v) = call(&c, Method::POST, &server.url("/v1/events"), Some(events)).await;
+    assert_eq!(st, 202, "{v}");
+    server.terminate();
+
+    let move_zone = || {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+            .args(["events", "move-zone", "--to", ZONE, "--data-dir"])
+            .arg(&server.dir)
+            .env("RUST_LOG", "warn")
+            .env_remove("TIDEMARK_CONFIG")
+            .output()
+            .unwrap()
+    };
+    let out = move_zone();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        stdout.contains(&format!("moved the events days from UTC to {ZONE}"))
+            && stdout.contains("3 events on 2 days")
+            && stdout.contains(&format!("set events.time_zone = \"{ZONE}\"")),
+        "{stdout}"
+    );
+    let again = String::from_utf8_lossy(&move_zone().stdout).into_owned();
+    assert!(again.contains("already cut in"), "{again}");
+
+    let env = [("TIDEMARK_EVENTS__TIME_ZONE".to_owned(), "UTC".to_owned())];
+    let stderr = TestServer::refused_start(&server.dir, &env);
+    assert!(stderr.contains(ZONE), "{stderr}");
+    server
+        .env
+        .push(("TIDEMARK_EVENTS__TIME_ZONE".to_owned(), ZONE.to_owned()));
+    server.spawn().await;
+    let url = server.url(&format!("/v1/events/top?day={yesterday}"));
+    let (st, top) = call(&c, Method::GET, &url, None).await;
+    assert_eq!(st, 200, "{top}");
+    assert_eq!(top["listings"], json!([{"listing_id": 4, "events": 2}]));
+    let url = server.url(&format!("/v1/rollups/{yesterday}"));
+    let (st, out) = call(&c, Method::POST, &url, None).await;
+    assert_eq!((st, &out["events_read"]), (200, &json!(2)), "{out}");
+}

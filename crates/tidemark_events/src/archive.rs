@@ -54,6 +54,8 @@ use tidemark_core::store::{AsStoreError, ErrorKind, StoreError};
 use crate::model::Event;
 use crate::raw::{DayState, RawStore};
 
+mod read;
+
 /// Events read from the raw tier per chunk (one record batch each).
 pub const CHUNK_EVENTS: usize = 16_384;
 
@@ -122,6 +124,14 @@ pub enum ArchiveError {
         url: String,
         /// What is wrong with it.
         reason: String,
+    },
+    /// An archive object does not hold what the archive writes.
+    #[error("archive {location} is malformed: {why}")]
+    Malformed {
+        /// The object.
+        location: String,
+        /// What is wrong.
+        why: String,
     },
     /// The raw tier failed.
     #[error("raw tier: {0}")]

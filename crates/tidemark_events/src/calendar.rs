@@ -8,9 +8,10 @@
 //! from the IANA database bundled into the binary (`jiff`), so every node and every machine
 //! cuts days at the same instants, whatever its system's tzdata.
 //!
-//! A store's days are cut once: the zone is recorded with the summary tier at the first start
-//! ([`crate::rollups::RollupStore::recorded_time_zone`]), and a node configured with another
-//! one is refused ([`agree_time_zone`]).
+//! A store's days are cut in one zone: it is recorded with the summary tier at the first start
+//! ([`crate::rollups::RollupStore::recorded_time_zone`]), a node configured with another one
+//! is refused ([`agree_time_zone`]), and only `tidemark events move-zone`
+//! ([`crate::zone_move`]) changes it.
 
 use jiff::Timestamp;
 use jiff::civil::Date;
@@ -147,6 +148,16 @@ pub async fn agree_time_zone(
     let recorded_name = recorded.as_deref().unwrap_or(UTC);
     if recorded_name == mine {
         return Ok(());
+    }
+    if let Some(pending) = crate::zone_move::PendingMove::parse(recorded_name) {
+        return Err(StoreError::rejected(
+            "config",
+            format!(
+                "a move of this store's days from {} to {} is under way: run `tidemark events \
+                 move-zone --to {}` to finish it; no node starts until then",
+                pending.from, pending.to, pending.to
+            ),
+        ));
     }
     Err(StoreError::rejected(
         "config",

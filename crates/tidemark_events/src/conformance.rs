@@ -19,8 +19,10 @@ use crate::usage::{Read, UsageFigures, Written};
 
 mod local_days;
 mod visitors;
+mod zone_move;
 pub use local_days::local_days;
 pub use visitors::period_uniques;
+pub use zone_move::{OpenRaw, ZoneStore, zone_move};
 
 fn row(listing_id: i64, kind: &str, total: u64, uniques: u64) -> DailyRow {
     DailyRow {
@@ -430,7 +432,7 @@ fn sorted(mut v: Vec<Event>) -> Vec<Event> {
 /// every field comes back exactly (strings, integers, floats, booleans, absent values); the
 /// day catalog counts events and arrivals; a day is dropped only when rolled up and archived
 /// up to its last arrival, and then refuses late events ([`RawError::DayDropped`]); chunked
-/// reads see every event once; dashboard counts exclude bots.
+/// reads see every event once; dashboard counts exclude bots; a cleared tier holds nothing.
 pub async fn raw_store(raw: Arc<dyn RawStore>) {
     // Two days before today: inside a production store's retention (InfluxDB's 7 days).
     let now_ms = std::time::SystemTime::now()
@@ -603,6 +605,15 @@ pub async fn raw_store(raw: Arc<dyn RawStore>) {
         "nothing of the refused batch was stored"
     );
     assert_eq!(raw.days().await.unwrap()[1].events, 1);
+
+    // Cleared (a zone move): no day, no event, and even the dropped day takes events again.
+    raw.clear().await.unwrap();
+    assert!(raw.days().await.unwrap().is_empty());
+    assert!(raw.day_events(d1).await.unwrap().is_empty());
+    let again = event("view", t + 2, 7, "again");
+    raw.append(vec![again.clone()], 11_000).await.unwrap();
+    assert_eq!(raw.day_events(d0).await.unwrap(), vec![again]);
+    assert_eq!(raw.days().await.unwrap()[0].events, 1);
 }
 
 /// The day-catalog contract of a raw tier without transactions ([`DayCatalog`]; DESIGN
@@ -672,6 +683,15 @@ pub async fn day_catalog(cat: Arc<dyn DayCatalog>) {
         !cat.mark_dropped_if_current(d2, later + 1).await.unwrap(),
         "dropped once"
     );
+
+    // Cleared: every day forgotten, dropped ones included; a day starts afresh.
+    cat.clear().await.unwrap();
+    assert!(cat.days().await.unwrap().is_empty());
+    assert!(!cat.is_dropped(d2).await.unwrap());
+    let first = cat.begin_appends(&[(d2, 1)], later).await.unwrap();
+    cat.end_appends(&[(d2, 1)], true, later).await.unwrap();
+    assert_eq!(cat.days().await.unwrap()[0].events, 1);
+    assert!(first.contains_key(&d2));
 }
 
 /// The day-lease contract ([`DayLeases`]; DESIGN.md "Many nodes"): `a` and `b` are two

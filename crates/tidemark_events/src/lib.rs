@@ -56,6 +56,7 @@
 //! - `stores`: the backend of each port by URL.
 //! - `usage`: the event-kind audit.
 //! - `visitors`: period uniques, from a sketch of each day's visitors.
+//! - `zone_move`: moving a store's days to another `events.time_zone`.
 //!
 //! The `testing` feature (tests and benchmarks only, never the product) adds:
 //! - `conformance`: one suite per port that every backend's tests run.
@@ -86,6 +87,7 @@ pub mod stores;
 pub mod testing;
 pub mod usage;
 pub mod visitors;
+pub mod zone_move;
 
 /// The OpenAPI description of the events' `/v1` routes (ingest, recent, top, listings,
 /// reports, rollups); the server merges it into `/v1/openapi.json`.

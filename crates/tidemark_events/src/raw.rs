@@ -150,6 +150,10 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// arrival (DESIGN principle 2). Returns whether it was dropped.
     async fn drop_day(&self, day: Day, now_ms: i64) -> Result<bool, StoreError>;
 
+    /// Removes every day: its events and its catalog entry, dropped days included (a zone move
+    /// re-cutting the tier, [`crate::zone_move`]; never while events are ingested).
+    async fn clear(&self) -> Result<(), StoreError>;
+
     /// Non-bot events per minute and kind with `since_ms ≤ time < until_ms`.
     async fn counts_per_minute(
         &self,
@@ -415,6 +419,23 @@ impl RawStore for SqliteRaw {
                     conn.execute_batch(&format!("DROP TABLE IF EXISTS {}", table(day)))?;
                 }
                 Ok::<_, StoreError>(marked)
+            })
+            .await
+    }
+
+    async fn clear(&self) -> Result<(), StoreError> {
+        self.writer
+            .write(|conn| {
+                // One transaction: the writer's group commit.
+                let tables: Vec<String> = conn
+                    .prepare("SELECT name FROM sqlite_master WHERE type = 'table'")?
+                    .query_map([], |r| r.get::<_, String>(0))?
+                    .collect::<rusqlite::Result<_>>()?;
+                for name in tables.iter().filter(|n| day_of_table(n).is_some()) {
+                    conn.execute_batch(&format!("DROP TABLE {name}"))?;
+                }
+                catalog::clear(conn)?;
+                Ok::<_, StoreError>(())
             })
             .await
     }

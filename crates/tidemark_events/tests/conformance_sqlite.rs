@@ -85,3 +85,72 @@ async fn sqlite_stores_from_before_zones_keep_utc() {
         .await
         .unwrap();
 }
+
+/// A store of the embedded backends in `dir`, as a zone move works on it.
+fn zone_store(dir: &std::path::Path) -> conformance::ZoneStore {
+    use tidemark_core::store::StoreError;
+    use tidemark_events::RawStore;
+
+    let raw_path = dir.join("raw.db");
+    conformance::ZoneStore {
+        rollups: Arc::new(SqliteRollups::open(&dir.join("rollups.db")).unwrap()),
+        archive: tidemark_events::archive::RawArchive::open(None, &dir.join("archive")).unwrap(),
+        open_raw: Arc::new(move |calendar| {
+            let path = raw_path.clone();
+            Box::pin(async move {
+                let raw = SqliteRaw::open(&path).map_err(StoreError::from)?;
+                Ok(Arc::new(raw.with_calendar(calendar)) as Arc<dyn RawStore>)
+            })
+        }),
+        scratch: dir.join("zone-move.db"),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_zone_move() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    conformance::zone_move(zone_store(a.path()), zone_store(b.path()), false).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlite_zone_move_cut_short_and_resumed() {
+    let (a, b) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    conformance::zone_move(zone_store(a.path()), zone_store(b.path()), true).await;
+}
+
+/// A move under way is finished before another starts; past its stage it needs its scratch,
+/// the only whole copy of the re-cut events, and says so rather than emptying the archive.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_refuses_what_it_cannot_finish() {
+    use tidemark_events::calendar::Calendar;
+    use tidemark_events::zone_move::{MoveError, MoveStores, move_zone};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = zone_store(dir.path());
+    let stores = MoveStores {
+        rollups: store.rollups.as_ref(),
+        archive: &store.archive,
+        scratch: &store.scratch,
+        raw_retention: std::time::Duration::from_secs(86_400),
+    };
+    let pending = "move:UTC:Europe/Berlin:archive";
+    store.rollups.record_time_zone(pending, None).await.unwrap();
+    let open = |c| (store.open_raw)(c);
+    let sarajevo = Calendar::named("Europe/Sarajevo").unwrap();
+    let err = move_zone(stores, &sarajevo, &open, 0).await.unwrap_err();
+    assert!(
+        matches!(&err, MoveError::Refused(m) if m.contains("from UTC to Europe/Berlin is under way")),
+        "{err}"
+    );
+    let berlin = Calendar::named("Europe/Berlin").unwrap();
+    let err = move_zone(stores, &berlin, &open, 0).await.unwrap_err();
+    assert!(
+        matches!(&err, MoveError::Refused(m) if m.contains("zone-move.db is gone")),
+        "{err}"
+    );
+    assert!(!store.scratch.exists());
+    assert_eq!(
+        store.rollups.recorded_time_zone().await.unwrap().as_deref(),
+        Some(pending)
+    );
+}

@@ -317,6 +317,9 @@ mod tests {
         async fn mark_rolled_up(&self, day: Day, arrival_ms: i64) -> Result<(), StoreError> {
             self.inner.mark_rolled_up(day, arrival_ms).await
         }
+        async fn clear(&self) -> Result<(), StoreError> {
+            self.inner.clear().await
+        }
         async fn day_bytes(&self) -> Result<Vec<(Day, u64)>, StoreError> {
             self.inner.day_bytes().await
         }

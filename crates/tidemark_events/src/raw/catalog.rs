@@ -55,6 +55,8 @@ pub trait DayCatalog: Send + Sync + std::fmt::Debug {
     async fn set_mark(&self, mark: Mark, day: Day, arrival_ms: i64) -> Result<(), StoreError>;
     /// [`mark_dropped_if_current`], in one step.
     async fn mark_dropped_if_current(&self, day: Day, now_ms: i64) -> Result<bool, StoreError>;
+    /// Forgets every day (a zone move re-cutting the tier, [`crate::zone_move`]).
+    async fn clear(&self) -> Result<(), StoreError>;
 }
 
 /// The catalog in a local SQLite file, one node's (group-committed writes, pooled reads).
@@ -143,6 +145,17 @@ impl DayCatalog for SqliteCatalog {
             .write(move |conn| Ok::<_, StoreError>(mark_dropped_if_current(conn, day, now_ms)?))
             .await
     }
+
+    async fn clear(&self) -> Result<(), StoreError> {
+        self.writer
+            .write(|conn| Ok::<_, StoreError>(clear(conn)?))
+            .await
+    }
+}
+
+/// Forgets every day of the catalog.
+pub(crate) fn clear(conn: &Connection) -> rusqlite::Result<()> {
+    conn.execute("DELETE FROM raw_day", []).map(drop)
 }
 
 /// When the day was dropped, if it was.

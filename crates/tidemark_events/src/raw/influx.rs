@@ -780,6 +780,12 @@ impl RawStore for InfluxRaw {
         Ok(marked)
     }
 
+    async fn clear(&self) -> Result<(), StoreError> {
+        self.command(&format!("DELETE FROM \"{MEASUREMENT}\""))
+            .await?;
+        self.catalog.clear().await
+    }
+
     fn expires_at_ms(&self, day: Day) -> Option<i64> {
         // A shard group is deleted once its end is older than the retention: the day starts
         // to go with the shard of its first instant (the whole day when shards are its days).

@@ -305,4 +305,11 @@ impl DayCatalog for MysqlCatalog {
         .await?;
         Ok(done.rows_affected() == 1)
     }
+
+    async fn clear(&self) -> Result<(), StoreError> {
+        sqlx::query("DELETE FROM raw_day")
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
 }
