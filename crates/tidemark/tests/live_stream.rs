@@ -80,13 +80,16 @@ async fn resume_bounds_tokens_and_errors() {
     let evs = events(resp, "ready", 1).await;
     assert_eq!(seqs(&evs), [1, 2, 3]);
     let position = evs[1].1.clone();
-    // A watermark (Unix ms) and the conversation delivered from since.
-    let (watermark, entry) = position
+    // Mid-replay from `v1`: the conversations delivered from; once replayed, a watermark
+    // (Unix ms) and the conversation, delivered a moment ago.
+    assert_eq!(position, format!("v1;{ab}:2"), "{evs:?}");
+    let ready = &evs.last().unwrap().1;
+    let (watermark, entry) = ready
         .strip_prefix("v2;")
         .and_then(|p| p.split_once(';'))
         .expect("v2;<watermark>;…");
-    assert!(watermark.parse::<i64>().is_ok(), "{position}");
-    assert_eq!(entry, format!("{ab}:2"), "{evs:?}");
+    assert!(watermark.parse::<i64>().is_ok(), "{ready}");
+    assert_eq!(entry, format!("{ab}:3"), "{evs:?}");
     // Resumed after seq 2 by Last-Event-ID (which wins over since): seq 3 again, then ready.
     let resp = c
         .get(&url)
@@ -132,7 +135,13 @@ async fn resume_bounds_tokens_and_errors() {
     drop((one, two));
 
     // Bad positions are 400 with a JSON body.
-    for bad in ["x", "v1;nope:1", "v2", &format!("v2;-5;{ab}:1")] {
+    for bad in [
+        "x",
+        "v1;nope:1",
+        "v2",
+        &format!("v2;-5;{ab}:1"),
+        "v2;99999999999999",
+    ] {
         let resp = c
             .get(&url)
             .query(&[("since", bad)])

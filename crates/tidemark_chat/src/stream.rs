@@ -11,8 +11,9 @@
 //!    ([`ChatService::history`]), from the seq after the last one it delivered. What it sends is
 //!    what a history page holds, so only committed, durable messages, in seq order.
 //! 3. Each event carries the client's [`Position`] as its SSE `id`: a watermark one gap
-//!    patience ago, and the last seq delivered in each conversation active since (so its
-//!    length follows the user's recent activity, not how many conversations the user has). A
+//!    patience before the stream last took its wake-ups, and the last seq delivered in each
+//!    conversation active since, or not read yet (so its length follows the user's recent
+//!    activity, not how many conversations the user has; `Stream::position`). A
 //!    client that reconnects with it (`Last-Event-ID`, or `?since=`) first gets everything
 //!    committed since, from the hot tier or the archive, then `ready`, then what comes live.
 //!    Without a position the stream starts at the conversations' latest seqs, or below a seq
@@ -41,7 +42,7 @@ use std::time::{Duration, Instant};
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 
-use crate::error::Result;
+use crate::error::{ChatError, Result};
 use crate::model::MessageRecord;
 use crate::reads::Anchor;
 use crate::service::{ChatService, MAX_PAGE};
@@ -79,7 +80,8 @@ pub enum StreamEvent {
         /// The message.
         record: MessageRecord,
     },
-    /// The user's read pointer in a conversation moved (on any device).
+    /// The user's read pointer in a conversation moved (on any device) while the stream was open;
+    /// moves made while the client was away are not replayed.
     Read {
         /// The position after it.
         position: String,
@@ -153,10 +155,21 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
     // Registered first: a commit from here on wakes the stream, so none falls between the
     // start positions read below and the live part.
     let registration = svc.streams().subscribe(&req.tenant, &req.user)?;
+    // Read after registering: what was committed before it is in the reads below, and what is
+    // committed after it wakes the stream.
+    let now_ms = svc.now_ms();
     let memberships = svc.stores().hot.memberships(&req.tenant, &req.user).await?;
     let patience = gap_patience(svc.config().outbox_recovery_window);
     let patience_ms = i64::try_from(patience.as_millis()).unwrap_or(i64::MAX);
-    let now_ms = svc.now_ms();
+    if let Some(w) = req.since.as_ref().and_then(Position::watermark_ms)
+        && w > now_ms
+    {
+        return Err(ChatError::Invalid(
+            "the position's watermark is ahead of this server's clock: give the id of an \
+             event of this stream"
+                .into(),
+        ));
+    }
     let mut convs = BTreeMap::new();
     let mut replay = Vec::new();
     for m in memberships {
@@ -167,21 +180,13 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
         let (tenant, user) = (&req.tenant, &req.user);
         let start = match &req.since {
             Some(p) => match (p.get(&cid), p.watermark_ms()) {
-                (Some(seq), _) => Start {
-                    seq,
-                    at_ms: None,
-                    latest: seq,
-                },
+                (Some(seq), _) => Start::unread(seq),
                 (None, Some(w)) => start::at_watermark(svc, tenant, &cid, user, w).await?,
-                (None, None) => Start {
-                    seq: 0,
-                    at_ms: None,
-                    latest: 0,
-                },
+                (None, None) => Start::unread(0),
             },
             None => start::from_now(svc, tenant, &cid, user, now_ms, patience_ms).await?,
         };
-        if req.since.is_some() || start.seq < start.latest {
+        if start.seq < start.latest {
             replay.push(cid.clone());
         }
         let state = Conv {
@@ -197,10 +202,17 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
         svc.metrics().stream_replays.inc();
     }
     let (tx, rx) = mpsc::channel(STREAM_BUFFER);
+    let from_first = req
+        .since
+        .as_ref()
+        .is_some_and(|p| p.watermark_ms().is_none());
     let stream = Stream {
         svc: svc.clone(),
         req,
         convs,
+        pending: replay.iter().cloned().collect(),
+        from_first,
+        synced_ms: now_ms,
         tx,
         patience,
         lag_timeout: svc.config().stream_lag_timeout,
@@ -217,7 +229,7 @@ struct Conv {
     delivered: u64,
     /// The commit time (Unix ms) of seq `delivered`, when the stream has read it.
     delivered_at_ms: Option<i64>,
-    /// The latest seq at the stream's last read.
+    /// The latest seq at the stream's last read (`u64::MAX` until the stream has read it).
     latest: u64,
     /// The user's read pointer as last sent.
     read: u64,
@@ -226,9 +238,9 @@ struct Conv {
 }
 
 impl Conv {
-    /// Whether a position under `watermark_ms` may leave the conversation out: the client has
-    /// every seq up to the latest read, the last one committed by the watermark, and the
-    /// stream waits at no gap.
+    /// Whether a position under `watermark_ms` may leave the conversation out: the stream has
+    /// read it, the client has every seq up to the latest read, the last one committed by the
+    /// watermark, and the stream waits at no gap.
     fn settled_by(&self, watermark_ms: i64) -> bool {
         self.gap_since.is_none()
             && self.delivered >= self.latest
@@ -254,6 +266,15 @@ struct Stream {
     req: StreamRequest,
     /// By conversation id, the order a position lists them in.
     convs: BTreeMap<String, Conv>,
+    /// Conversations woken (or to replay) that the stream has not read since: a position
+    /// names them.
+    pending: BTreeSet<String>,
+    /// Resumed from a position without a watermark (`v1`): until the replay is done, a
+    /// conversation not yet replayed resumes from its first message.
+    from_first: bool,
+    /// When (Unix ms) the stream last took its wake-ups: everything committed and marked
+    /// before then has been read, or is pending.
+    synced_ms: i64,
     tx: mpsc::Sender<StreamEvent>,
     patience: Duration,
     lag_timeout: Duration,
@@ -284,10 +305,13 @@ impl Stream {
         let ended = async {
             let mut waiting: BTreeSet<String> = BTreeSet::new();
             for cid in replay {
-                if self.catch_up(&cid).await? {
+                let gap = self.catch_up(&cid).await?;
+                self.pending.remove(&cid);
+                if gap {
                     waiting.insert(cid);
                 }
             }
+            self.from_first = false;
             self.emit(StreamEvent::Ready {
                 position: self.position(),
             })
@@ -304,19 +328,26 @@ impl Stream {
                     () = retry => {}
                     () = self.tx.closed() => return Err(End::Gone),
                 }
+                // The time first: whatever was marked before it is in the set taken.
+                let taken_ms = self.svc.now_ms();
                 let dirty = sub.take();
                 let mut reads = dirty.reads;
                 let due: BTreeSet<String> = dirty.messages.into_iter().chain(waiting).collect();
                 waiting = BTreeSet::new();
+                self.pending.clone_from(&due);
+                self.synced_ms = taken_ms;
                 for cid in due {
                     if !self.convs.contains_key(&cid) {
                         if !self.joined(&cid).await {
+                            self.pending.remove(&cid);
                             continue;
                         }
                         // Its read pointer may have moved before the stream knew it.
                         reads.insert(cid.clone());
                     }
-                    if self.catch_up(&cid).await? {
+                    let gap = self.catch_up(&cid).await?;
+                    self.pending.remove(&cid);
+                    if gap {
                         waiting.insert(cid);
                     }
                 }
@@ -359,7 +390,7 @@ impl Stream {
             Conv {
                 delivered: 0,
                 delivered_at_ms: None,
-                latest: 0,
+                latest: u64::MAX,
                 read: 0,
                 gap_since: None,
             },
@@ -540,17 +571,28 @@ impl Stream {
         .await
     }
 
-    /// The client's position now, under a watermark one gap patience ago: by then what was
-    /// committed has reached the stream or never will (the gap rule), so only conversations
-    /// active since, behind, or waiting at a gap are named.
+    /// The client's position now, under a watermark one gap patience before the stream last
+    /// took its wake-ups: what was committed by then has been read, is pending, or never
+    /// will be readable (the gap rule), so only conversations active since, pending, behind,
+    /// or waiting at a gap are named. While a replay from a `v1` position is under way, the
+    /// conversations not replayed yet resume from their first message, so the position is a
+    /// `v1` one naming every conversation delivered from.
     fn position(&self) -> String {
+        if self.from_first {
+            return Position::encode_from_first(
+                self.convs
+                    .iter()
+                    .filter(|(_, c)| c.delivered > 0)
+                    .map(|(cid, c)| (cid.as_str(), c.delivered)),
+            );
+        }
         let patience_ms = i64::try_from(self.patience.as_millis()).unwrap_or(i64::MAX);
-        let watermark_ms = self.svc.now_ms().saturating_sub(patience_ms);
+        let watermark_ms = self.synced_ms.saturating_sub(patience_ms);
         Position::encode_entries(
             watermark_ms,
             self.convs
                 .iter()
-                .filter(|(_, c)| !c.settled_by(watermark_ms))
+                .filter(|(cid, c)| self.pending.contains(*cid) || !c.settled_by(watermark_ms))
                 .map(|(cid, c)| (cid.as_str(), c.delivered)),
         )
     }

@@ -105,15 +105,17 @@ async fn expired_messages_are_named_not_skipped(h: Harness) {
                 ..
             },
             StreamEvent::Message { record, position },
-            StreamEvent::Ready { .. },
+            StreamEvent::Ready { position: ready },
         ] => {
             assert_eq!(conversation_id, &cid);
+            // Once replayed, seq 4, committed a day ago, is under the watermark: not named.
+            assert_eq!(ready, &format!("v2;{}", h.now() - PATIENCE_MS));
             assert_eq!(
                 (record.conversation_seq, record.body.as_str()),
                 (4, "standard")
             );
-            // Seq 4 was committed a day ago, under the watermark: the position need not name it.
-            assert_eq!(position, &format!("v2;{}", h.now() - PATIENCE_MS));
+            // Mid-replay from a `v1` position: every conversation delivered from is named.
+            assert_eq!(position, &format!("v1;{cid}:4"));
         }
         other => panic!("{other:#?}"),
     }
@@ -199,7 +201,7 @@ async fn positions_ahead_are_clamped_and_streams_end_at_expiry(h: Harness) {
                 ..
             },
             StreamEvent::Ready { .. },
-        ] => assert_eq!(position, &format!("v2;{};{cid}:2", h.now() - PATIENCE_MS)),
+        ] => assert_eq!(position, &format!("v1;{cid}:2")),
         other => panic!("{other:#?}"),
     }
     h.send(&cid, "ann", "m3", "three").await;
@@ -332,4 +334,120 @@ on_every_backend!(
     reserved_at_connect,
     small_windows(),
     a_seq_reserved_at_connect_is_delivered_when_it_commits
+);
+
+/// A client that drops during a replay from `v1` resumes with what it has not got: the
+/// conversations not replayed yet, from their first message.
+async fn a_replay_from_the_start_cut_short_resumes_whole(h: Harness) {
+    let mut cids = Vec::new();
+    for i in 0..5 {
+        let cid = h.conversation(&["ann", "bob"]).await;
+        for j in 0..3 {
+            h.send(&cid, "ann", &format!("m{i}-{j}"), "hi").await;
+        }
+        cids.push(cid);
+    }
+    h.advance(PATIENCE_MS + 1);
+    let mut rx = bobs_stream(&h, Position::parse("v1").unwrap()).await;
+    let first = next_event(&mut rx).await;
+    let position = position_of(&first).to_owned();
+    assert!(position.starts_with("v1;"), "{position}");
+    drop(rx);
+    let mut got = delivered(std::slice::from_ref(&first));
+    let mut rx = bobs_stream(&h, Position::parse(&position).unwrap()).await;
+    got.extend(delivered(&until_ready(&mut rx).await));
+    got.sort();
+    let mut want: Vec<(String, u64)> = cids
+        .iter()
+        .flat_map(|c| (1..=3).map(move |s| (c.clone(), s)))
+        .collect();
+    want.sort();
+    assert_eq!(got, want, "from {position}");
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    replay_cut_short,
+    small_windows(),
+    a_replay_from_the_start_cut_short_resumes_whole
+);
+
+/// A conversation a position names at seq 0 stays named until the stream has read it, so a
+/// second drop before its replay loses none of it.
+async fn a_conversation_named_at_zero_stays_named_until_read(h: Harness) {
+    let x = h.conversation(&["ann", "bob"]).await;
+    let y = h.conversation(&["ann", "bob"]).await;
+    let (first, second) = if x < y { (x, y) } else { (y, x) };
+    for j in 0..2 {
+        h.send(&first, "ann", &format!("x{j}"), "hi").await;
+    }
+    for j in 0..3 {
+        h.send(&second, "ann", &format!("y{j}"), "hi").await;
+    }
+    h.advance(PATIENCE_MS + 1);
+    let since = format!("v2;{};{first}:1;{second}:0", h.now() - PATIENCE_MS);
+    let mut rx = bobs_stream(&h, Position::parse(&since).unwrap()).await;
+    let one = next_event(&mut rx).await;
+    assert_eq!(delivered(std::slice::from_ref(&one)), [(first.clone(), 2)]);
+    let position = position_of(&one).to_owned();
+    assert!(position.ends_with(&format!(";{second}:0")), "{position}");
+    drop(rx);
+    let mut rx = bobs_stream(&h, Position::parse(&position).unwrap()).await;
+    let got = delivered(&until_ready(&mut rx).await);
+    assert_eq!(got, [(second.clone(), 1), (second.clone(), 2), (second, 3)]);
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    named_at_zero,
+    small_windows(),
+    a_conversation_named_at_zero_stays_named_until_read
+);
+
+/// A stream that fell behind by more than the patience (its client slow, its replay long)
+/// hands out positions under a watermark it has caught up to, not one a patience before now: a
+/// message committed in another conversation meanwhile is not taken as delivered.
+async fn a_stream_behind_names_no_watermark_past_what_it_read(h: Harness) {
+    let a = h.conversation(&["ann", "bob"]).await;
+    let b = h.conversation(&["ann", "bob"]).await;
+    h.send(&a, "ann", "a1", "one").await;
+    for i in 0..100 {
+        h.send(&b, "ann", &format!("b{i}"), "flood").await;
+    }
+    // A replay of more than the stream buffers: it blocks on bob's client.
+    let since = format!("v2;{};{a}:1;{b}:0", h.now() - 1);
+    let mut rx = bobs_stream(&h, Position::parse(&since).unwrap()).await;
+    let full = tokio::time::Instant::now();
+    while rx.len() < tidemark_chat::stream::STREAM_BUFFER {
+        assert!(full.elapsed() < Duration::from_secs(10), "the buffer fills");
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    // Committed while the stream is busy, which then stays busy past the patience.
+    h.advance(5_000);
+    h.send(&a, "ann", "a2", "two").await;
+    h.advance(10_000);
+    let mut last_b = String::new();
+    let mut seen = Vec::new();
+    while seen.len() < 101 {
+        let e = next_event(&mut rx).await;
+        for (cid, seq) in delivered(std::slice::from_ref(&e)) {
+            if cid == b {
+                last_b = position_of(&e).to_owned();
+            }
+            seen.push((cid, seq));
+        }
+    }
+    assert_eq!(seen.last(), Some(&(a.clone(), 2)), "a2 after the replay");
+    drop(rx);
+    // Resumed from the replay's last event, sent after the patience had passed: `a2` comes.
+    let mut rx = bobs_stream(&h, Position::parse(&last_b).unwrap()).await;
+    let got = delivered(&until_ready(&mut rx).await);
+    assert_eq!(got, [(a.clone(), 2)], "from {last_b}");
+}
+
+on_every_backend!(
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    stream_behind,
+    small_windows(),
+    a_stream_behind_names_no_watermark_past_what_it_read
 );

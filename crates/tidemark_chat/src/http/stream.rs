@@ -3,7 +3,8 @@
 //!
 //! Events (`event:` name, `data:` JSON, and an `id:` holding the client's position after it):
 //! - `message`: `{"conversation_id","conversation_seq","message_id","sender","body","class","committed_at"}`;
-//! - `read`: `{"conversation_id","read_seq"}`, the user's own read pointer moved;
+//! - `read`: `{"conversation_id","read_seq"}`, the user's own read pointer moved (live only:
+//!   after a reconnect, read pointers come from the conversation list);
 //! - `reload`: `{"conversation_id","missed_from","missed_to"}`, seqs the client never got and
 //!   never will (expired ephemeral messages, deleted history): reload that conversation's
 //!   history if it matters;
@@ -34,7 +35,7 @@ pub(super) struct StreamParams {
     /// browsers send on reconnect, takes precedence). `v1` alone replays every conversation from
     /// its first message. Without either, the stream starts at the latest seqs.
     /// A position names only conversations active in the last two `outbox_recovery_window`s; a
-    /// URL holds about 190 of them, `Last-Event-ID` up to 10,000.
+    /// URL holds about 150 of them percent-encoded, `Last-Event-ID` up to 10,000.
     #[param(max_length = 8_000)]
     since: Option<String>,
 }

@@ -75,12 +75,15 @@ impl Position {
         entries: impl Iterator<Item = (&'a str, u64)>,
     ) -> String {
         let mut out = format!("v2;{}", watermark_ms.max(0));
-        for (cid, seq) in entries {
-            out.push(';');
-            out.push_str(cid);
-            out.push(':');
-            out.push_str(&seq.to_string());
-        }
+        push_entries(&mut out, entries);
+        out
+    }
+
+    /// A position without a watermark (`v1`): unnamed conversations resume from their first
+    /// message. `entries` come in conversation id order.
+    pub(super) fn encode_from_first<'a>(entries: impl Iterator<Item = (&'a str, u64)>) -> String {
+        let mut out = String::from("v1");
+        push_entries(&mut out, entries);
         out
     }
 
@@ -103,6 +106,15 @@ impl Position {
     /// Whether the position names no conversation.
     pub fn is_empty(&self) -> bool {
         self.seqs.is_empty()
+    }
+}
+
+fn push_entries<'a>(out: &mut String, entries: impl Iterator<Item = (&'a str, u64)>) {
+    for (cid, seq) in entries {
+        out.push(';');
+        out.push_str(cid);
+        out.push(':');
+        out.push_str(&seq.to_string());
     }
 }
 

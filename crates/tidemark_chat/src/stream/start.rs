@@ -17,8 +17,19 @@ pub(super) struct Start {
     pub seq: u64,
     /// Its commit time (Unix ms), when known.
     pub at_ms: Option<i64>,
-    /// The conversation's latest seq at the read.
+    /// The conversation's latest seq at the read (`u64::MAX`: not read yet).
     pub latest: u64,
+}
+
+impl Start {
+    /// Seq `seq` taken as delivered, in a conversation not read yet (its latest seq unknown).
+    pub(super) fn unread(seq: u64) -> Self {
+        Self {
+            seq,
+            at_ms: None,
+            latest: u64::MAX,
+        }
+    }
 }
 
 /// A conversation's readable messages, newest first.
