@@ -42,11 +42,22 @@ pub struct MoveZoneArgs {
 /// Runs a `tidemark events` command.
 pub async fn run(command: EventsCommand) -> anyhow::Result<()> {
     let EventsCommand::MoveZone(args) = command;
-    let to = Calendar::named(&args.to)?;
+    let to = Calendar::named(&args.to).map_err(|_| {
+        anyhow::anyhow!(
+            "--to {:?} is not a time zone of the IANA database (e.g. \"UTC\", \"Europe/Sarajevo\")",
+            args.to
+        )
+    })?;
     let mut cfg = Config::load(args.config.as_deref())?;
     if let Some(d) = args.data_dir {
         cfg.data_dir = d;
     }
+    // A store to move exists: a mistyped directory must not be taken for an empty store.
+    anyhow::ensure!(
+        cfg.data_dir.is_dir(),
+        "there is no data directory at {}",
+        cfg.data_dir.display()
+    );
     let _lock = crate::server::lock_data_dir(&cfg.data_dir)?;
     let dir = cfg.data_dir.join("events");
     std::fs::create_dir_all(&dir)?;
@@ -72,6 +83,13 @@ pub async fn run(command: EventsCommand) -> anyhow::Result<()> {
     let report = move_zone(stores, &to, open_raw, SystemClock.now_ms())
         .await
         .context("moving the events days")?;
+    if report.abandoned {
+        println!(
+            "abandoned the move to {}: the store's days stay cut in {}",
+            report.from, report.to
+        );
+        return Ok(());
+    }
     if report.from == report.to && report.resumed_at.is_none() && report.events == 0 {
         println!(
             "the store's days are already cut in {}: nothing to move",

@@ -134,6 +134,35 @@ async fn a_store_moves_to_another_zone_offline() {
     );
     let again = String::from_utf8_lossy(&move_zone().stdout).into_owned();
     assert!(again.contains("already cut in"), "{again}");
+    // A mistyped directory or zone is refused, not taken for an empty store.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args([
+            "events",
+            "move-zone",
+            "--to",
+            "Europe/Atlantis",
+            "--data-dir",
+        ])
+        .arg(server.dir.join("nowhere"))
+        .env_remove("TIDEMARK_CONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains(r#"--to "Europe/Atlantis" is not a time zone"#),
+        "{stderr}"
+    );
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
+        .args(["events", "move-zone", "--to", ZONE, "--data-dir"])
+        .arg(server.dir.join("nowhere"))
+        .env_remove("TIDEMARK_CONFIG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        !out.status.success() && stderr.contains("there is no data directory at"),
+        "{stderr}"
+    );
 
     let env = [("TIDEMARK_EVENTS__TIME_ZONE".to_owned(), "UTC".to_owned())];
     let stderr = TestServer::refused_start(&server.dir, &env);

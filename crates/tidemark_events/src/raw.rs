@@ -154,6 +154,12 @@ pub trait RawStore: Send + Sync + std::fmt::Debug {
     /// re-cutting the tier, [`crate::zone_move`]; never while events are ingested).
     async fn clear(&self) -> Result<(), StoreError>;
 
+    /// Enters `days` in the catalog as given (their marks and when they were dropped),
+    /// replacing any entry of theirs, without events: the days of a re-cut tier that live only
+    /// in the archive ([`crate::zone_move`]), so that late events for them are refused and
+    /// reads of them say the raw data is gone, as for any dropped day.
+    async fn record_dropped(&self, days: &[DayState]) -> Result<(), StoreError>;
+
     /// Non-bot events per minute and kind with `since_ms ≤ time < until_ms`.
     async fn counts_per_minute(
         &self,
@@ -437,6 +443,13 @@ impl RawStore for SqliteRaw {
                 catalog::clear(conn)?;
                 Ok::<_, StoreError>(())
             })
+            .await
+    }
+
+    async fn record_dropped(&self, days: &[DayState]) -> Result<(), StoreError> {
+        let days = days.to_vec();
+        self.writer
+            .write(move |conn| Ok::<_, StoreError>(catalog::record_dropped(conn, &days)?))
             .await
     }
 

@@ -33,7 +33,7 @@ use tidemark_core::store::StoreError;
 
 use crate::archive::{ArchiveError, RawArchive};
 use crate::calendar::{Calendar, UTC};
-use crate::raw::{RawError, RawStore, SqliteRaw};
+use crate::raw::{DayState, RawError, RawStore, SqliteRaw};
 use crate::rollup::{RollupError, roll_up_day};
 use crate::rollups::RollupStore;
 
@@ -108,6 +108,9 @@ pub struct MoveReport {
     pub days: usize,
     /// Of those, the days reloaded into the raw tier (inside `raw_retention`).
     pub raw_days: usize,
+    /// A move still at its stage was abandoned (`from` is the zone it was heading to, `to`
+    /// the zone the store stays in).
+    pub abandoned: bool,
 }
 
 /// Why a move stopped. Whatever was done stays recorded, and a re-run resumes it.
@@ -167,11 +170,33 @@ where
             let at = p.phase;
             (p, Some(at))
         }
+        // Back to where it came from while nothing but the scratch was written: abandoned.
+        Some(p) if p.from == to.name() && p.phase == Phase::Stage => {
+            advance(stores.rollups, Some(&current), &p.from).await?;
+            remove_scratch(stores.scratch);
+            return Ok(MoveReport {
+                from: p.to,
+                to: p.from,
+                resumed_at: Some(Phase::Stage),
+                events: 0,
+                days: 0,
+                raw_days: 0,
+                abandoned: true,
+            });
+        }
         Some(p) => {
+            let back = if p.phase == Phase::Stage {
+                format!(", or abandon it with --to {}", p.from)
+            } else {
+                String::new()
+            };
             return Err(MoveError::Refused(format!(
-                "a move of this store's days from {} to {} is under way: finish it first \
-                 (tidemark events move-zone --to {})",
-                p.from, p.to, p.to
+                "a move of this store's days from {} to {} is under way (at its {} phase): \
+                 finish it first (tidemark events move-zone --to {}){back}",
+                p.from,
+                p.to,
+                p.phase.name(),
+                p.to
             )));
         }
         None if current == to.name() => {
@@ -182,6 +207,7 @@ where
                 events: 0,
                 days: 0,
                 raw_days: 0,
+                abandoned: false,
             });
         }
         None => {
@@ -203,14 +229,21 @@ where
         pending = next_phase(stores.rollups, pending, Phase::Archive).await?;
     }
     if !stores.scratch.exists() {
-        // Past the stage the scratch is the only whole copy of the events in the new zone's
-        // days: an empty one would have every archive object deleted.
-        return Err(MoveError::Refused(format!(
-            "the move's scratch store {} is gone while the move is at its {} phase; the \
-             archive may hold days of both zones. Restore the file and run the move again",
-            stores.scratch.display(),
-            pending.phase.name()
-        )));
+        if pending.phase == Phase::Rebuild {
+            // The archive holds every event in the new zone's days by now: the scratch is
+            // made again from it.
+            events = copy_archive(stores, to, now_ms).await?;
+        } else {
+            // Mid-archive the scratch is the only whole copy of the events in the new zone's
+            // days (the archive holds days of both zones); an empty one would have every
+            // archive object deleted.
+            return Err(MoveError::Refused(format!(
+                "the move's scratch store {} is gone while the move is at its archive \
+                 phase, and the archive may hold days of both zones: restore the file and run \
+                 the move again",
+                stores.scratch.display()
+            )));
+        }
     }
     let scratch = SqliteRaw::open(stores.scratch)
         .map_err(StoreError::from)?
@@ -237,6 +270,7 @@ where
         events,
         days: days.len(),
         raw_days,
+        abandoned: false,
     })
 }
 
@@ -254,6 +288,36 @@ async fn stage(
             stores.archive.archive_day(old_raw, state.day).await?;
         }
     }
+    // Every day's events must be in the archive now: a dropped day's only copy is there.
+    for state in old_raw.days().await? {
+        if !stores.archive.covers(&state).await? {
+            return Err(MoveError::Refused(format!(
+                "day {} ({} events) is archived by the raw catalog, but its archive object {} \
+                 is missing or older than that: restore it and run the move again, or abandon \
+                 the move (--to {})",
+                state.day,
+                state.events,
+                stores.archive.day_path(state.day),
+                old_raw.calendar().name()
+            )));
+        }
+    }
+    let copied = copy_archive(stores, to, now_ms).await?;
+    if !stores.scratch.exists() {
+        return Err(MoveError::Refused(format!(
+            "the move's scratch store {} went away while it was written: run the move again",
+            stores.scratch.display()
+        )));
+    }
+    Ok(copied)
+}
+
+/// Every archived event into a fresh scratch cut in `to`. Returns the events copied.
+async fn copy_archive(
+    stores: MoveStores<'_>,
+    to: &Calendar,
+    now_ms: i64,
+) -> Result<u64, MoveError> {
     remove_scratch(stores.scratch);
     if let Some(dir) = stores.scratch.parent() {
         std::fs::create_dir_all(dir).map_err(|e| StoreError::file(stores.scratch, e))?;
@@ -324,8 +388,17 @@ async fn rebuild(
     let keep_from =
         now_ms.saturating_sub(i64::try_from(stores.raw_retention.as_millis()).unwrap_or(i64::MAX));
     let mut reloaded = 0;
+    let mut dropped = Vec::new();
     for state in scratch.days().await? {
         if raw.calendar().end_ms(state.day) <= keep_from {
+            // Its events live in the archive only, as those of a day the lifecycle dropped.
+            let at = Some(state.last_arrival_ms);
+            dropped.push(DayState {
+                rolled_up_arrival_ms: at,
+                archived_arrival_ms: at,
+                dropped_ms: Some(now_ms),
+                ..state
+            });
             continue;
         }
         // The arrival the day's archive object was written at: the reloaded day is then
@@ -343,6 +416,7 @@ async fn rebuild(
         raw.mark_archived(state.day, arrival).await?;
         reloaded += 1;
     }
+    raw.record_dropped(&dropped).await?;
     Ok(reloaded)
 }
 

@@ -154,3 +154,72 @@ async fn a_move_refuses_what_it_cannot_finish() {
         Some(pending)
     );
 }
+
+/// A dropped day whose archive object is missing stops the move at its stage, naming the
+/// object; nothing is re-cut, and the move can be abandoned there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_archive_object_stops_the_move_and_it_can_be_abandoned() {
+    use tidemark_events::Event;
+    use tidemark_events::calendar::{Calendar, agree_time_zone};
+    use tidemark_events::zone_move::{MoveError, MoveStores, move_zone};
+
+    let dir = tempfile::tempdir().unwrap();
+    let store = zone_store(dir.path());
+    let utc = Calendar::utc();
+    let raw = (store.open_raw)(utc.clone()).await.unwrap();
+    agree_time_zone(&utc, raw.as_ref(), store.rollups.as_ref())
+        .await
+        .unwrap();
+    // 2024-05-01 and 2024-05-02, 10:00 UTC; the first day dropped.
+    let (d1, d2) = (1_714_557_600_000, 1_714_644_000_000);
+    raw.append(vec![Event::new("view", d1), Event::new("view", d2)], d2)
+        .await
+        .unwrap();
+    let days: Vec<_> = raw.days().await.unwrap().iter().map(|s| s.day).collect();
+    for &day in &days {
+        tidemark_events::rollup::roll_up_day(raw.as_ref(), store.rollups.as_ref(), day, d2)
+            .await
+            .unwrap();
+        store.archive.archive_day(raw.as_ref(), day).await.unwrap();
+    }
+    assert!(raw.drop_day(days[0], d2).await.unwrap());
+    drop(raw);
+    store.archive.delete_day(days[0]).await.unwrap();
+
+    let stores = MoveStores {
+        rollups: store.rollups.as_ref(),
+        archive: &store.archive,
+        scratch: &store.scratch,
+        raw_retention: std::time::Duration::from_secs(86_400),
+    };
+    let open = |c| (store.open_raw)(c);
+    let berlin = Calendar::named("Europe/Berlin").unwrap();
+    let err = move_zone(stores, &berlin, &open, d2).await.unwrap_err();
+    assert!(
+        matches!(&err, MoveError::Refused(m)
+            if m.contains("day 2024-05-01 (1 events)") && m.contains("day=2024-05-01/events.parquet")),
+        "{err}"
+    );
+    let err = move_zone(stores, &Calendar::named("Asia/Tokyo").unwrap(), &open, d2)
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string().contains("or abandon it with --to UTC"),
+        "{err}"
+    );
+    let report = move_zone(stores, &utc, &open, d2).await.unwrap();
+    assert!(report.abandoned, "{report:?}");
+    assert_eq!(
+        store.rollups.recorded_time_zone().await.unwrap().as_deref(),
+        Some("UTC")
+    );
+    let raw = (store.open_raw)(utc.clone()).await.unwrap();
+    agree_time_zone(&utc, raw.as_ref(), store.rollups.as_ref())
+        .await
+        .unwrap();
+    assert_eq!(
+        raw.day_events(days[1]).await.unwrap().len(),
+        1,
+        "nothing re-cut"
+    );
+}

@@ -320,6 +320,9 @@ mod tests {
         async fn clear(&self) -> Result<(), StoreError> {
             self.inner.clear().await
         }
+        async fn record_dropped(&self, days: &[DayState]) -> Result<(), StoreError> {
+            self.inner.record_dropped(days).await
+        }
         async fn day_bytes(&self) -> Result<Vec<(Day, u64)>, StoreError> {
             self.inner.day_bytes().await
         }

@@ -54,15 +54,18 @@ impl RawArchive {
             location: location.clone(),
             size,
         };
+        let malformed = |why: String| ArchiveError::Malformed {
+            location: location.to_string(),
+            why,
+        };
         let mut stream = ParquetRecordBatchStreamBuilder::new(reader)
-            .await?
-            .build()?;
+            .await
+            .and_then(|b| b.build())
+            .map_err(|e| malformed(e.to_string()))?;
         let mut n = 0u64;
         while let Some(batch) = stream.next().await {
-            let events = from_batch(&batch?).map_err(|why| ArchiveError::Malformed {
-                location: location.to_string(),
-                why,
-            })?;
+            let batch = batch.map_err(|e| malformed(e.to_string()))?;
+            let events = from_batch(&batch).map_err(malformed)?;
             n += events.len() as u64;
             each(events).await?;
         }

@@ -16,8 +16,8 @@ use super::{day, event, sorted};
 use crate::archive::RawArchive;
 use crate::calendar::{Calendar, agree_time_zone};
 use crate::model::Event;
-use crate::raw::RawStore;
-use crate::rollup::roll_up_day;
+use crate::raw::{RawError, RawStore};
+use crate::rollup::{RollupError, roll_up_day};
 use crate::rollups::{ALL_LISTINGS, RollupStore};
 use crate::zone_move::{MoveStores, PendingMove, move_zone};
 
@@ -299,6 +299,32 @@ pub async fn zone_move(moved: ZoneStore, native: ZoneStore, interrupt: bool) {
             "{state:?}"
         );
         assert!(moved.archive.covers(state).await.unwrap(), "{state:?}");
+    }
+    // The days outside the retention are in the catalog as dropped, as the native store's
+    // are: late events for them are refused, and a rollup of one says the raw data is gone.
+    let catalog = |raw: Arc<dyn RawStore>| async move {
+        raw.days()
+            .await
+            .unwrap()
+            .iter()
+            .map(|s| (s.day, s.events, s.dropped_ms.is_some()))
+            .collect::<Vec<_>>()
+    };
+    let a_catalog = catalog(Arc::clone(&a)).await;
+    assert_eq!(a_catalog, catalog(Arc::clone(&b)).await);
+    let (gone, ..) = *a_catalog.iter().find(|d| d.2).expect("a dropped day");
+    let late = event("view", berlin.start_ms(gone) + MIN, 1, "late");
+    for raw in [&a, &b] {
+        let refused = raw.append(vec![late.clone()], now()).await;
+        assert!(
+            matches!(refused, Err(RawError::DayDropped(d)) if d == gone),
+            "{refused:?}"
+        );
+        let rollup = roll_up_day(raw.as_ref(), moved.rollups.as_ref(), gone, now()).await;
+        assert!(
+            matches!(rollup, Err(RollupError::RawGone { .. })),
+            "{rollup:?}"
+        );
     }
     // Nodes of the new zone start; the old zone is refused.
     agree_time_zone(&berlin, a.as_ref(), moved.rollups.as_ref())

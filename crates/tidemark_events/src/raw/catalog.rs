@@ -57,6 +57,8 @@ pub trait DayCatalog: Send + Sync + std::fmt::Debug {
     async fn mark_dropped_if_current(&self, day: Day, now_ms: i64) -> Result<bool, StoreError>;
     /// Forgets every day (a zone move re-cutting the tier, [`crate::zone_move`]).
     async fn clear(&self) -> Result<(), StoreError>;
+    /// [`record_dropped`], in one step.
+    async fn record_dropped(&self, days: &[DayState]) -> Result<(), StoreError>;
 }
 
 /// The catalog in a local SQLite file, one node's (group-committed writes, pooled reads).
@@ -151,6 +153,34 @@ impl DayCatalog for SqliteCatalog {
             .write(|conn| Ok::<_, StoreError>(clear(conn)?))
             .await
     }
+
+    async fn record_dropped(&self, days: &[DayState]) -> Result<(), StoreError> {
+        let days = days.to_vec();
+        self.writer
+            .write(move |conn| Ok::<_, StoreError>(record_dropped(conn, &days)?))
+            .await
+    }
+}
+
+/// Enters `days` as the catalog had them (events, last arrival, marks, when dropped),
+/// replacing any entry of theirs: days of a re-cut tier whose events live only in the archive,
+/// so that late events for them are refused as for any dropped day ([`crate::zone_move`]).
+pub(crate) fn record_dropped(conn: &Connection, days: &[DayState]) -> rusqlite::Result<()> {
+    let mut stmt = conn.prepare_cached(
+        "INSERT OR REPLACE INTO raw_day (day, events, last_arrival_ms, rolled_up_arrival_ms,
+             archived_arrival_ms, dropped_ms) VALUES (?1, ?2, ?3, ?4, ?5, ?6)",
+    )?;
+    for s in days {
+        stmt.execute(params![
+            s.day.0,
+            i64::try_from(s.events).unwrap_or(i64::MAX),
+            s.last_arrival_ms,
+            s.rolled_up_arrival_ms,
+            s.archived_arrival_ms,
+            s.dropped_ms
+        ])?;
+    }
+    Ok(())
 }
 
 /// Forgets every day of the catalog.

@@ -786,6 +786,10 @@ impl RawStore for InfluxRaw {
         self.catalog.clear().await
     }
 
+    async fn record_dropped(&self, days: &[DayState]) -> Result<(), StoreError> {
+        self.catalog.record_dropped(days).await
+    }
+
     fn expires_at_ms(&self, day: Day) -> Option<i64> {
         // A shard group is deleted once its end is older than the retention: the day starts
         // to go with the shard of its first instant (the whole day when shards are its days).

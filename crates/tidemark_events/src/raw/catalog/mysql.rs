@@ -312,4 +312,24 @@ impl DayCatalog for MysqlCatalog {
             .await?;
         Ok(())
     }
+
+    async fn record_dropped(&self, days: &[DayState]) -> Result<(), StoreError> {
+        let mut tx = self.pool.begin().await?;
+        for s in days {
+            sqlx::query(
+                "REPLACE INTO raw_day (day, events, last_arrival_ms, rolled_up_arrival_ms,
+                     archived_arrival_ms, dropped_ms) VALUES (?, ?, ?, ?, ?, ?)",
+            )
+            .bind(s.day.0)
+            .bind(i64::try_from(s.events).unwrap_or(i64::MAX))
+            .bind(s.last_arrival_ms)
+            .bind(s.rolled_up_arrival_ms)
+            .bind(s.archived_arrival_ms)
+            .bind(s.dropped_ms)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
+        Ok(())
+    }
 }
