@@ -78,7 +78,6 @@ pub async fn run(command: EventsCommand) -> anyhow::Result<()> {
         rollups: rollups.as_ref(),
         archive: &archive,
         scratch: &dir.join("zone-move.db"),
-        raw_retention: cfg.events.raw_retention,
     };
     let report = move_zone(stores, &to, open_raw, SystemClock.now_ms())
         .await

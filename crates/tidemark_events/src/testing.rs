@@ -25,8 +25,22 @@ pub struct InfluxServer {
     rpc_port: u16,
 }
 
+/// A loopback port free now and never handed out before in this process. The servers bind
+/// their ports only after this returns, and a stopped server keeps its port for its restart:
+/// without the record, parallel tests could be given the same port, and one test would talk
+/// to another's server.
 fn free_port() -> std::io::Result<u16> {
-    Ok(TcpListener::bind("127.0.0.1:0")?.local_addr()?.port())
+    static GIVEN: std::sync::Mutex<std::collections::BTreeSet<u16>> =
+        std::sync::Mutex::new(std::collections::BTreeSet::new());
+    loop {
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let mut given = GIVEN
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if given.insert(port) {
+            return Ok(port);
+        }
+    }
 }
 
 impl InfluxServer {

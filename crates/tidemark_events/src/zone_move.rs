@@ -16,9 +16,10 @@
 //!    repeats the phase from it.
 //! 3. **rebuild**: empty the summary tier's days around the scratch's, then roll each day of
 //!    the scratch up into it ([`crate::rollup::roll_up_day`]); then clear the raw tier
-//!    ([`RawStore::clear`]) and reload from the
-//!    scratch the days still inside `raw_retention`, marked rolled up and archived as of the
-//!    arrival their archive objects were written at.
+//!    ([`RawStore::clear`]) and reload from the scratch the days over the span the raw tier
+//!    held when the move began (from its earliest day not dropped), marked rolled up and
+//!    archived as of the arrival their archive objects were written at; the older days are
+//!    entered as dropped.
 //! 4. Record the new zone, and remove the scratch.
 //!
 //! The event-kind audit and the raw-window report keep the days they were noted on.
@@ -26,7 +27,6 @@
 use std::future::Future;
 use std::path::Path;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tidemark_core::day::Day;
 use tidemark_core::store::StoreError;
@@ -61,7 +61,8 @@ impl Phase {
     }
 }
 
-/// A move under way, as recorded in place of the store's zone: `move:<from>:<to>:<phase>`.
+/// A move under way, as recorded in place of the store's zone:
+/// `move:<from>:<to>:<phase>[:<held_from_ms>]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct PendingMove {
     /// The zone the store's days were cut in.
@@ -70,6 +71,11 @@ pub struct PendingMove {
     pub to: String,
     /// The phase to run next.
     pub phase: Phase,
+    /// From the stage on: the first instant (Unix ms) of the earliest day the raw tier still
+    /// held when the move began (`i64::MAX`: none). The new days ending after it are reloaded
+    /// into the raw tier, the others entered as dropped, so the move keeps what the raw tier
+    /// keeps.
+    pub held_from_ms: Option<i64>,
 }
 
 impl PendingMove {
@@ -80,16 +86,28 @@ impl PendingMove {
         let phase = [Phase::Stage, Phase::Archive, Phase::Rebuild]
             .into_iter()
             .find(|p| p.name() == phase)?;
+        let held_from_ms = match parts.next() {
+            Some(ms) => Some(ms.parse().ok()?),
+            None => None,
+        };
+        if parts.next().is_some() {
+            return None;
+        }
         Some(Self {
             from: from.to_owned(),
             to: to.to_owned(),
             phase,
+            held_from_ms,
         })
     }
 
     /// The recorded form.
     pub fn record(&self) -> String {
-        format!("move:{}:{}:{}", self.from, self.to, self.phase.name())
+        let mut out = format!("move:{}:{}:{}", self.from, self.to, self.phase.name());
+        if let Some(ms) = self.held_from_ms {
+            out.push_str(&format!(":{ms}"));
+        }
+        out
     }
 }
 
@@ -106,7 +124,7 @@ pub struct MoveReport {
     pub events: u64,
     /// Days of the new zone with events.
     pub days: usize,
-    /// Of those, the days reloaded into the raw tier (inside `raw_retention`).
+    /// Of those, the days reloaded into the raw tier (those over the span it held).
     pub raw_days: usize,
     /// A move still at its stage was abandoned (`from` is the zone it was heading to, `to`
     /// the zone the store stays in).
@@ -142,8 +160,6 @@ pub struct MoveStores<'a> {
     pub archive: &'a RawArchive,
     /// Where the scratch raw store goes (`events/zone-move.db`).
     pub scratch: &'a Path,
-    /// `events.raw_retention`: the days the raw tier keeps.
-    pub raw_retention: Duration,
 }
 
 /// Moves the store's days to `to` (see the module docs), or resumes the move under way.
@@ -215,6 +231,7 @@ where
                 from: current.clone(),
                 to: to.name().to_owned(),
                 phase: Phase::Stage,
+                held_from_ms: None,
             };
             advance(stores.rollups, recorded.as_deref(), &p.record()).await?;
             (p, None)
@@ -223,10 +240,23 @@ where
     let from = Calendar::named(&pending.from).map_err(|e| MoveError::Refused(e.to_string()))?;
     let mut events = 0;
     if pending.phase == Phase::Stage {
-        let old_raw = open_raw(from).await?;
+        let old_raw = open_raw(from.clone()).await?;
+        let held_from_ms = old_raw
+            .days()
+            .await?
+            .iter()
+            .filter(|s| s.dropped_ms.is_none())
+            .map(|s| from.start_ms(s.day))
+            .min()
+            .unwrap_or(i64::MAX);
         events = stage(stores, old_raw.as_ref(), to, now_ms).await?;
         drop(old_raw);
-        pending = next_phase(stores.rollups, pending, Phase::Archive).await?;
+        pending.held_from_ms = Some(held_from_ms);
+        let was = PendingMove {
+            held_from_ms: None,
+            ..pending.clone()
+        };
+        pending = next_phase(stores.rollups, &was.record(), pending, Phase::Archive).await?;
     }
     if !stores.scratch.exists() {
         if pending.phase == Phase::Rebuild {
@@ -251,10 +281,20 @@ where
     let days: Vec<Day> = scratch.days().await?.iter().map(|s| s.day).collect();
     if pending.phase == Phase::Archive {
         archive_days(stores.archive, &scratch, &days).await?;
-        pending = next_phase(stores.rollups, pending, Phase::Rebuild).await?;
+        let was = pending.record();
+        pending = next_phase(stores.rollups, &was, pending, Phase::Rebuild).await?;
     }
     let new_raw = open_raw(to.clone()).await?;
-    let raw_days = rebuild(stores, &scratch, new_raw.as_ref(), &days, now_ms).await?;
+    let held_from_ms = pending.held_from_ms.unwrap_or(i64::MAX);
+    let raw_days = rebuild(
+        stores,
+        &scratch,
+        new_raw.as_ref(),
+        &days,
+        held_from_ms,
+        now_ms,
+    )
+    .await?;
     advance(stores.rollups, Some(&pending.record()), to.name()).await?;
     if events == 0 {
         events = scratch.days().await?.iter().map(|s| s.events).sum();
@@ -368,6 +408,7 @@ async fn rebuild(
     scratch: &SqliteRaw,
     raw: &dyn RawStore,
     days: &[Day],
+    held_from_ms: i64,
     now_ms: i64,
 ) -> Result<usize, MoveError> {
     // Every day the old zone may have summaries on is emptied first (an old day is at most two
@@ -385,12 +426,10 @@ async fn rebuild(
         roll_up_day(scratch, stores.rollups, day, now_ms).await?;
     }
     raw.clear().await?;
-    let keep_from =
-        now_ms.saturating_sub(i64::try_from(stores.raw_retention.as_millis()).unwrap_or(i64::MAX));
     let mut reloaded = 0;
     let mut dropped = Vec::new();
     for state in scratch.days().await? {
-        if raw.calendar().end_ms(state.day) <= keep_from {
+        if raw.calendar().end_ms(state.day) <= held_from_ms {
             // Its events live in the archive only, as those of a day the lifecycle dropped.
             let at = Some(state.last_arrival_ms);
             dropped.push(DayState {
@@ -420,15 +459,15 @@ async fn rebuild(
     Ok(reloaded)
 }
 
-/// Records `pending` at `phase`.
+/// Records `pending` at `phase` in place of the record `was`.
 async fn next_phase(
     rollups: &dyn RollupStore,
+    was: &str,
     pending: PendingMove,
     phase: Phase,
 ) -> Result<PendingMove, MoveError> {
-    let was = pending.record();
     let next = PendingMove { phase, ..pending };
-    advance(rollups, Some(&was), &next.record()).await?;
+    advance(rollups, Some(was), &next.record()).await?;
     Ok(next)
 }
 
@@ -460,14 +499,21 @@ mod tests {
 
     #[test]
     fn pending_moves_round_trip() {
-        let p = PendingMove {
+        let mut p = PendingMove {
             from: "UTC".into(),
             to: "Europe/Berlin".into(),
-            phase: Phase::Archive,
+            phase: Phase::Stage,
+            held_from_ms: None,
         };
-        assert_eq!(p.record(), "move:UTC:Europe/Berlin:archive");
+        assert_eq!(p.record(), "move:UTC:Europe/Berlin:stage");
+        assert_eq!(PendingMove::parse(&p.record()), Some(p.clone()));
+        p.phase = Phase::Archive;
+        p.held_from_ms = Some(1_700_000_000_000);
+        assert_eq!(p.record(), "move:UTC:Europe/Berlin:archive:1700000000000");
         assert_eq!(PendingMove::parse(&p.record()), Some(p));
         for not_one in [
+            "move:a:b:archive:x",
+            "move:a:b:archive:1:2",
             "UTC",
             "Europe/Berlin",
             "move:UTC:Europe/Berlin",

@@ -131,7 +131,6 @@ async fn a_move_refuses_what_it_cannot_finish() {
         rollups: store.rollups.as_ref(),
         archive: &store.archive,
         scratch: &store.scratch,
-        raw_retention: std::time::Duration::from_secs(86_400),
     };
     let pending = "move:UTC:Europe/Berlin:archive";
     store.rollups.record_time_zone(pending, None).await.unwrap();
@@ -190,7 +189,6 @@ async fn a_missing_archive_object_stops_the_move_and_it_can_be_abandoned() {
         rollups: store.rollups.as_ref(),
         archive: &store.archive,
         scratch: &store.scratch,
-        raw_retention: std::time::Duration::from_secs(86_400),
     };
     let open = |c| (store.open_raw)(c);
     let berlin = Calendar::named("Europe/Berlin").unwrap();

@@ -167,7 +167,6 @@ pub async fn zone_move(moved: ZoneStore, native: ZoneStore, interrupt: bool) {
         rollups: moved.rollups.as_ref(),
         archive: &moved.archive,
         scratch: &moved.scratch,
-        raw_retention: RETENTION,
     };
     let open = |c: Calendar| (moved.open_raw)(c);
     let events = history().len() as u64;
