@@ -110,16 +110,16 @@ async fn a_store_moves_to_another_zone_offline() {
     assert_eq!(st, 202, "{v}");
     server.terminate();
 
-    let move_zone = || {
+    let move_zone = |to: &str, dir: &std::path::Path| {
         std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
-            .args(["events", "move-zone", "--to", ZONE, "--data-dir"])
-            .arg(&server.dir)
+            .args(["events", "move-zone", "--to", to, "--data-dir"])
+            .arg(dir)
             .env("RUST_LOG", "warn")
             .env_remove("TIDEMARK_CONFIG")
             .output()
             .unwrap()
     };
-    let out = move_zone();
+    let out = move_zone(ZONE, &server.dir);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -132,37 +132,24 @@ async fn a_store_moves_to_another_zone_offline() {
             && stdout.contains(&format!("set events.time_zone = \"{ZONE}\"")),
         "{stdout}"
     );
-    let again = String::from_utf8_lossy(&move_zone().stdout).into_owned();
+    let again = String::from_utf8_lossy(&move_zone(ZONE, &server.dir).stdout).into_owned();
     assert!(again.contains("already cut in"), "{again}");
     // A mistyped directory or zone is refused, not taken for an empty store.
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args([
-            "events",
-            "move-zone",
-            "--to",
+    let nowhere = server.dir.join("nowhere");
+    for (to, refusal) in [
+        (
             "Europe/Atlantis",
-            "--data-dir",
-        ])
-        .arg(server.dir.join("nowhere"))
-        .env_remove("TIDEMARK_CONFIG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        stderr.contains(r#"--to "Europe/Atlantis" is not a time zone"#),
-        "{stderr}"
-    );
-    let out = std::process::Command::new(env!("CARGO_BIN_EXE_tidemark"))
-        .args(["events", "move-zone", "--to", ZONE, "--data-dir"])
-        .arg(server.dir.join("nowhere"))
-        .env_remove("TIDEMARK_CONFIG")
-        .output()
-        .unwrap();
-    let stderr = String::from_utf8_lossy(&out.stderr);
-    assert!(
-        !out.status.success() && stderr.contains("there is no data directory at"),
-        "{stderr}"
-    );
+            r#"--to "Europe/Atlantis" is not a time zone"#,
+        ),
+        (ZONE, "there is no data directory at"),
+    ] {
+        let out = move_zone(to, &nowhere);
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            !out.status.success() && stderr.contains(refusal),
+            "{stderr}"
+        );
+    }
 
     let env = [("TIDEMARK_EVENTS__TIME_ZONE".to_owned(), "UTC".to_owned())];
     let stderr = TestServer::refused_start(&server.dir, &env);
