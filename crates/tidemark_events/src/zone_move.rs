@@ -240,23 +240,13 @@ where
     let from = Calendar::named(&pending.from).map_err(|e| MoveError::Refused(e.to_string()))?;
     let mut events = 0;
     if pending.phase == Phase::Stage {
-        let old_raw = open_raw(from.clone()).await?;
-        let held_from_ms = old_raw
-            .days()
-            .await?
-            .iter()
-            .filter(|s| s.dropped_ms.is_none())
-            .map(|s| from.start_ms(s.day))
-            .min()
-            .unwrap_or(i64::MAX);
-        events = stage(stores, old_raw.as_ref(), to, now_ms).await?;
+        let old_raw = open_raw(from).await?;
+        let (copied, held_from_ms) = stage(stores, old_raw.as_ref(), to, now_ms).await?;
         drop(old_raw);
+        events = copied;
+        let was = pending.record();
         pending.held_from_ms = Some(held_from_ms);
-        let was = PendingMove {
-            held_from_ms: None,
-            ..pending.clone()
-        };
-        pending = next_phase(stores.rollups, &was.record(), pending, Phase::Archive).await?;
+        pending = next_phase(stores.rollups, &was, pending, Phase::Archive).await?;
     }
     if !stores.scratch.exists() {
         if pending.phase == Phase::Rebuild {
@@ -278,7 +268,9 @@ where
     let scratch = SqliteRaw::open(stores.scratch)
         .map_err(StoreError::from)?
         .with_calendar(to.clone());
-    let days: Vec<Day> = scratch.days().await?.iter().map(|s| s.day).collect();
+    // Read once: the phases below mark these days, but never change their events or arrivals.
+    let states = scratch.days().await?;
+    let days: Vec<Day> = states.iter().map(|s| s.day).collect();
     if pending.phase == Phase::Archive {
         archive_days(stores.archive, &scratch, &days).await?;
         let was = pending.record();
@@ -290,14 +282,14 @@ where
         stores,
         &scratch,
         new_raw.as_ref(),
-        &days,
+        &states,
         held_from_ms,
         now_ms,
     )
     .await?;
     advance(stores.rollups, Some(&pending.record()), to.name()).await?;
     if events == 0 {
-        events = scratch.days().await?.iter().map(|s| s.events).sum();
+        events = states.iter().map(|s| s.events).sum();
     }
     drop(scratch);
     remove_scratch(stores.scratch);
@@ -315,22 +307,27 @@ where
 }
 
 /// Phase 1: the raw tier archived, then every archived event in a fresh scratch cut in `to`.
-/// Returns the events copied.
+/// Returns the events copied, and the first instant of the earliest day the raw tier holds
+/// (`i64::MAX`: none).
 async fn stage(
     stores: MoveStores<'_>,
     old_raw: &dyn RawStore,
     to: &Calendar,
     now_ms: i64,
-) -> Result<u64, MoveError> {
+) -> Result<(u64, i64), MoveError> {
+    let mut held_from_ms = i64::MAX;
+    // Every day's events must be in the archive: a dropped day's only copy is there.
     for state in old_raw.days().await? {
-        let covered = state.archive_current() && stores.archive.covers(&state).await?;
-        if state.dropped_ms.is_none() && !covered {
-            stores.archive.archive_day(old_raw, state.day).await?;
+        if state.dropped_ms.is_none() {
+            held_from_ms = held_from_ms.min(old_raw.calendar().start_ms(state.day));
         }
-    }
-    // Every day's events must be in the archive now: a dropped day's only copy is there.
-    for state in old_raw.days().await? {
-        if !stores.archive.covers(&state).await? {
+        let covered = stores.archive.covers(&state).await?;
+        let archived = if state.dropped_ms.is_some() || state.archive_current() && covered {
+            covered
+        } else {
+            stores.archive.archive_day(old_raw, state.day).await?.marked
+        };
+        if !archived {
             return Err(MoveError::Refused(format!(
                 "day {} ({} events) is archived by the raw catalog, but its archive object {} \
                  is missing or older than that: restore it and run the move again, or abandon \
@@ -349,7 +346,7 @@ async fn stage(
             stores.scratch.display()
         )));
     }
-    Ok(copied)
+    Ok((copied, held_from_ms))
 }
 
 /// Every archived event into a fresh scratch cut in `to`. Returns the events copied.
@@ -407,7 +404,7 @@ async fn rebuild(
     stores: MoveStores<'_>,
     scratch: &SqliteRaw,
     raw: &dyn RawStore,
-    days: &[Day],
+    states: &[DayState],
     held_from_ms: i64,
     now_ms: i64,
 ) -> Result<usize, MoveError> {
@@ -415,20 +412,21 @@ async fn rebuild(
     // days from the new days its events fall on: zone offsets differ by at most 26 h). A
     // replacement leaves a row whose figures did not change alone, sketch included, and a
     // month's sketch only grows: both hold for re-rolls of one day, not across zones.
-    if let (Some(first), Some(last)) = (days.first(), days.last()) {
+    if let (Some(first), Some(last)) = (states.first(), states.last()) {
+        let (first, last) = (first.day, last.day);
         let mut day = first.plus(-2);
         while day <= last.plus(2) {
             stores.rollups.upsert_day(day, Vec::new()).await?;
             day = day.plus(1);
         }
     }
-    for &day in days {
-        roll_up_day(scratch, stores.rollups, day, now_ms).await?;
+    for state in states {
+        roll_up_day(scratch, stores.rollups, state.day, now_ms).await?;
     }
     raw.clear().await?;
     let mut reloaded = 0;
     let mut dropped = Vec::new();
-    for state in scratch.days().await? {
+    for &state in states {
         if raw.calendar().end_ms(state.day) <= held_from_ms {
             // Its events live in the archive only, as those of a day the lifecycle dropped.
             let at = Some(state.last_arrival_ms);

@@ -95,7 +95,7 @@ impl MysqlCatalog {
             .map_err(|e| StoreError::unavailable("sqlite", e.to_string()))??;
         let mut tx = self.pool.begin().await?;
         for (s, next_seq) in &days {
-            sqlx::query(
+            let query = sqlx::query(
                 "INSERT INTO raw_day (day, events, last_arrival_ms, rolled_up_arrival_ms,
                      archived_arrival_ms, dropped_ms, next_seq)
                  VALUES (?, ?, ?, ?, ?, ?, ?)
@@ -110,22 +110,32 @@ impl MysqlCatalog {
                          LEAST(archived_arrival_ms, VALUES(archived_arrival_ms))),
                      dropped_ms = COALESCE(dropped_ms, VALUES(dropped_ms)),
                      next_seq = GREATEST(next_seq, VALUES(next_seq))",
-            )
-            .bind(s.day.0)
-            .bind(i64::try_from(s.events).unwrap_or(i64::MAX))
-            .bind(s.last_arrival_ms)
-            .bind(s.rolled_up_arrival_ms)
-            .bind(s.archived_arrival_ms)
-            .bind(s.dropped_ms)
-            .bind(next_seq)
-            .execute(&mut *tx)
-            .await?;
+            );
+            bind_state(query, s)
+                .bind(next_seq)
+                .execute(&mut *tx)
+                .await?;
         }
         tx.commit().await?;
         std::fs::rename(path, path.with_extension("db.moved"))
             .map_err(|e| StoreError::file(path, e).with_context("renaming"))?;
         Ok(days.len())
     }
+}
+
+/// `query` with a day's catalog entry bound to its next six parameters: day, events, last
+/// arrival, the two marks and when it was dropped.
+fn bind_state<'q>(
+    query: sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments>,
+    s: &DayState,
+) -> sqlx::query::Query<'q, sqlx::MySql, sqlx::mysql::MySqlArguments> {
+    query
+        .bind(s.day.0)
+        .bind(i64::try_from(s.events).unwrap_or(i64::MAX))
+        .bind(s.last_arrival_ms)
+        .bind(s.rolled_up_arrival_ms)
+        .bind(s.archived_arrival_ms)
+        .bind(s.dropped_ms)
 }
 
 /// Makes sure the rows of `counts`' days exist (arrival `now_ms`), each in a statement of its
@@ -316,18 +326,11 @@ impl DayCatalog for MysqlCatalog {
     async fn record_dropped(&self, days: &[DayState]) -> Result<(), StoreError> {
         let mut tx = self.pool.begin().await?;
         for s in days {
-            sqlx::query(
+            let query = sqlx::query(
                 "REPLACE INTO raw_day (day, events, last_arrival_ms, rolled_up_arrival_ms,
                      archived_arrival_ms, dropped_ms) VALUES (?, ?, ?, ?, ?, ?)",
-            )
-            .bind(s.day.0)
-            .bind(i64::try_from(s.events).unwrap_or(i64::MAX))
-            .bind(s.last_arrival_ms)
-            .bind(s.rolled_up_arrival_ms)
-            .bind(s.archived_arrival_ms)
-            .bind(s.dropped_ms)
-            .execute(&mut *tx)
-            .await?;
+            );
+            bind_state(query, s).execute(&mut *tx).await?;
         }
         tx.commit().await?;
         Ok(())
