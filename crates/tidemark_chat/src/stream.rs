@@ -189,14 +189,7 @@ pub async fn open(svc: &ChatService, req: StreamRequest) -> Result<OpenStream> {
         if start.seq < start.latest {
             replay.push(cid.clone());
         }
-        let state = Conv {
-            delivered: start.seq,
-            delivered_at_ms: start.at_ms,
-            latest: start.latest,
-            read: m.read_seq,
-            gap_since: None,
-        };
-        convs.insert(cid, state);
+        convs.insert(cid, Conv::new(start, m.read_seq));
     }
     if req.since.is_some() {
         svc.metrics().stream_replays.inc();
@@ -238,6 +231,17 @@ struct Conv {
 }
 
 impl Conv {
+    /// A conversation the stream starts at `start`, the user's read pointer at `read`.
+    fn new(start: Start, read: u64) -> Self {
+        Self {
+            delivered: start.seq,
+            delivered_at_ms: start.at_ms,
+            latest: start.latest,
+            read,
+            gap_since: None,
+        }
+    }
+
     /// Whether a position under `watermark_ms` may leave the conversation out: the stream has
     /// read it, the client has every seq up to the latest read, the last one committed by the
     /// watermark, and the stream waits at no gap.
@@ -305,11 +309,7 @@ impl Stream {
         let ended = async {
             let mut waiting: BTreeSet<String> = BTreeSet::new();
             for cid in replay {
-                let gap = self.catch_up(&cid).await?;
-                self.pending.remove(&cid);
-                if gap {
-                    waiting.insert(cid);
-                }
+                self.read_pending(cid, &mut waiting).await?;
             }
             self.from_first = false;
             self.emit(StreamEvent::Ready {
@@ -345,11 +345,7 @@ impl Stream {
                         // Its read pointer may have moved before the stream knew it.
                         reads.insert(cid.clone());
                     }
-                    let gap = self.catch_up(&cid).await?;
-                    self.pending.remove(&cid);
-                    if gap {
-                        waiting.insert(cid);
-                    }
+                    self.read_pending(cid, &mut waiting).await?;
                 }
                 for cid in &reads {
                     self.read_moved(cid).await?;
@@ -373,6 +369,21 @@ impl Stream {
         drop(registration);
     }
 
+    /// Catches `cid` up ([`Stream::catch_up`]), after which it is no longer pending; one left
+    /// at a gap goes into `waiting`, to look at again.
+    async fn read_pending(
+        &mut self,
+        cid: String,
+        waiting: &mut BTreeSet<String>,
+    ) -> Result<(), End> {
+        let gap = self.catch_up(&cid).await?;
+        self.pending.remove(&cid);
+        if gap {
+            waiting.insert(cid);
+        }
+        Ok(())
+    }
+
     /// A conversation the stream did not know: one created after it opened, if the user is a
     /// member and may open it. Delivered from its first message.
     async fn joined(&mut self, cid: &str) -> bool {
@@ -385,16 +396,8 @@ impl Stream {
         if !conv.members.contains(&self.req.user) {
             return false;
         }
-        self.convs.insert(
-            cid.to_owned(),
-            Conv {
-                delivered: 0,
-                delivered_at_ms: None,
-                latest: u64::MAX,
-                read: 0,
-                gap_since: None,
-            },
-        );
+        self.convs
+            .insert(cid.to_owned(), Conv::new(Start::unread(0), 0));
         true
     }
 
@@ -445,8 +448,7 @@ impl Stream {
                     continue;
                 }
                 if m.conversation_seq > next + 1 {
-                    let old = now.saturating_sub(m.committed_at_ms)
-                        > i64::try_from(self.patience.as_millis()).unwrap_or(i64::MAX);
+                    let old = now.saturating_sub(m.committed_at_ms) > self.patience_ms();
                     if !old && !self.gap_outwaited(cid) {
                         self.wait_at_gap(cid);
                         return Ok(true);
@@ -488,6 +490,11 @@ impl Stream {
             missed_to: to,
         })
         .await
+    }
+
+    /// The gap patience in ms.
+    fn patience_ms(&self) -> i64 {
+        i64::try_from(self.patience.as_millis()).unwrap_or(i64::MAX)
     }
 
     /// Whether `cid` has waited at a gap longer than the patience.
@@ -586,8 +593,7 @@ impl Stream {
                     .map(|(cid, c)| (cid.as_str(), c.delivered)),
             );
         }
-        let patience_ms = i64::try_from(self.patience.as_millis()).unwrap_or(i64::MAX);
-        let watermark_ms = self.synced_ms.saturating_sub(patience_ms);
+        let watermark_ms = self.synced_ms.saturating_sub(self.patience_ms());
         Position::encode_entries(
             watermark_ms,
             self.convs
